@@ -1,0 +1,5 @@
+"""``python -m idmint`` runs the CLI."""
+
+from idmint.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,265 @@
+"""The ``idmint`` command: argument parsing and output only; the work is the library's.
+
+Errors in what the user gave print one line on stderr and exit with status 2;
+no traceback reaches the user for anything idmint raises on purpose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, NoReturn, TextIO
+
+from idmint.errors import IdmintError
+from idmint.generate.factory import SCHEME_OPTIONS, new_generator
+from idmint.schemes import SCHEMES, IdValue, parse_id, scheme_type
+
+EXIT_USAGE = 2
+FLUSH_INTERVAL_S = 0.1
+"""Generated IDs reach stdout at least this often, so a killed process has
+printed (nearly) everything it issued and a reader sees IDs as they come."""
+
+_ENCODE_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # scheme: (required fields, optional fields)
+    "uid64": (("timestamp_ms",), ("sequence", "generator", "cluster", "mode")),
+    "uid64-v1": (("timestamp_ms",), ("sequence", "generator", "cluster", "mode")),
+    "elastic64": (("timestamp_ms", "node", "node_bits"), ("burst",)),
+    "muid": (("timestamp_us", "medallion"), ("offset",)),
+    "short60": (("timestamp_ms",), ("sequence", "random")),
+}
+
+
+class UsageError(Exception):
+    """Bad command-line input; the message is printed as is."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # argparse prints the usage block as well; we promise one line.
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _integer(text: str) -> int:
+    """Decimal, or hex with 0x: medallions and IDs are often written in hex."""
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def _positive_count(text: str) -> int:
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0 (0 means until interrupted)")
+    return value
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="idmint",
+        description="Mint, decode and encode compact unique IDs.",
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+
+    generate = commands.add_parser(
+        "generate", help="mint IDs, one per line", description="Mint IDs, one per line."
+    )
+    generate.add_argument("--scheme", choices=list(SCHEMES), default="uid64")
+    generate.add_argument(
+        "--count", type=_positive_count, default=1, help="how many (0: until interrupted)"
+    )
+    generate.add_argument("--generator", type=_integer, help="uid64: generator ID")
+    generate.add_argument("--cluster", type=_integer, help="uid64: cluster ID")
+    generate.add_argument("--mode", choices=["spread", "time-sequential"], help="uid64 mode")
+    generate.add_argument("--node", type=_integer, help="elastic64: node ID")
+    generate.add_argument("--node-bits", type=_integer, help="elastic64: node-ID width 8..16")
+    generate.add_argument("--medallion", type=_integer, help="muid: medallion (random if unset)")
+    generate.add_argument("--format", choices=["text", "json"], default="text")
+    generate.set_defaults(handler=_cmd_generate)
+
+    decode = commands.add_parser(
+        "decode",
+        help="show what IDs are made of (JSON lines)",
+        description="Decode IDs given as arguments, or one per line on stdin with '-'.",
+    )
+    decode.add_argument("--scheme", choices=list(SCHEMES), help="guessed from the shape if unset")
+    decode.add_argument("--node-bits", type=_integer, help="elastic64: node-ID width 8..16")
+    decode.add_argument("--format", choices=["json", "text"], default="json")
+    decode.add_argument("ids", nargs="*", metavar="ID", help="IDs, or - to read stdin")
+    decode.set_defaults(handler=_cmd_decode)
+
+    encode = commands.add_parser(
+        "encode", help="make an ID from its fields", description="Make an ID from its fields."
+    )
+    encode.add_argument("--scheme", choices=list(SCHEMES), required=True)
+    for field in ("timestamp_ms", "timestamp_us", "sequence", "generator", "cluster"):
+        encode.add_argument(f"--{field.replace('_', '-')}", type=_integer)
+    encode.add_argument("--mode", choices=["spread", "time-sequential"])
+    for field in ("medallion", "offset", "random", "burst", "node", "node_bits"):
+        encode.add_argument(f"--{field.replace('_', '-')}", type=_integer)
+    encode.add_argument("--format", choices=["text", "json"], default="text")
+    encode.set_defaults(handler=_cmd_encode)
+
+    schemes = commands.add_parser("schemes", help="list the ID schemes")
+    schemes.set_defaults(handler=_cmd_schemes)
+    return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"idmint {version('idmint')}"
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "idmint (not installed)"
+
+
+# -- commands --------------------------------------------------------------------
+
+
+def _cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
+    options: dict[str, Any] = {
+        "generator": args.generator,
+        "cluster": args.cluster,
+        "mode": args.mode,
+        "node": args.node,
+        "node_bits": args.node_bits,
+        "medallion": args.medallion,
+    }
+    generator = new_generator(args.scheme, **options)
+    render = _renderer(args.format)
+    # One tick's worth per batch keeps each write small and frequent.
+    chunk = min(generator.ids_per_tick, 4096)
+    remaining = args.count if args.count > 0 else None
+    last_flush = time.monotonic()
+    while remaining is None or remaining > 0:
+        take = chunk if remaining is None else min(chunk, remaining)
+        out.write("".join(render(value) for value in generator.batch(take)))
+        if remaining is not None:
+            remaining -= take
+        now = time.monotonic()
+        if now - last_flush >= FLUSH_INTERVAL_S:
+            out.flush()
+            last_flush = now
+    out.flush()
+    return 0
+
+
+def _renderer(output_format: str) -> Callable[[IdValue], str]:
+    if output_format == "json":
+        return lambda value: json.dumps(value.to_dict()) + "\n"
+    return lambda value: f"{value}\n"
+
+
+def _cmd_decode(args: argparse.Namespace, out: TextIO) -> int:
+    if not args.ids:
+        raise UsageError("idmint decode: give IDs as arguments, or - to read them from stdin")
+    status = 0
+    for text in _decode_inputs(args.ids):
+        try:
+            value = parse_id(text, args.scheme, node_bits=args.node_bits)
+        except IdmintError as error:
+            _print_error(str(error))
+            status = EXIT_USAGE
+            continue
+        if args.format == "json":
+            out.write(json.dumps(value.to_dict()) + "\n")
+        else:
+            fields = value.to_dict()
+            head = f"{fields.pop('id')} {fields.pop('scheme')} {fields.pop('time')}"
+            out.write(head + "".join(f" {k}={v}" for k, v in fields.items()) + "\n")
+    return status
+
+
+def _decode_inputs(arguments: Sequence[str]) -> Iterator[str]:
+    for argument in arguments:
+        if argument == "-":
+            for line in sys.stdin:
+                if line.strip():
+                    yield line.strip()
+        else:
+            yield argument
+
+
+def _cmd_encode(args: argparse.Namespace, out: TextIO) -> int:
+    required, optional = _ENCODE_FIELDS[args.scheme]
+    known = set(required) | set(optional)
+    every_field = {name for pair in _ENCODE_FIELDS.values() for names in pair for name in names}
+    given = {name: getattr(args, name) for name in every_field if getattr(args, name) is not None}
+    stray = sorted(set(given) - known)
+    if stray:
+        raise UsageError(
+            f"idmint encode: {args.scheme} IDs have no {_options(stray)}; "
+            f"their fields are {_options(required + optional)}"
+        )
+    missing = [name for name in required if name not in given]
+    if missing:
+        raise UsageError(f"idmint encode: {args.scheme} needs {_options(missing)}")
+    value = scheme_type(args.scheme).build(**given)  # type: ignore[attr-defined]
+    out.write(json.dumps(value.to_dict()) + "\n" if args.format == "json" else f"{value}\n")
+    return 0
+
+
+def _options(names: Iterable[str]) -> str:
+    return ", ".join(f"--{name.replace('_', '-')}" for name in names)
+
+
+def _cmd_schemes(args: argparse.Namespace, out: TextIO) -> int:
+    for name, cls in SCHEMES.items():
+        summary = (cls.__doc__ or "").strip().splitlines()[0]
+        options = ", ".join(sorted(SCHEME_OPTIONS[name])) or "none"
+        out.write(f"{name:10} {summary} (generator options: {options})\n")
+    return 0
+
+
+# -- entry point --------------------------------------------------------------------
+
+
+def _print_error(message: str) -> None:
+    one_line = " ".join(message.split())
+    prefix = "" if one_line.startswith("idmint") else "idmint: error: "
+    sys.stderr.write(f"{prefix}{one_line}\n")
+    sys.stderr.flush()
+
+
+def _terminate(signum: int, frame: object) -> None:
+    # Unwind normally so buffered IDs are flushed and claims released.
+    raise SystemExit(128 + signum)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    parser = _build_parser()
+    out = sys.stdout
+    previous = None
+    try:
+        args = parser.parse_args(argv)
+        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+            previous = signal.signal(signal.SIGTERM, _terminate)
+        status: int = args.handler(args, out)
+    except (UsageError, IdmintError) as error:
+        _print_error(str(error))
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        with contextlib.suppress(Exception):
+            out.flush()
+        return 130
+    except BrokenPipeError:
+        # The reader went away (e.g. `idmint generate --count 0 | head`).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, out.fileno())
+        return 0
+    else:
+        return status
+    finally:
+        if previous is not None:
+            with contextlib.suppress(ValueError):
+                signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,31 @@
+"""Generators: the clock, the shared core and one generator per scheme."""
+
+from __future__ import annotations
+
+from idmint.generate.clock import SYSTEM_CLOCK, Clock, ManualClock, SystemClock
+from idmint.generate.core import DEFAULT_MAX_CLOCK_WAIT_MS, TickGenerator
+from idmint.generate.generators import (
+    DEFAULT_ELASTIC64_MAX_AHEAD_MS,
+    Elastic64Generator,
+    MuidGenerator,
+    MuidTransaction,
+    Short60Generator,
+    Uid64Generator,
+    Uid64V1Generator,
+)
+
+__all__ = [
+    "DEFAULT_ELASTIC64_MAX_AHEAD_MS",
+    "DEFAULT_MAX_CLOCK_WAIT_MS",
+    "SYSTEM_CLOCK",
+    "Clock",
+    "Elastic64Generator",
+    "ManualClock",
+    "MuidGenerator",
+    "MuidTransaction",
+    "Short60Generator",
+    "SystemClock",
+    "TickGenerator",
+    "Uid64Generator",
+    "Uid64V1Generator",
+]

@@ -1,0 +1,61 @@
+"""Build a generator for a scheme by name, from options as a CLI or config gives them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from idmint.errors import ConfigurationError
+from idmint.generate.core import TickGenerator
+from idmint.generate.generators import (
+    Elastic64Generator,
+    MuidGenerator,
+    Short60Generator,
+    Uid64Generator,
+    Uid64V1Generator,
+)
+from idmint.schemes import SCHEMES
+
+__all__ = ["SCHEME_OPTIONS", "new_generator"]
+
+SCHEME_OPTIONS: dict[str, frozenset[str]] = {
+    "uid64": frozenset({"generator", "cluster", "mode"}),
+    "uid64-v1": frozenset({"generator", "cluster", "mode"}),
+    "elastic64": frozenset({"node", "node_bits", "max_ahead_ms"}),
+    "muid": frozenset({"medallion", "max_ahead_us"}),
+    "short60": frozenset(),
+}
+"""The identity options each scheme's generator takes (besides clock options)."""
+
+_COMMON_OPTIONS = frozenset({"clock", "max_clock_wait_ms"})
+
+
+def new_generator(scheme: str, **options: Any) -> TickGenerator[Any]:
+    """A generator for ``scheme``; options that are ``None`` are left at their defaults.
+
+    Options that do not apply to the scheme raise ``ConfigurationError`` rather
+    than being ignored: ``--generator 5`` on short60 is a mistake to point out.
+    """
+    if scheme not in SCHEMES:
+        raise ConfigurationError(f"unknown scheme {scheme!r}; expected one of {', '.join(SCHEMES)}")
+    given = {name: value for name, value in options.items() if value is not None}
+    allowed = SCHEME_OPTIONS[scheme] | _COMMON_OPTIONS
+    stray = sorted(set(given) - allowed)
+    if stray:
+        takers = sorted(name for name, names in SCHEME_OPTIONS.items() if set(stray) <= names)
+        hint = f"; it applies to {', '.join(takers)}" if takers else ""
+        raise ConfigurationError(
+            f"{scheme} generators take no {', '.join(stray).replace('_', '-')} option{hint}"
+        )
+    if scheme == "uid64":
+        return Uid64Generator(**given)
+    if scheme == "uid64-v1":
+        return Uid64V1Generator(**given)
+    if scheme == "elastic64":
+        if "node" not in given:
+            raise ConfigurationError(
+                "an elastic64 generator needs its node ID (node, with node_bits for the width)"
+            )
+        return Elastic64Generator(**given)
+    if scheme == "muid":
+        return MuidGenerator(**given)
+    return Short60Generator(**given)

@@ -1,0 +1,391 @@
+"""One generator per scheme, all on the shared core in :mod:`idmint.generate.core`."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Callable
+from random import getrandbits
+from types import TracebackType
+
+from idmint.errors import ConfigurationError, GeneratorForked, TransactionFull
+from idmint.generate.clock import Clock
+from idmint.generate.core import (
+    DEFAULT_MAX_CLOCK_WAIT_MS,
+    TickGenerator,
+    check_identity_field,
+    check_tick_range,
+    fork_generation,
+)
+from idmint.schemes import elastic64 as e64
+from idmint.schemes import muid as mu
+from idmint.schemes import short60 as s60
+from idmint.schemes import uid64 as u64
+from idmint.schemes.elastic64 import Elastic64
+from idmint.schemes.muid import Muid
+from idmint.schemes.short60 import Short60
+from idmint.schemes.uid64 import Mode, Uid64, Uid64V1
+
+__all__ = [
+    "DEFAULT_ELASTIC64_MAX_AHEAD_MS",
+    "Elastic64Generator",
+    "MuidGenerator",
+    "MuidTransaction",
+    "Short60Generator",
+    "Uid64Generator",
+    "Uid64V1Generator",
+]
+
+_new = object.__new__
+
+
+class Uid64Generator(TickGenerator[Uid64]):
+    """Mints uid64 IDs for one (generator ID, cluster ID) pair: 64 per ms.
+
+    The pair must be held by this generator alone: give each process its own
+    generator ID, or claim one through a coordinator.
+    """
+
+    id_type = Uid64
+    _max_generator = u64.MAX_GENERATOR
+
+    def __init__(
+        self,
+        generator: int = 0,
+        cluster: int = 0,
+        mode: Mode | str = Mode.SPREAD,
+        *,
+        clock: Clock | None = None,
+        max_clock_wait_ms: float = DEFAULT_MAX_CLOCK_WAIT_MS,
+    ) -> None:
+        super().__init__(
+            limit=u64.MAX_SEQUENCE + 1,
+            seq_shift=u64.SEQUENCE_SHIFT,
+            clock=clock,
+            max_clock_wait_ms=max_clock_wait_ms,
+        )
+        self._generator = check_identity_field("generator", generator, 0, self._max_generator)
+        self._cluster = check_identity_field("cluster", cluster, 0, u64.MAX_CLUSTER)
+        try:
+            self._mode = Mode.parse(mode, self.id_type.scheme)
+        except ValueError as error:
+            raise ConfigurationError(str(error)) from None
+        self._check_mode()
+        self._identity = u64.identity_bits(self._generator, self._cluster, self._mode)
+
+    def _check_mode(self) -> None:
+        pass
+
+    @property
+    def generator(self) -> int:
+        return self._generator
+
+    @property
+    def cluster(self) -> int:
+        return self._cluster
+
+    @property
+    def mode(self) -> Mode:
+        return self._mode
+
+    def _describe_identity(self) -> str:
+        return f"generator {self._generator}, cluster {self._cluster}"
+
+    def _base_for_tick(self, tick: int) -> int:
+        check_tick_range(self.id_type.scheme, tick, 0, u64.MAX_TIMESTAMP_MS)
+        return u64.timestamp_field(tick, self._mode) | self._identity
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(generator={self._generator}, cluster={self._cluster}, "
+            f"mode={self._mode.value!r})"
+        )
+
+
+class Uid64V1Generator(Uid64Generator):
+    """Mints IDs in java-uniqueid's original layout: generators 0..63, always spread."""
+
+    id_type = Uid64V1
+    _max_generator = u64.MAX_GENERATOR_V1
+
+    def _check_mode(self) -> None:
+        if self._mode is not Mode.SPREAD:
+            raise ConfigurationError("uid64-v1 IDs are always in spread mode")
+
+
+DEFAULT_ELASTIC64_MAX_AHEAD_MS = 10
+"""How many ms an elastic64 generator may run ahead of the clock in a burst.
+
+Borrowing lets a burst go past 2**(16-w) IDs per ms without stalling; the
+bound keeps the IDs' time honest and keeps a restarted process (which takes
+longer than this to start) clear of the ticks its predecessor borrowed."""
+
+
+class Elastic64Generator(TickGenerator[Elastic64]):
+    """Mints elastic64 IDs for one node ID; the node-ID width may change while running."""
+
+    id_type = Elastic64
+
+    def __init__(
+        self,
+        node: int,
+        node_bits: int = e64.MIN_NODE_BITS,
+        *,
+        max_ahead_ms: int = DEFAULT_ELASTIC64_MAX_AHEAD_MS,
+        clock: Clock | None = None,
+        max_clock_wait_ms: float = DEFAULT_MAX_CLOCK_WAIT_MS,
+    ) -> None:
+        width = check_identity_field("node_bits", node_bits, e64.MIN_NODE_BITS, e64.MAX_NODE_BITS)
+        super().__init__(
+            limit=1 << (e64.LOW_BITS - width),
+            seq_shift=width,
+            clock=clock,
+            max_clock_wait_ms=max_clock_wait_ms,
+            max_ahead_ticks=check_identity_field("max_ahead_ms", max_ahead_ms, 0, 60_000),
+        )
+        self._node = 0
+        self._node_bits = width
+        self._set_layout(node, width)
+
+    @property
+    def node(self) -> int:
+        return self._node
+
+    @property
+    def node_bits(self) -> int:
+        return self._node_bits
+
+    def set_node(self, node: int, node_bits: int) -> None:
+        """Switch to another node ID or width; later IDs use a later ms than all before.
+
+        Moving to a new tick is what keeps this generator's own IDs unique
+        across the change: the same (ms, burst, node) read with two widths can
+        give the same 64 bits.
+        """
+        with self._lock:
+            self._set_layout(node, node_bits)
+
+    def _set_layout(self, node: int, node_bits: int) -> None:
+        width = check_identity_field("node_bits", node_bits, e64.MIN_NODE_BITS, e64.MAX_NODE_BITS)
+        check_identity_field("node", node, 0, (1 << width) - 1)
+        self._forget_tick()
+        self._node, self._node_bits = node, width
+        self._limit = 1 << (e64.LOW_BITS - width)
+        self._seq = self._counted_from = self._limit
+        self._seq_shift = width
+        self._wrap = _elastic64_wrapper(width)
+
+    def _describe_identity(self) -> str:
+        return f"node {self._node}"
+
+    def _base_for_tick(self, tick: int) -> int:
+        check_tick_range("elastic64", tick, 0, e64.MAX_TIMESTAMP_MS)
+        return tick << e64.TIMESTAMP_SHIFT | self._node
+
+    def __repr__(self) -> str:
+        return f"Elastic64Generator(node={self._node}, node_bits={self._node_bits})"
+
+
+def _elastic64_wrapper(node_bits: int) -> Callable[[int], Elastic64]:
+    def wrap(value: int) -> Elastic64:
+        obj = _new(Elastic64)
+        obj._int = value
+        obj._node_bits = node_bits
+        return obj
+
+    return wrap
+
+
+class Short60Generator(TickGenerator[Short60]):
+    """Mints short60 IDs: 512 per ms, with 9 random bits.
+
+    short60 has no node field: two processes minting in the same millisecond
+    collide only if they pick the same sequence *and* the same random bits.
+    Each millisecond's sequence starts at a random point (and each ID gets
+    fresh random bits), so for two processes minting ``a`` and ``b`` IDs in
+    the same ms the expected number of collisions is about ``a*b / 2**18``.
+    See docs/schemes.md; use uid64 or elastic64 when that is not good enough.
+    """
+
+    id_type = Short60
+
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        max_clock_wait_ms: float = DEFAULT_MAX_CLOCK_WAIT_MS,
+    ) -> None:
+        super().__init__(
+            limit=s60.MAX_SEQUENCE + 1,
+            seq_shift=s60.SEQUENCE_SHIFT,
+            clock=clock,
+            max_clock_wait_ms=max_clock_wait_ms,
+            random_bits=s60.RANDOM_BITS,
+        )
+
+    def _base_for_tick(self, tick: int) -> int:
+        check_tick_range("short60", tick, s60.EPOCH_MS, s60.EPOCH_MS + s60.MAX_ELAPSED_MS)
+        # XOR-ing the tick's sequence index with a random origin keeps the 512
+        # sequence numbers distinct while making where they start random.
+        origin = getrandbits(s60.SEQUENCE_BITS)
+        return (tick - s60.EPOCH_MS) << s60.TIMESTAMP_SHIFT | origin << s60.SEQUENCE_SHIFT
+
+    def _after_fork_in_child(self) -> None:
+        # No identity to lose; random bits are reseeded by the random module.
+        # Start a new millisecond with a new random origin.
+        self._lock = threading.Lock()
+        self._forget_tick()
+
+    def __repr__(self) -> str:
+        return "Short60Generator()"
+
+
+DEFAULT_MUID_MAX_AHEAD_US = 10_000
+"""muid time must strictly increase per medallion: one transaction per us.
+A burst of more may run this far ahead of the clock instead of waiting."""
+
+
+def random_medallion() -> int:
+    """A medallion picked at random from the spec's v1 range [2**48, 2**49)."""
+    return mu.RANDOM_MEDALLION_LOW + secrets.randbelow(1 << 48)
+
+
+class MuidGenerator(TickGenerator[Muid]):
+    """Mints muids for one medallion, with strictly increasing microsecond time.
+
+    ``generate()`` gives a standalone muid (offset 0). ``transaction()`` gives a
+    transaction: its own muid has offset 0 and the objects made in it get
+    offsets 1, 2, ... up to 2**20 - 1.
+    """
+
+    id_type = Muid
+    tick_ns = 1_000
+
+    def __init__(
+        self,
+        medallion: int | None = None,
+        *,
+        max_ahead_us: int = DEFAULT_MUID_MAX_AHEAD_US,
+        clock: Clock | None = None,
+        max_clock_wait_ms: float = DEFAULT_MAX_CLOCK_WAIT_MS,
+    ) -> None:
+        super().__init__(
+            limit=1,
+            seq_shift=0,
+            clock=clock,
+            max_clock_wait_ms=max_clock_wait_ms,
+            max_ahead_ticks=check_identity_field("max_ahead_us", max_ahead_us, 0, 60_000_000),
+        )
+        if medallion is None:
+            medallion = random_medallion()
+        self._medallion = check_identity_field("medallion", medallion, 0, mu.MAX_MEDALLION)
+
+    @property
+    def medallion(self) -> int:
+        return self._medallion
+
+    def transaction(self) -> MuidTransaction:
+        """Start a transaction: a fresh muid (offset 0) whose offsets name its objects."""
+        return MuidTransaction(self.generate())
+
+    async def atransaction(self) -> MuidTransaction:
+        return MuidTransaction(await self.agenerate())
+
+    def _describe_identity(self) -> str:
+        return f"medallion {self._medallion}"
+
+    def _base_for_tick(self, tick: int) -> int:
+        check_tick_range("muid", tick, 0, mu.MAX_TIMESTAMP_US, unit="us")
+        return tick << mu.TIMESTAMP_SHIFT | self._medallion << mu.MEDALLION_SHIFT
+
+    def _after_fork_in_child(self) -> None:
+        # The parent keeps the medallion; the child becomes a new node.
+        self._lock = threading.Lock()
+        self._medallion = random_medallion()
+        self._forget_tick()
+        self._tick = -1
+
+    def __repr__(self) -> str:
+        return f"MuidGenerator(medallion={self._medallion})"
+
+
+class MuidTransaction:
+    """The muids of one transaction: ``id`` (offset 0) and its objects (offsets 1...).
+
+    Thread-safe. Usable as a context manager for readability; nothing needs
+    closing. A transaction opened before ``os.fork()`` refuses to mint in the
+    child, whose parent may still be adding objects to it.
+    """
+
+    __slots__ = ("_base", "_fork_generation", "_lock", "_next_offset", "id")
+
+    def __init__(self, transaction_id: Muid) -> None:
+        self.id = transaction_id
+        self._base = transaction_id.int
+        self._next_offset = 1
+        self._lock = threading.Lock()
+        self._fork_generation = fork_generation()
+
+    def new(self) -> Muid:
+        """The muid for the next object in this transaction."""
+        self._check_not_forked()
+        with self._lock:
+            offset = self._take(1)
+        obj: Muid = _new(Muid)
+        obj._int = self._base | offset
+        return obj
+
+    def batch(self, count: int) -> list[Muid]:
+        """Muids for the next ``count`` objects, in order."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ConfigurationError(f"count must be a non-negative integer, got {count!r}")
+        if count == 0:
+            return []
+        self._check_not_forked()
+        with self._lock:
+            first = self._take(count)
+        base = self._base
+        out = []
+        for offset in range(first, first + count):
+            obj: Muid = _new(Muid)
+            obj._int = base | offset
+            out.append(obj)
+        return out
+
+    def _check_not_forked(self) -> None:
+        # Checked before taking the lock: a fork can leave it held forever.
+        if self._fork_generation != fork_generation():
+            raise GeneratorForked(
+                f"transaction {self.id} was opened before os.fork(); the parent process "
+                "may still add objects to it. Open a new transaction in the child"
+            )
+
+    def _take(self, count: int) -> int:
+        first = self._next_offset
+        last = first + count - 1
+        if last > mu.MAX_OFFSET:
+            raise TransactionFull(
+                f"transaction {self.id} has no room for {count} more object(s): offsets "
+                f"run to {mu.MAX_OFFSET} and {first - 1} are used. Start a new transaction"
+            )
+        self._next_offset = last + 1
+        return first
+
+    @property
+    def used(self) -> int:
+        """Offsets handed out so far (the transaction's own offset 0 not counted)."""
+        return self._next_offset - 1
+
+    def __enter__(self) -> MuidTransaction:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return f"MuidTransaction(id={self.id!s})"

@@ -1,0 +1,111 @@
+"""The five ID schemes: value types and codecs, pure code with no I/O.
+
+``SCHEMES`` maps each scheme's name (as the CLI and the server spell it) to its
+value type; :func:`parse_id` reads text with a given or guessed scheme.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from idmint.errors import InvalidId
+from idmint.schemes._base import IdValue
+from idmint.schemes.elastic64 import Elastic64
+from idmint.schemes.muid import Muid
+from idmint.schemes.short60 import Short60
+from idmint.schemes.uid64 import Mode, Uid64, Uid64V1
+
+__all__ = [
+    "SCHEMES",
+    "Elastic64",
+    "IdValue",
+    "Mode",
+    "Muid",
+    "Short60",
+    "Uid64",
+    "Uid64V1",
+    "guess_scheme",
+    "parse_id",
+]
+
+SCHEMES: Final[dict[str, type[IdValue]]] = {
+    "uid64": Uid64,
+    "uid64-v1": Uid64V1,
+    "elastic64": Elastic64,
+    "muid": Muid,
+    "short60": Short60,
+}
+
+_MUID_SHAPE = re.compile(r"[0-9A-Fa-f]{32}|[0-9A-Fa-f]{14}-[0-9A-Fa-f]{13}-[0-9A-Fa-f]{5}")
+_HEX16_SHAPE = re.compile(r"[0-9A-Fa-f]{16}")
+_DECIMAL_SHAPE = re.compile(r"[0-9]{1,20}")
+_SHORT60_SHAPE = re.compile(r"[A-Za-z0-9_-]{1,10}")
+
+
+def scheme_type(name: str) -> type[IdValue]:
+    """The value type of scheme ``name``, or ``InvalidId`` listing the known names."""
+    try:
+        return SCHEMES[name]
+    except KeyError:
+        raise InvalidId(
+            None,
+            f"unknown scheme {name!r}; expected one of {', '.join(SCHEMES)}",
+            problem="scheme",
+        ) from None
+
+
+def guess_scheme(text: str, *, node_bits: int | None = None) -> str:
+    """Name the scheme ``text`` must be in, when its shape allows only one.
+
+    32 hex digits (or the dashed 14-13-5 form) can only be a muid; 16 hex digits
+    with a letter among them only a uid64 (uid64-v1 IDs are uid64 IDs with the
+    same fields); base-64 text with a non-digit only a short60. Decimal digits
+    are an elastic64 ID when a width is given. Anything else, such as 16 decimal
+    digits, which read as hex or as decimal, is ambiguous and raises
+    ``InvalidId``, asking for the scheme.
+    """
+    candidate = text.strip()
+    if _MUID_SHAPE.fullmatch(candidate):
+        return "muid"
+    is_decimal = _DECIMAL_SHAPE.fullmatch(candidate) is not None
+    if is_decimal and node_bits is not None:
+        return "elastic64"
+    if _HEX16_SHAPE.fullmatch(candidate) and not is_decimal:
+        return "uid64"
+    if _SHORT60_SHAPE.fullmatch(candidate) and not is_decimal:
+        return "short60"
+    if is_decimal:
+        readings = ["elastic64 (give its node_bits)"]
+        if len(candidate) == 16:
+            readings.insert(0, "uid64 (hex)")
+        if len(candidate) <= 10:
+            readings.append("short60")
+        raise InvalidId(
+            None,
+            f"cannot tell the scheme of {candidate!r}: it could be {' or '.join(readings)}; "
+            "name the scheme",
+            problem="ambiguous",
+        )
+    raise InvalidId(
+        None,
+        f"{candidate!r} has the shape of no scheme: expected 16 or 32 hex digits, "
+        "a short60 string of up to 10 base-64 characters, or decimal digits",
+        problem="format",
+    )
+
+
+def parse_id(text: str, scheme: str | None = None, *, node_bits: int | None = None) -> IdValue:
+    """Read ``text`` as an ID of ``scheme`` (guessed from its shape when ``None``)."""
+    name = scheme if scheme is not None else guess_scheme(text, node_bits=node_bits)
+    cls = scheme_type(name)
+    if cls is Elastic64:
+        if node_bits is None:
+            raise InvalidId(
+                "elastic64",
+                "decoding needs the node-ID width (node_bits, 8..16) the ID was made with",
+                problem="node_bits",
+            )
+        return Elastic64.from_text(text, node_bits)
+    result: IdValue = cls.from_text(text)  # type: ignore[attr-defined]
+    return result

@@ -1,0 +1,173 @@
+"""elastic64: 64-bit IDs whose node-ID width grows with the fleet (seed 002).
+
+::
+
+     63                                        16 15          w w-1          0
+    +--------------------------------------------+-------------+--------------+
+    |   timestamp (48 bits, ms since Unix epoch)  | burst       | node ID      |
+    |                                             | 16 - w bits | w bits       |
+    +--------------------------------------------+-------------+--------------+
+
+The low 16 bits are shared between the node ID and a per-millisecond burst
+counter. ``w`` (``node_bits``, 8..16) is as wide as the node IDs in use need:
+a fleet of 1,000 nodes needs 11 bits and leaves 5 bits, 32 IDs per ms, for
+bursts. The width is not stored in the ID, so decoding needs it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any, Final
+
+from idmint.errors import InvalidId
+from idmint.schemes._base import (
+    LAST_DATETIME_MS,
+    IdValue,
+    check_field,
+    int_from_bytes,
+    iso_ms,
+    reject_type,
+    time_from_ms,
+)
+
+TIMESTAMP_SHIFT: Final = 16
+LOW_BITS: Final = 16  # node ID plus burst counter
+MIN_NODE_BITS: Final = 8  # 256 node IDs: one ZooKeeper group
+MAX_NODE_BITS: Final = 16  # 65,536 node IDs: all 256 groups
+# 48 bits of ms would reach year 10889, but datetime stops at 9999, and an ID
+# we cannot show the time of is of no use to anyone.
+MAX_TIMESTAMP_MS: Final = LAST_DATETIME_MS
+MAX_VALUE: Final = (MAX_TIMESTAMP_MS << TIMESTAMP_SHIFT) | 0xFFFF
+_DECIMAL_DIGITS = frozenset("0123456789")
+
+
+def check_node_bits(node_bits: object, scheme: str = "elastic64") -> int:
+    return check_field(scheme, "node_bits", node_bits, MIN_NODE_BITS, MAX_NODE_BITS)
+
+
+class Elastic64(IdValue):
+    """An elastic64 ID together with the node-ID width it was minted under.
+
+    Two values are equal only if both the 64 bits and the width agree: the same
+    bits read with another width name another node.
+    """
+
+    __slots__ = ("_node_bits",)
+    _node_bits: int
+    scheme = "elastic64"
+
+    def __new__(cls, value: int | bytes | bytearray | str | Elastic64, node_bits: int) -> Elastic64:
+        return cls.parse(value, node_bits)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self._int, self._node_bits))
+
+    def _key(self) -> tuple[int, int]:
+        return (self._int, self._node_bits)
+
+    # -- parsing ----------------------------------------------------------
+    @classmethod
+    def parse(cls, value: object, node_bits: int) -> Elastic64:
+        """Read an ID from its decimal text, its 8 bytes, its int, or an ID value."""
+        if isinstance(value, str):
+            return cls.from_text(value, node_bits)
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return cls.from_bytes(value, node_bits)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return cls.from_int(value, node_bits)
+        if isinstance(value, Elastic64):
+            return cls.from_int(value._int, node_bits)
+        raise reject_type(cls.scheme, value, "decimal digits, 8 bytes or an int")
+
+    @classmethod
+    def from_text(cls, text: str, node_bits: int) -> Elastic64:
+        stripped = text.strip()
+        if not stripped or len(stripped) > 20:
+            raise InvalidId(
+                cls.scheme,
+                f"expected 1 to 20 decimal digits, got {len(stripped)} characters: {text!r}",
+                problem="length",
+            )
+        for position, char in enumerate(stripped):
+            if char not in _DECIMAL_DIGITS:
+                raise InvalidId(
+                    cls.scheme,
+                    f"bad character {char!r} at position {position} of {stripped!r}; "
+                    "expected a decimal digit",
+                    problem="character",
+                )
+        return cls.from_int(int(stripped), node_bits)
+
+    @classmethod
+    def from_bytes(cls, data: bytes | bytearray | memoryview, node_bits: int) -> Elastic64:
+        return cls.from_int(int_from_bytes(cls.scheme, data, 8), node_bits)
+
+    @classmethod
+    def from_int(cls, value: int, node_bits: int) -> Elastic64:
+        check_node_bits(node_bits)
+        check_field(cls.scheme, "value", value, 0, (1 << 64) - 1)
+        if value > MAX_VALUE:
+            raise InvalidId(
+                cls.scheme,
+                f"timestamp {value >> TIMESTAMP_SHIFT} ms is after 9999-12-31, "
+                "the last time this library can represent",
+                problem="range",
+            )
+        obj = object.__new__(cls)
+        obj._int = value
+        obj._node_bits = node_bits
+        return obj
+
+    @classmethod
+    def build(cls, *, timestamp_ms: int, node: int, node_bits: int, burst: int = 0) -> Elastic64:
+        """Make the ID with these fields; every field is range-checked."""
+        check_node_bits(node_bits)
+        check_field(cls.scheme, "timestamp_ms", timestamp_ms, 0, MAX_TIMESTAMP_MS)
+        check_field(cls.scheme, "node", node, 0, (1 << node_bits) - 1)
+        check_field(cls.scheme, "burst", burst, 0, (1 << (LOW_BITS - node_bits)) - 1)
+        return cls.from_int(
+            (timestamp_ms << TIMESTAMP_SHIFT) | (burst << node_bits) | node, node_bits
+        )
+
+    # -- fields -------------------------------------------------------------
+    @property
+    def node_bits(self) -> int:
+        return self._node_bits
+
+    @property
+    def timestamp_ms(self) -> int:
+        return self._int >> TIMESTAMP_SHIFT
+
+    @property
+    def burst(self) -> int:
+        return (self._int & 0xFFFF) >> self._node_bits
+
+    @property
+    def node(self) -> int:
+        return self._int & ((1 << self._node_bits) - 1)
+
+    @property
+    def time(self) -> _dt.datetime:
+        return time_from_ms(self.timestamp_ms)
+
+    @property
+    def bytes(self) -> bytes:
+        return self._int.to_bytes(8, "big")
+
+    def __str__(self) -> str:
+        return str(self._int)
+
+    def __repr__(self) -> str:
+        return f"Elastic64({self._int}, node_bits={self._node_bits})"
+
+    def to_dict(self) -> dict[str, Any]:
+        timestamp_ms = self.timestamp_ms
+        return {
+            "scheme": self.scheme,
+            "id": str(self),
+            "time": iso_ms(timestamp_ms),
+            "timestamp_ms": timestamp_ms,
+            "burst": self.burst,
+            "node": self.node,
+            "node_bits": self._node_bits,
+        }

@@ -1,0 +1,197 @@
+"""short60: a 60-bit int shown as a 10-character string (seed 004, abyss-club/uexky).
+
+::
+
+     59                                         18 17          9 8            0
+    +---------------------------------------------+-------------+--------------+
+    | timestamp (42 bits, ms since                | sequence    | random       |
+    | 2018-03-01T00:00:00Z)                       | (9 bits)    | (9 bits)     |
+    +---------------------------------------------+-------------+--------------+
+
+The seed's prose says the timestamp has 48 bits; 60 - 9 - 9 leaves 42, and its
+diagram and worked example agree with 42. It lasts until 2157-07-13.
+
+Display form: the int's base-64 digits (alphabet ``A-Z a-z 0-9 - _``), most
+significant first, no padding, then the last two characters moved to the
+front. The last digits hold the sequence and random bits, so the string looks
+random at both ends: ``11093174944930914 -> naS8QBhxi -> xinaS8QBh``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any, Final
+
+from idmint.errors import InvalidId
+from idmint.schemes._base import (
+    IdValue,
+    check_field,
+    int_from_bytes,
+    iso_ms,
+    reject_type,
+    time_from_ms,
+)
+
+EPOCH_MS: Final = 1_519_862_400_000  # 2018-03-01T00:00:00Z, uexky's epoch
+TIMESTAMP_BITS: Final = 42
+SEQUENCE_BITS: Final = 9  # 512 IDs per ms per generator
+RANDOM_BITS: Final = 9  # makes two generators' IDs in the same ms unlikely to meet
+
+MAX_ELAPSED_MS: Final = (1 << TIMESTAMP_BITS) - 1
+MAX_SEQUENCE: Final = (1 << SEQUENCE_BITS) - 1
+MAX_RANDOM: Final = (1 << RANDOM_BITS) - 1
+TIMESTAMP_SHIFT: Final = SEQUENCE_BITS + RANDOM_BITS
+SEQUENCE_SHIFT: Final = RANDOM_BITS
+MAX_VALUE: Final = (1 << 60) - 1
+MAX_DISPLAY_LENGTH: Final = 10  # ceil(60 / 6)
+
+ALPHABET: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+_DIGIT_VALUES: Final = {char: index for index, char in enumerate(ALPHABET)}
+
+
+def to_display(value: int) -> str:
+    digits = []
+    while True:
+        value, digit = divmod(value, 64)
+        digits.append(ALPHABET[digit])
+        if not value:
+            break
+    base64 = "".join(reversed(digits))
+    return base64[-2:] + base64[:-2]
+
+
+class Short60(IdValue):
+    """A short60 ID; ``str()`` gives the display form.
+
+    >>> str(Short60(11093174944930914))
+    'xinaS8QBh'
+    """
+
+    __slots__ = ()
+    scheme = "short60"
+
+    def __new__(cls, value: int | bytes | bytearray | str | Short60) -> Short60:
+        return cls.parse(value)
+
+    @classmethod
+    def parse(cls, value: object) -> Short60:
+        """Read an ID from its display string, its 8 bytes or its int."""
+        if isinstance(value, str):
+            return cls.from_text(value)
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return cls.from_bytes(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return cls.from_int(value)
+        if isinstance(value, Short60):
+            return value
+        raise reject_type(cls.scheme, value, "a display string, 8 bytes or an int")
+
+    @classmethod
+    def from_text(cls, text: str) -> Short60:
+        """Read the display string (case matters: it is base 64)."""
+        stripped = text.strip()
+        if not 1 <= len(stripped) <= MAX_DISPLAY_LENGTH:
+            raise InvalidId(
+                cls.scheme,
+                f"expected 1 to {MAX_DISPLAY_LENGTH} characters, got {len(stripped)}: {text!r}",
+                problem="length",
+            )
+        for position, char in enumerate(stripped):
+            if char not in _DIGIT_VALUES:
+                raise InvalidId(
+                    cls.scheme,
+                    f"bad character {char!r} at position {position} of {stripped!r}; "
+                    "expected A-Z, a-z, 0-9, '-' or '_'",
+                    problem="character",
+                )
+        base64 = stripped[2:] + stripped[:2]
+        if len(base64) > 1 and base64[0] == "A":
+            # 'A' is the zero digit: the display form never has a leading one, so
+            # accepting it would give one ID two spellings.
+            raise InvalidId(
+                cls.scheme,
+                f"{stripped!r} is not canonical: its digits {base64!r} start with the "
+                f"zero digit 'A'; the display form of that value is "
+                f"{to_display(cls._digits_value(base64))!r}",
+                problem="character",
+            )
+        value = cls._digits_value(base64)
+        if value > MAX_VALUE:
+            raise InvalidId(
+                cls.scheme,
+                f"{stripped!r} is {value}, more than 60 bits (largest is {MAX_VALUE})",
+                problem="range",
+            )
+        return cls._trusted(value)
+
+    @staticmethod
+    def _digits_value(base64: str) -> int:
+        value = 0
+        for char in base64:
+            value = value * 64 + _DIGIT_VALUES[char]
+        return value
+
+    @classmethod
+    def from_bytes(cls, data: bytes | bytearray | memoryview) -> Short60:
+        return cls.from_int(int_from_bytes(cls.scheme, data, 8))
+
+    @classmethod
+    def from_int(cls, value: int) -> Short60:
+        check_field(cls.scheme, "value", value, 0, MAX_VALUE)
+        return cls._trusted(value)
+
+    @classmethod
+    def _trusted(cls, value: int) -> Short60:
+        obj = object.__new__(cls)
+        obj._int = value
+        return obj
+
+    @classmethod
+    def build(cls, *, timestamp_ms: int, sequence: int = 0, random: int = 0) -> Short60:
+        """Make the ID; ``timestamp_ms`` counts from the Unix epoch like everywhere else."""
+        check_field(cls.scheme, "timestamp_ms", timestamp_ms, EPOCH_MS, EPOCH_MS + MAX_ELAPSED_MS)
+        check_field(cls.scheme, "sequence", sequence, 0, MAX_SEQUENCE)
+        check_field(cls.scheme, "random", random, 0, MAX_RANDOM)
+        return cls._trusted(
+            (timestamp_ms - EPOCH_MS) << TIMESTAMP_SHIFT | sequence << SEQUENCE_SHIFT | random
+        )
+
+    @property
+    def timestamp_ms(self) -> int:
+        """Milliseconds since the Unix epoch (the field itself counts from 2018-03-01)."""
+        return (self._int >> TIMESTAMP_SHIFT) + EPOCH_MS
+
+    @property
+    def sequence(self) -> int:
+        return (self._int >> SEQUENCE_SHIFT) & MAX_SEQUENCE
+
+    @property
+    def random(self) -> int:
+        return self._int & MAX_RANDOM
+
+    @property
+    def time(self) -> _dt.datetime:
+        return time_from_ms(self.timestamp_ms)
+
+    @property
+    def bytes(self) -> bytes:
+        return self._int.to_bytes(8, "big")
+
+    @property
+    def display(self) -> str:
+        return to_display(self._int)
+
+    def __str__(self) -> str:
+        return to_display(self._int)
+
+    def to_dict(self) -> dict[str, Any]:
+        timestamp_ms = self.timestamp_ms
+        return {
+            "scheme": self.scheme,
+            "id": str(self),
+            "time": iso_ms(timestamp_ms),
+            "timestamp_ms": timestamp_ms,
+            "sequence": self.sequence,
+            "random": self.random,
+            "int": self._int,
+        }

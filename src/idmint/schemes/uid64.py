@@ -1,0 +1,311 @@
+"""uid64 and uid64-v1: the eight-byte IDs of java-uniqueid, bit for bit.
+
+uid64 is java-uniqueid's ``IDBuilder`` layout since 3.2 (a mode flag and an
+11-bit generator ID)::
+
+     63                                            22 21    16 15 13 12 11      4 3  0
+    +------------------------------------------------+--------+-----+--+---------+----+
+    |  timestamp (42 bits, ms since the Unix epoch)  |sequence| gen |M | gen     |clu |
+    |  SPREAD: bit-reversed   TIME_SEQUENTIAL: as is | 6 bits |10..8|  | 7..0    |ster|
+    +------------------------------------------------+--------+-----+--+---------+----+
+     byte 0 ... byte 4, top 2 bits of byte 5          byte 5    byte 6            byte 7
+
+uid64-v1 is the layout before the mode flag (seed 000): the same timestamp and
+sequence, always SPREAD, a 6-bit generator in bits 4..9 and bits 10..15 reserved
+(zero). For generators 0..63 in SPREAD mode the two layouts give the same bytes,
+which is how java-uniqueid kept old IDs valid.
+
+SPREAD mode stores the timestamp *bit-reversed* (Java's ``Long.reverse`` of the
+timestamp, whose top 42 bits are then the field). The seeds call it "reverse
+byte-order"; java-uniqueid reverses bits, and its IDs are what we must match.
+Reversal puts the fastest-changing bit of the clock at the top, so consecutive
+IDs land far apart in a sorted key space (no hot region in HBase-like stores).
+TIME_SEQUENTIAL stores the timestamp as is, so IDs sort by creation time.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import enum
+from typing import Any, Final
+
+from idmint.errors import InvalidId
+from idmint.schemes._base import (
+    IdValue,
+    check_field,
+    int_from_bytes,
+    int_from_hex,
+    iso_ms,
+    reject_type,
+    time_from_ms,
+)
+
+TIMESTAMP_BITS: Final = 42  # ms since 1970 fit until 2109-05-15
+SEQUENCE_BITS: Final = 6  # 64 IDs per ms per generator
+GENERATOR_BITS: Final = 11  # 2,048 generators per cluster (uid64)
+GENERATOR_BITS_V1: Final = 6  # 64 generators per cluster (uid64-v1)
+CLUSTER_BITS: Final = 4  # 16 clusters
+
+MAX_TIMESTAMP_MS: Final = (1 << TIMESTAMP_BITS) - 1
+MAX_SEQUENCE: Final = (1 << SEQUENCE_BITS) - 1
+MAX_GENERATOR: Final = (1 << GENERATOR_BITS) - 1
+MAX_GENERATOR_V1: Final = (1 << GENERATOR_BITS_V1) - 1
+MAX_CLUSTER: Final = (1 << CLUSTER_BITS) - 1
+
+TIMESTAMP_SHIFT: Final = 22
+SEQUENCE_SHIFT: Final = 16
+MODE_BIT: Final = 1 << 12
+# uid64-v1 kept bits 10..15 at zero; uid64 later used them for the generator's
+# high bits and the mode flag.
+V1_RESERVED_MASK: Final = 0xFC00
+
+
+class Mode(str, enum.Enum):
+    """How the timestamp is stored: bit-reversed (spread) or as is (time-sequential)."""
+
+    SPREAD = "spread"
+    TIME_SEQUENTIAL = "time-sequential"
+
+    @classmethod
+    def parse(cls, value: object, scheme: str = "uid64") -> Mode:
+        if isinstance(value, Mode):
+            return value
+        if isinstance(value, str):
+            normalised = value.strip().lower().replace("_", "-")
+            for mode in cls:
+                if mode.value == normalised:
+                    return mode
+        raise InvalidId(
+            scheme,
+            f"mode {value!r} is not one of 'spread', 'time-sequential'",
+            problem="range",
+        )
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def _build_reverse_table(bits: int) -> tuple[int, ...]:
+    return tuple(int(f"{i:0{bits}b}"[::-1], 2) for i in range(1 << bits))
+
+
+_REV11: Final = _build_reverse_table(11)
+
+
+def reverse42(value: int) -> int:
+    """Reverse the low 42 bits of ``value`` (bit 0 <-> bit 41)."""
+    # Reverse 44 bits as four 11-bit table lookups, then drop the two low bits
+    # that came from the (zero) bits 42 and 43.
+    rev = _REV11
+    return (
+        rev[value & 0x7FF] << 33
+        | rev[(value >> 11) & 0x7FF] << 22
+        | rev[(value >> 22) & 0x7FF] << 11
+        | rev[value >> 33]
+    ) >> 2
+
+
+def timestamp_field(timestamp_ms: int, mode: Mode) -> int:
+    """The top 42 bits of an ID for ``timestamp_ms``, already shifted into place."""
+    if mode is Mode.SPREAD:
+        return reverse42(timestamp_ms) << TIMESTAMP_SHIFT
+    return timestamp_ms << TIMESTAMP_SHIFT
+
+
+def identity_bits(generator: int, cluster: int, mode: Mode) -> int:
+    """The low 16 bits (generator, mode, cluster) as java-uniqueid's IDBuilder packs them."""
+    return (
+        ((generator << 5) & 0xE000)
+        + ((generator & 0xFF) << 4)
+        + (MODE_BIT if mode is Mode.TIME_SEQUENTIAL else 0)
+        + cluster
+    )
+
+
+class _EightByteId(IdValue):
+    """Fields and codec shared by uid64 and uid64-v1."""
+
+    __slots__ = ()
+
+    _max_generator: int = MAX_GENERATOR
+
+    def __new__(cls, value: int | bytes | bytearray | str | _EightByteId) -> Any:
+        return cls.parse(value)
+
+    # -- parsing ----------------------------------------------------------
+    @classmethod
+    def parse(cls, value: object) -> Any:
+        """Read an ID from its text form, its 8 bytes, its int, or an ID value."""
+        if isinstance(value, str):
+            return cls.from_text(value)
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return cls.from_bytes(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return cls.from_int(value)
+        if isinstance(value, _EightByteId):
+            return cls.from_int(value._int)
+        raise reject_type(cls.scheme, value, "16 hex digits, 8 bytes or an int")
+
+    @classmethod
+    def from_text(cls, text: str) -> Any:
+        """Read the 16-hex-digit text form (either case)."""
+        return cls._checked(int_from_hex(cls.scheme, text.strip(), 16))
+
+    @classmethod
+    def from_bytes(cls, data: bytes | bytearray | memoryview) -> Any:
+        """Read the 8-byte big-endian form java-uniqueid produces."""
+        return cls._checked(int_from_bytes(cls.scheme, data, 8))
+
+    @classmethod
+    def from_int(cls, value: int) -> Any:
+        """Read an unsigned 64-bit int. Java's signed longs: add 2**64 to negatives first."""
+        check_field(cls.scheme, "value", value, 0, (1 << 64) - 1)
+        return cls._checked(value)
+
+    @classmethod
+    def _checked(cls, value: int) -> Any:
+        obj = object.__new__(cls)
+        obj._int = value
+        return obj
+
+    # -- fields -------------------------------------------------------------
+    @property
+    def mode(self) -> Mode:
+        return Mode.TIME_SEQUENTIAL if self._int & MODE_BIT else Mode.SPREAD
+
+    @property
+    def timestamp_ms(self) -> int:
+        """Milliseconds since the Unix epoch."""
+        field = self._int >> TIMESTAMP_SHIFT
+        return field if self._int & MODE_BIT else reverse42(field)
+
+    @property
+    def sequence(self) -> int:
+        return (self._int >> SEQUENCE_SHIFT) & MAX_SEQUENCE
+
+    @property
+    def generator(self) -> int:
+        low = self._int & 0xFFFF
+        return ((low & 0xE000) >> 5) | ((low >> 4) & 0xFF)
+
+    @property
+    def cluster(self) -> int:
+        return self._int & MAX_CLUSTER
+
+    @property
+    def time(self) -> _dt.datetime:
+        """When the ID was made, as an aware UTC datetime (ms precision)."""
+        return time_from_ms(self.timestamp_ms)
+
+    # -- forms ----------------------------------------------------------------
+    @property
+    def bytes(self) -> bytes:
+        return self._int.to_bytes(8, "big")
+
+    @property
+    def hex(self) -> str:
+        return f"{self._int:016x}"
+
+    def __str__(self) -> str:
+        return f"{self._int:016x}"
+
+    def to_dict(self) -> dict[str, Any]:
+        timestamp_ms = self.timestamp_ms
+        return {
+            "scheme": self.scheme,
+            "id": str(self),
+            "time": iso_ms(timestamp_ms),
+            "timestamp_ms": timestamp_ms,
+            "sequence": self.sequence,
+            "generator": self.generator,
+            "cluster": self.cluster,
+            "mode": self.mode.value,
+        }
+
+    @classmethod
+    def _build(
+        cls,
+        timestamp_ms: int,
+        sequence: int,
+        generator: int,
+        cluster: int,
+        mode: object,
+    ) -> Any:
+        scheme = cls.scheme
+        check_field(scheme, "timestamp_ms", timestamp_ms, 0, MAX_TIMESTAMP_MS)
+        check_field(scheme, "sequence", sequence, 0, MAX_SEQUENCE)
+        check_field(scheme, "generator", generator, 0, cls._max_generator)
+        check_field(scheme, "cluster", cluster, 0, MAX_CLUSTER)
+        parsed_mode = Mode.parse(mode, scheme)
+        value = (
+            timestamp_field(timestamp_ms, parsed_mode)
+            | sequence << SEQUENCE_SHIFT
+            | identity_bits(generator, cluster, parsed_mode)
+        )
+        return cls._checked(value)
+
+
+class Uid64(_EightByteId):
+    """An eight-byte java-uniqueid ID (layout of 3.2 and later).
+
+    >>> uid = Uid64.build(timestamp_ms=1_700_000_000_000, sequence=3, generator=5)
+    >>> Uid64(str(uid)) == uid
+    True
+    """
+
+    __slots__ = ()
+    scheme = "uid64"
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        timestamp_ms: int,
+        sequence: int = 0,
+        generator: int = 0,
+        cluster: int = 0,
+        mode: Mode | str = Mode.SPREAD,
+    ) -> Uid64:
+        """Make the ID with these fields; every field is range-checked."""
+        result: Uid64 = cls._build(timestamp_ms, sequence, generator, cluster, mode)
+        return result
+
+
+class Uid64V1(_EightByteId):
+    """An eight-byte ID in java-uniqueid's original layout (generators 0..63, always SPREAD)."""
+
+    __slots__ = ()
+    scheme = "uid64-v1"
+    _max_generator = MAX_GENERATOR_V1
+
+    @classmethod
+    def _checked(cls, value: int) -> Any:
+        reserved = value & V1_RESERVED_MASK
+        if reserved:
+            raise InvalidId(
+                cls.scheme,
+                f"reserved bits 10..15 are set (0x{reserved:04x} in {value:016x}); "
+                "uid64-v1 keeps them zero. A java-uniqueid 3.2+ ID? Decode it as uid64",
+                problem="reserved",
+            )
+        return super()._checked(value)
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        timestamp_ms: int,
+        sequence: int = 0,
+        generator: int = 0,
+        cluster: int = 0,
+        mode: Mode | str = Mode.SPREAD,
+    ) -> Uid64V1:
+        """Make the ID with these fields; uid64-v1 IDs are always SPREAD."""
+        if Mode.parse(mode, cls.scheme) is not Mode.SPREAD:
+            raise InvalidId(
+                cls.scheme,
+                "uid64-v1 IDs are always in spread mode; use uid64 for time-sequential",
+                problem="range",
+            )
+        result: Uid64V1 = cls._build(timestamp_ms, sequence, generator, cluster, mode)
+        return result
