@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Callable
 from random import getrandbits
 from types import TracebackType
 
@@ -46,6 +45,7 @@ class Uid64Generator(TickGenerator[Uid64]):
     generator ID, or claim one through a coordinator.
     """
 
+    __slots__ = ("_cluster", "_generator", "_identity", "_mode", "_spread")
     id_type = Uid64
     _max_generator = u64.MAX_GENERATOR
 
@@ -71,6 +71,7 @@ class Uid64Generator(TickGenerator[Uid64]):
         except ValueError as error:
             raise ConfigurationError(str(error)) from None
         self._check_mode()
+        self._spread = self._mode is Mode.SPREAD
         self._identity = u64.identity_bits(self._generator, self._cluster, self._mode)
 
     def _check_mode(self) -> None:
@@ -92,8 +93,11 @@ class Uid64Generator(TickGenerator[Uid64]):
         return f"generator {self._generator}, cluster {self._cluster}"
 
     def _base_for_tick(self, tick: int) -> int:
-        check_tick_range(self.id_type.scheme, tick, 0, u64.MAX_TIMESTAMP_MS)
-        return u64.timestamp_field(tick, self._mode) | self._identity
+        if tick > u64.MAX_TIMESTAMP_MS:
+            check_tick_range(self.id_type.scheme, tick, 0, u64.MAX_TIMESTAMP_MS)
+        if self._spread:
+            return u64.reverse42(tick) << u64.TIMESTAMP_SHIFT | self._identity
+        return tick << u64.TIMESTAMP_SHIFT | self._identity
 
     def __repr__(self) -> str:
         return (
@@ -105,6 +109,7 @@ class Uid64Generator(TickGenerator[Uid64]):
 class Uid64V1Generator(Uid64Generator):
     """Mints IDs in java-uniqueid's original layout: generators 0..63, always spread."""
 
+    __slots__ = ()
     id_type = Uid64V1
     _max_generator = u64.MAX_GENERATOR_V1
 
@@ -121,10 +126,27 @@ bound keeps the IDs' time honest and keeps a restarted process (which takes
 longer than this to start) clear of the ticks its predecessor borrowed."""
 
 
+_ELASTIC64_MASK = (1 << 64) - 1
+
+
+def _make_elastic64(tagged: int) -> Elastic64:
+    """An Elastic64 from a run value: the ID's 64 bits with its width above them.
+
+    Carrying the width in the value itself means an ID and its width can never
+    come apart when the width changes while other threads are minting.
+    """
+    obj = _new(Elastic64)
+    obj._int = tagged & _ELASTIC64_MASK
+    obj._node_bits = tagged >> 64
+    return obj
+
+
 class Elastic64Generator(TickGenerator[Elastic64]):
     """Mints elastic64 IDs for one node ID; the node-ID width may change while running."""
 
+    __slots__ = ("_node", "_node_bits")
     id_type = Elastic64
+    _int_mask = _ELASTIC64_MASK
 
     def __init__(
         self,
@@ -145,6 +167,7 @@ class Elastic64Generator(TickGenerator[Elastic64]):
         )
         self._node = 0
         self._node_bits = width
+        self._make = _make_elastic64
         self._set_layout(node, width)
 
     @property
@@ -168,32 +191,31 @@ class Elastic64Generator(TickGenerator[Elastic64]):
     def _set_layout(self, node: int, node_bits: int) -> None:
         width = check_identity_field("node_bits", node_bits, e64.MIN_NODE_BITS, e64.MAX_NODE_BITS)
         check_identity_field("node", node, 0, (1 << width) - 1)
-        self._forget_tick()
+        self._retire_tick()
         self._node, self._node_bits = node, width
         self._limit = 1 << (e64.LOW_BITS - width)
-        self._seq = self._counted_from = self._limit
         self._seq_shift = width
-        self._wrap = _elastic64_wrapper(width)
+
+    def generate(self) -> Elastic64:
+        """Issue one ID (see :meth:`TickGenerator.generate`)."""
+        run = self._run
+        try:
+            value = next(run.values)
+        except StopIteration:
+            return self._generate_slow(0)
+        if self._now_ns() < run.until_ns:
+            return _make_elastic64(value)
+        return self._generate_slow(1)
 
     def _describe_identity(self) -> str:
         return f"node {self._node}"
 
     def _base_for_tick(self, tick: int) -> int:
         check_tick_range("elastic64", tick, 0, e64.MAX_TIMESTAMP_MS)
-        return tick << e64.TIMESTAMP_SHIFT | self._node
+        return self._node_bits << 64 | tick << e64.TIMESTAMP_SHIFT | self._node
 
     def __repr__(self) -> str:
         return f"Elastic64Generator(node={self._node}, node_bits={self._node_bits})"
-
-
-def _elastic64_wrapper(node_bits: int) -> Callable[[int], Elastic64]:
-    def wrap(value: int) -> Elastic64:
-        obj = _new(Elastic64)
-        obj._int = value
-        obj._node_bits = node_bits
-        return obj
-
-    return wrap
 
 
 class Short60Generator(TickGenerator[Short60]):
@@ -207,7 +229,9 @@ class Short60Generator(TickGenerator[Short60]):
     See docs/schemes.md; use uid64 or elastic64 when that is not good enough.
     """
 
+    __slots__ = ()
     id_type = Short60
+    random_bits = s60.RANDOM_BITS
 
     def __init__(
         self,
@@ -220,21 +244,22 @@ class Short60Generator(TickGenerator[Short60]):
             seq_shift=s60.SEQUENCE_SHIFT,
             clock=clock,
             max_clock_wait_ms=max_clock_wait_ms,
-            random_bits=s60.RANDOM_BITS,
         )
 
     def _base_for_tick(self, tick: int) -> int:
         check_tick_range("short60", tick, s60.EPOCH_MS, s60.EPOCH_MS + s60.MAX_ELAPSED_MS)
-        # XOR-ing the tick's sequence index with a random origin keeps the 512
-        # sequence numbers distinct while making where they start random.
-        origin = getrandbits(s60.SEQUENCE_BITS)
-        return (tick - s60.EPOCH_MS) << s60.TIMESTAMP_SHIFT | origin << s60.SEQUENCE_SHIFT
+        return (tick - s60.EPOCH_MS) << s60.TIMESTAMP_SHIFT
+
+    def _first_seq(self) -> int:
+        # Each ms's sequence starts at a random point and wraps round, so two
+        # processes minting a few IDs per ms rarely pick the same numbers.
+        return getrandbits(s60.SEQUENCE_BITS)
 
     def _after_fork_in_child(self) -> None:
         # No identity to lose; random bits are reseeded by the random module.
         # Start a new millisecond with a new random origin.
         self._lock = threading.Lock()
-        self._forget_tick()
+        self._retire_tick()
 
     def __repr__(self) -> str:
         return "Short60Generator()"
@@ -258,6 +283,7 @@ class MuidGenerator(TickGenerator[Muid]):
     offsets 1, 2, ... up to 2**20 - 1.
     """
 
+    __slots__ = ("_medallion",)
     id_type = Muid
     tick_ns = 1_000
 
@@ -302,8 +328,8 @@ class MuidGenerator(TickGenerator[Muid]):
         # The parent keeps the medallion; the child becomes a new node.
         self._lock = threading.Lock()
         self._medallion = random_medallion()
-        self._forget_tick()
-        self._tick = -1
+        self._retire_tick()
+        self._tick = -1  # a new medallion has spent no ticks
 
     def __repr__(self) -> str:
         return f"MuidGenerator(medallion={self._medallion})"

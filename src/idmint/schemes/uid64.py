@@ -85,24 +85,25 @@ class Mode(str, enum.Enum):
         return self.value
 
 
-def _build_reverse_table(bits: int) -> tuple[int, ...]:
-    return tuple(int(f"{i:0{bits}b}"[::-1], 2) for i in range(1 << bits))
+def _reverse_table(bits: int) -> list[int]:
+    """table[i] is i with its low ``bits`` bits in reverse order."""
+    table = [0] * (1 << bits)
+    top = 1 << (bits - 1)
+    for i in range(1, 1 << bits):
+        # i's reversal is its upper part's reversal shifted down, plus its
+        # lowest bit moved to the top.
+        table[i] = (table[i >> 1] >> 1) | (top if i & 1 else 0)
+    return table
 
 
-_REV11: Final = _build_reverse_table(11)
+_REV14: Final = _reverse_table(14)
 
 
 def reverse42(value: int) -> int:
-    """Reverse the low 42 bits of ``value`` (bit 0 <-> bit 41)."""
-    # Reverse 44 bits as four 11-bit table lookups, then drop the two low bits
-    # that came from the (zero) bits 42 and 43.
-    rev = _REV11
-    return (
-        rev[value & 0x7FF] << 33
-        | rev[(value >> 11) & 0x7FF] << 22
-        | rev[(value >> 22) & 0x7FF] << 11
-        | rev[value >> 33]
-    ) >> 2
+    """Reverse the low 42 bits of ``value`` (bit 0 <-> bit 41): Java's
+    ``Long.reverse(value) >>> 22`` for a 42-bit timestamp."""
+    rev = _REV14
+    return rev[value & 0x3FFF] << 28 | rev[(value >> 14) & 0x3FFF] << 14 | rev[value >> 28]
 
 
 def timestamp_field(timestamp_ms: int, mode: Mode) -> int:

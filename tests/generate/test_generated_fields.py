@@ -1,0 +1,118 @@
+"""Generated IDs carry the clock's time and the generator's identity, at any time."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from idmint.generate import (
+    Elastic64Generator,
+    ManualClock,
+    MuidGenerator,
+    Short60Generator,
+    Uid64Generator,
+    Uid64V1Generator,
+)
+from idmint.schemes import Elastic64, Muid, Short60, Uid64, Uid64V1
+
+MS = 1_000_000
+EPOCH_2018_MS = 1_519_862_400_000
+times_ms = st.integers(EPOCH_2018_MS, 2**42 - 100)
+offsets_ns = st.integers(0, MS - 1)
+counts = st.integers(1, 300)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    start_ms=times_ms,
+    offset_ns=offsets_ns,
+    count=counts,
+    generator_id=st.integers(0, 2047),
+    cluster=st.integers(0, 15),
+    mode=st.sampled_from(["spread", "time-sequential"]),
+    single=st.booleans(),
+)
+def test_uid64_fields(
+    start_ms: int,
+    offset_ns: int,
+    count: int,
+    generator_id: int,
+    cluster: int,
+    mode: str,
+    single: bool,
+) -> None:
+    clock = ManualClock(start_ns=start_ms * MS + offset_ns)
+    generator = Uid64Generator(generator_id, cluster, mode, clock=clock)
+    ids = [generator.generate() for _ in range(count)] if single else list(generator.batch(count))
+    assert [Uid64(str(i)) for i in ids] == ids
+    assert {(i.generator, i.cluster, i.mode.value) for i in ids} == {(generator_id, cluster, mode)}
+    assert ids[0].timestamp_ms == start_ms
+    assert [(i.timestamp_ms, i.sequence) for i in ids] == [
+        (start_ms + n // 64, n % 64) for n in range(count)
+    ]
+
+
+@settings(max_examples=30, deadline=None)
+@given(start_ms=times_ms, count=counts, generator_id=st.integers(0, 63))
+def test_uid64_v1_fields(start_ms: int, count: int, generator_id: int) -> None:
+    clock = ManualClock(start_ns=start_ms * MS)
+    ids = list(Uid64V1Generator(generator_id, clock=clock).batch(count))
+    assert [Uid64V1(i.int) for i in ids] == ids
+    assert {i.generator for i in ids} == {generator_id}
+    assert [(i.timestamp_ms, i.sequence) for i in ids] == [
+        (start_ms + n // 64, n % 64) for n in range(count)
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    start_ms=times_ms,
+    offset_ns=offsets_ns,
+    count=counts,
+    node_bits=st.integers(8, 16),
+    data=st.data(),
+)
+def test_elastic64_fields(
+    start_ms: int, offset_ns: int, count: int, node_bits: int, data: st.DataObject
+) -> None:
+    node = data.draw(st.integers(0, 2**node_bits - 1))
+    clock = ManualClock(start_ns=start_ms * MS + offset_ns)
+    generator = Elastic64Generator(node, node_bits, clock=clock, max_ahead_ms=0)
+    ids = list(generator.batch(count))
+    per_ms = 2 ** (16 - node_bits)
+    assert [Elastic64(str(i), node_bits) for i in ids] == ids
+    assert {(i.node, i.node_bits) for i in ids} == {(node, node_bits)}
+    assert [(i.timestamp_ms, i.burst) for i in ids] == [
+        (start_ms + n // per_ms, n % per_ms) for n in range(count)
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(start_ms=times_ms, offset_ns=offsets_ns, count=st.integers(1, 1200))
+def test_short60_fields(start_ms: int, offset_ns: int, count: int) -> None:
+    clock = ManualClock(start_ns=start_ms * MS + offset_ns)
+    ids = list(Short60Generator(clock=clock).batch(count))
+    assert [Short60(str(i)) for i in ids] == ids
+    by_ms: dict[int, set[int]] = {}
+    for i in ids:
+        by_ms.setdefault(i.timestamp_ms, set()).add(i.sequence)
+    assert min(by_ms) == start_ms
+    # Every ms but the last is full: all 512 sequence numbers, each once.
+    sizes = [len(by_ms[ms]) for ms in sorted(by_ms)]
+    assert sizes[:-1] == [512] * (len(sizes) - 1)
+    assert sum(sizes) == count
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    start_us=st.integers(0, 2**56 - 10_000),
+    count=st.integers(1, 200),
+    medallion=st.integers(0, 2**52 - 1),
+)
+def test_muid_fields(start_us: int, count: int, medallion: int) -> None:
+    clock = ManualClock(start_ns=start_us * 1000)
+    generator = MuidGenerator(medallion, clock=clock, max_ahead_us=1000)
+    ids = list(generator.batch(count))
+    assert [Muid(str(i)) for i in ids] == ids
+    assert [i.timestamp_us for i in ids] == list(range(start_us, start_us + count))
+    assert {(i.medallion, i.offset) for i in ids} == {(medallion, 0)}
