@@ -8,7 +8,6 @@ including stepping the wall clock backwards.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from typing import Protocol, runtime_checkable
@@ -60,6 +59,8 @@ class SystemClock:
             now = time.time_ns()
 
     async def asleep_until_ns(self, wall_ns: int) -> None:
+        import asyncio  # only async callers pay for importing it
+
         now = time.time_ns()
         while now < wall_ns:
             remaining = wall_ns - now
@@ -120,6 +121,8 @@ class ManualClock:
                 self._mono_ns += gap
 
     async def asleep_until_ns(self, wall_ns: int) -> None:
+        import asyncio
+
         self.sleep_until_ns(wall_ns)
         await asyncio.sleep(0)
 

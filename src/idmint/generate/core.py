@@ -241,10 +241,6 @@ class TickGenerator(Generic[IdT]):
         """The ID's bits for ``tick`` with sequence (and random bits) zero."""
         raise NotImplementedError
 
-    def _first_seq(self) -> int:
-        """Where a tick's sequence starts; it wraps round to cover all of them."""
-        return 0
-
     def _after_fork_in_child(self) -> None:
         """Default: the identity belongs to the parent; refuse in the child."""
         self._lock = threading.Lock()
@@ -318,6 +314,10 @@ class TickGenerator(Generic[IdT]):
         value = taken[0]
         if self._random_bits:
             value |= getrandbits(self._random_bits)
+        if self._int_mask is None:
+            obj: IdT = _new(self.id_type)  # type: ignore[assignment]
+            obj._int = value
+            return obj
         return self._make(value)
 
     def batch(self, count: int) -> IdBatch[IdT]:
@@ -406,30 +406,33 @@ class TickGenerator(Generic[IdT]):
                 if lag_ns > self._max_clock_wait_ns:
                     self._run.until_ns = 0  # keep the hot path out until the clock is back
                     raise ClockMovedBackwards(lag_ns / 1e6, self._max_clock_wait_ns / 1e6)
-        taken = self._drain(want)
+        taken = list(islice(self._run.values, want))
+        if len(taken) < want and self._pending is not None:
+            self._switch_run(self._pending, self._run.until_ns)
+            self._pending = None
+            taken += islice(self._run.values, want - len(taken))
         if taken:
             return taken
         following = self._tick + 1
         if following - now > self._max_ahead:
             return (following - self._max_ahead) * tick_ns
         self._open_tick(following)
-        return self._drain(want)
-
-    def _drain(self, want: int) -> list[int]:
-        taken = list(islice(self._run.values, want))
-        if len(taken) < want and self._pending is not None:
-            self._switch_run(self._pending, self._run.until_ns)
-            self._pending = None
-            taken += islice(self._run.values, want - len(taken))
-        return taken
+        return list(islice(self._run.values, want))
 
     def _open_tick(self, tick: int) -> None:
         base = self._base_for_tick(tick)
         step = 1 << self._seq_shift
-        first = base + self._first_seq() * step
         self._tick = tick
+        if self._random_bits:
+            # A scheme with random bits (short60) also starts each tick's
+            # sequence at a random point and wraps round to cover the rest,
+            # so two processes minting a few IDs per ms rarely pick the same
+            # sequence numbers.
+            first = base + getrandbits(self._limit.bit_length() - 1) * step
+            self._pending = range(base, first, step) if first != base else None
+        else:
+            first = base
         self._switch_run(range(first, base + self._limit * step, step), (tick + 1) * self.tick_ns)
-        self._pending = range(base, first, step) if first != base else None
 
     def _switch_run(self, values: range, until_ns: int) -> None:
         old = self._run

@@ -96,13 +96,13 @@ def _reverse_table(bits: int) -> list[int]:
     return table
 
 
-_REV14: Final = _reverse_table(14)
+REVERSE_14_BITS: Final = _reverse_table(14)
 
 
 def reverse42(value: int) -> int:
     """Reverse the low 42 bits of ``value`` (bit 0 <-> bit 41): Java's
     ``Long.reverse(value) >>> 22`` for a 42-bit timestamp."""
-    rev = _REV14
+    rev = REVERSE_14_BITS
     return rev[value & 0x3FFF] << 28 | rev[(value >> 14) & 0x3FFF] << 14 | rev[value >> 28]
 
 

@@ -1,0 +1,183 @@
+"""CPU cost per ID and sustained rate: idmint's generators against peer ID libraries.
+
+    .venv/bin/pip install -e '.[bench]'
+    .venv/bin/python benchmarks/bench_generate.py            # full run (~1 min)
+    .venv/bin/python benchmarks/bench_generate.py --quick    # smaller samples
+
+Everything runs in one process, interleaved, so every row saw the same machine.
+
+*Cost per ID under the format cap*: idmint's generators may issue only so many
+IDs per millisecond (uid64: 64, short60: 512, elastic64 at 8 bits: 256). A
+caller asking for more waits for the next millisecond, and that wait is not
+CPU cost. So each sample is a burst of calls that fits under the cap, started
+just after a millisecond boundary, timed with perf_counter_ns. The same burst
+is timed for the peers (which have no cap). Reported: the median over many
+bursts of the time per ID, and the ratio to snowflake-id's ``next()`` (the
+closest peer: a 64-bit time-ordered ID with a node field and no lock).
+
+*Sustained rate*: 1,000,000 IDs as fast as the generator allows, as IDs/s and
+as a fraction of the scheme's cap (how little time is lost waiting for the
+next millisecond).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from idmint import (
+    Elastic64Generator,
+    MuidGenerator,
+    Short60Generator,
+    Uid64Generator,
+)
+
+
+def _peers() -> dict[str, Callable[[], object]]:
+    import ulid
+    import uuid6
+    import uuid_utils
+    from snowflake import SnowflakeGenerator
+
+    snowflake = SnowflakeGenerator(1)
+    return {
+        "snowflake-id next()": snowflake.__next__,
+        "uuid-utils uuid7()": uuid_utils.uuid7,
+        "python-ulid ULID()": ulid.ULID,
+        "uuid6 uuid7()": uuid6.uuid7,
+        "stdlib uuid4()": uuid.uuid4,
+    }
+
+
+def _wait_for_next_ms() -> None:
+    start = time.time_ns() // 1_000_000
+    while time.time_ns() // 1_000_000 == start:
+        pass
+
+
+def burst_cost(call: Callable[[], object], per_burst: int, bursts: int) -> float:
+    """Median ns per call over bursts of ``per_burst`` calls, each starting a fresh ms."""
+    samples = []
+    for _ in range(bursts):
+        _wait_for_next_ms()
+        start = time.perf_counter_ns()
+        for _ in range(per_burst):
+            call()
+        samples.append((time.perf_counter_ns() - start) / per_burst)
+    return statistics.median(samples)
+
+
+def batch_cost(batch: Callable[[int], object], per_burst: int, bursts: int) -> float:
+    samples = []
+    for _ in range(bursts):
+        _wait_for_next_ms()
+        start = time.perf_counter_ns()
+        batch(per_burst)
+        samples.append((time.perf_counter_ns() - start) / per_burst)
+    return statistics.median(samples)
+
+
+@dataclass
+class Row:
+    name: str
+    per_burst: int
+    ns_per_id: float
+
+
+def cost_table(bursts: int) -> list[Row]:
+    uid64 = Uid64Generator(1)
+    short60 = Short60Generator()
+    elastic64 = Elastic64Generator(9, 8, max_ahead_ms=0)
+    muid = MuidGenerator()
+    transaction = muid.transaction()
+    rows: list[Row] = []
+    # Peers are timed at both burst sizes so every idmint row has a same-size peer.
+    for per_burst in (60, 500):
+        for name, call in _peers().items():
+            rows.append(Row(name, per_burst, burst_cost(call, per_burst, bursts)))
+    rows += [
+        Row("uid64 generate()", 60, burst_cost(uid64.generate, 60, bursts)),
+        Row("uid64 batch(60)", 60, batch_cost(uid64.batch, 60, bursts)),
+        Row("short60 generate()", 500, burst_cost(short60.generate, 500, bursts)),
+        Row("short60 batch(500)", 500, batch_cost(short60.batch, 500, bursts)),
+        Row("elastic64/8 generate()", 250, burst_cost(elastic64.generate, 250, bursts)),
+        Row("elastic64/8 batch(250)", 250, batch_cost(elastic64.batch, 250, bursts)),
+        Row("muid generate()", 60, burst_cost(muid.generate, 60, bursts)),
+        Row("muid transaction.new()", 500, burst_cost(transaction.new, 500, bursts)),
+        Row("muid transaction.batch(500)", 500, batch_cost(transaction.batch, 500, bursts)),
+    ]
+    return rows
+
+
+def sustained(total: int) -> list[tuple[str, float, float | None]]:
+    """(name, IDs per second, fraction of the cap) for ``total`` IDs."""
+    results: list[tuple[str, float, float | None]] = []
+    cases: list[tuple[str, Callable[[int], object], float | None]] = [
+        ("uid64 batch(64)", Uid64Generator(2).batch, 64_000.0),
+        ("short60 batch(512)", Short60Generator().batch, 512_000.0),
+        ("elastic64/8 batch(256)", Elastic64Generator(5, 8, max_ahead_ms=0).batch, 256_000.0),
+    ]
+    for name, batch, cap in cases:
+        chunk = int((cap or 1000) / 1000)
+        start = time.perf_counter()
+        made = 0
+        while made < total:
+            made += len(batch(chunk))  # type: ignore[arg-type]
+        rate = made / (time.perf_counter() - start)
+        results.append((name, rate, rate / cap if cap else None))
+    muid = MuidGenerator()
+    start = time.perf_counter()
+    made = 0
+    while made < total:
+        transaction = muid.transaction()
+        made += 1 + len(transaction.batch(999))
+    results.append(("muid transactions of 1,000", made / (time.perf_counter() - start), None))
+    snowflake_rate = _peer_rate(total)
+    results.append(("snowflake-id next() (for scale)", snowflake_rate, None))
+    return results
+
+
+def _peer_rate(total: int) -> float:
+    from snowflake import SnowflakeGenerator
+
+    generator = SnowflakeGenerator(3)
+    start = time.perf_counter()
+    made = 0
+    while made < total:
+        if next(generator) is not None:  # it returns None when its ms is used up
+            made += 1
+    return made / (time.perf_counter() - start)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer samples, 100k sustained")
+    args = parser.parse_args(argv)
+    bursts = 150 if args.quick else 1500
+    total = 100_000 if args.quick else 1_000_000
+
+    print(f"Python {sys.version.split()[0]}, {bursts} bursts per row, median\n")
+    rows = cost_table(bursts)
+    reference = {r.per_burst: r.ns_per_id for r in rows if r.name.startswith("snowflake")}
+    print("| what | IDs per burst | ns per ID | vs snowflake-id |")
+    print("|---|---:|---:|---:|")
+    for row in rows:
+        base = reference.get(row.per_burst) or reference[60]
+        print(f"| {row.name} | {row.per_burst} | {row.ns_per_id:.0f} | {row.ns_per_id / base:.2f} |")
+
+    print(f"\nSustained, {total:,} IDs\n")
+    print("| what | IDs/s | of the format cap |")
+    print("|---|---:|---:|")
+    for name, rate, fraction in sustained(total):
+        share = f"{fraction:.1%}" if fraction is not None else "-"
+        print(f"| {name} | {rate:,.0f} | {share} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
