@@ -168,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|---:|")
     for row in rows:
         base = reference.get(row.per_burst) or reference[60]
-        print(f"| {row.name} | {row.per_burst} | {row.ns_per_id:.0f} | {row.ns_per_id / base:.2f} |")
+        ratio = row.ns_per_id / base
+        print(f"| {row.name} | {row.per_burst} | {row.ns_per_id:.0f} | {ratio:.2f} |")
 
     print(f"\nSustained, {total:,} IDs\n")
     print("| what | IDs/s | of the format cap |")

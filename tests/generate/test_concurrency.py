@@ -49,7 +49,7 @@ def _mint_in_threads(generator: TickGenerator[Any], use_batch: bool) -> list[int
     ("make", "use_batch"),
     [
         (lambda: Uid64Generator(3, 1), False),
-        (lambda: Short60Generator(), False),
+        (Short60Generator, False),
         (lambda: Elastic64Generator(77, 8, max_ahead_ms=2), True),
     ],
     ids=["uid64-generate", "short60-generate", "elastic64-batch"],
@@ -99,7 +99,7 @@ def _in_child(body: Callable[[], object]) -> object:
         os.close(read_fd)
         try:
             outcome: object = ("ok", body())
-        except BaseException as error:  # noqa: BLE001 - report anything to the parent
+        except BaseException as error:  # report anything to the parent
             outcome = ("raised", type(error).__name__, str(error))
         with os.fdopen(write_fd, "wb") as pipe:
             pickle.dump(outcome, pipe)

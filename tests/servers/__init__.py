@@ -21,6 +21,7 @@ the test runner even when the runner itself is killed and ``atexit`` never runs.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import signal
@@ -116,6 +117,11 @@ class ServerProcess:
         """Start the process in a new session (and so a new process group)."""
         if self.running:
             raise ServerError(f"{self.name} is already running (pid {self.pid})")
+        if not self.argv or shutil.which(self.argv[0]) is None:
+            raise ServerError(
+                f"{self.name}: executable {self.argv[:1]} not found; "
+                "install the test servers with scripts/install-test-deps.sh"
+            )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._close_log()
         self._log = self.log_path.open("ab")
@@ -131,6 +137,12 @@ class ServerProcess:
                 start_new_session=True,
             )
             _live.add(self)
+
+    def terminate(self) -> None:
+        """Send ``SIGTERM`` to the process group without waiting (see :meth:`stop`)."""
+        popen = self._popen
+        if popen is not None and popen.poll() is None:
+            _killpg(popen.pid, signal.SIGTERM)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Terminate the process group, wait, and kill it if it lingers past ``timeout``."""
@@ -177,10 +189,8 @@ class ServerProcess:
 
 
 def _killpg(pgid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
 
 
 @atexit.register
@@ -190,9 +200,7 @@ def _terminate_all() -> None:
         processes = list(_live)
     # Signal them all first so that they shut down in parallel, then reap each.
     for process in processes:
-        pid = process.pid
-        if pid is not None and process.running:
-            _killpg(pid, signal.SIGTERM)
+        process.terminate()
     for process in processes:
         process.stop(timeout=5.0)
 

@@ -7,11 +7,11 @@ in the test session is given it meanwhile.
 Ports are drawn at random below the kernel's ephemeral range
 (``/proc/sys/net/ipv4/ip_local_port_range``): the kernel never picks those as the
 source port of an outgoing connection, so a client cannot squat the port of a server
-that is briefly stopped. Each port is also locked with ``flock`` on a file in the
-temporary directory, which keeps concurrent test sessions and pytest-xdist workers from
-picking the same port; the locks go away with the process that holds them. Where that
-is not possible (no usable range, unwritable lock directory) the allocator falls back
-to asking the kernel for a free port (binding port 0).
+that is briefly stopped. Each port is also locked with ``flock`` on a file in
+``$TMPDIR/idmint-test-ports``, which keeps concurrent test sessions and pytest-xdist
+workers from picking the same port; the locks (and their files) go away with the process
+that holds them. Without a writable lock directory the ports are only checked to be free;
+without room below the ephemeral range, the kernel picks them (binding port 0).
 
 Well-known ports of real servers (ZooKeeper 2181, etcd 2379/2380, ...) are below
 :data:`LOWEST_PORT` and therefore never handed out.
@@ -19,6 +19,7 @@ Well-known ports of real servers (ZooKeeper 2181, etcd 2379/2380, ...) are below
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import fcntl
@@ -87,14 +88,15 @@ class PortAllocator:
         """Build the allocator described in the module documentation."""
         low = LOWEST_PORT
         high = ephemeral_port_range()[0]
-        lock_dir: Path | None = Path(tempfile.gettempdir()) / "idmint-test-ports"
+        shared = Path(tempfile.gettempdir()) / "idmint-test-ports"
+        lock_dir: Path | None = shared
         try:
-            lock_dir.mkdir(exist_ok=True)
-            if lock_dir.stat().st_uid == os.getuid():
-                lock_dir.chmod(0o1777)  # shared by every user's test sessions
+            shared.mkdir(exist_ok=True)
+            if shared.stat().st_uid == os.getuid():
+                shared.chmod(0o1777)  # shared by every user's test sessions
+            if not os.access(shared, os.W_OK):
+                lock_dir = None
         except OSError:
-            lock_dir = None
-        if lock_dir is not None and not os.access(lock_dir, os.W_OK):
             lock_dir = None
         if high - low < 1000:  # no room below the ephemeral range: let the kernel pick
             low = high = 0
@@ -130,38 +132,54 @@ class PortAllocator:
             port: int = sock.getsockname()[1]
             return port
 
+    def _lock_path(self, port: int) -> Path:
+        assert self.lock_dir is not None
+        return self.lock_dir / f"{port}.lock"
+
     def _reserve(self, port: int) -> bool:
         """Take the cross-process lock of ``port``; false if someone else holds it."""
-        if port in self._lock_fds:
+        if port in self._lock_fds or self.lock_dir is None:
             return True
-        if self.lock_dir is None:
-            return True
+        path = self._lock_path(port)
         try:
-            fd = os.open(self.lock_dir / f"{port}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError:
             return False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # The holder deletes the file before unlocking it: if that happened between
+            # our open() and flock(), we locked a deleted file and own nothing.
+            if os.fstat(fd).st_ino != os.stat(path).st_ino:
+                os.close(fd)
+                return False
         except OSError as exc:
             os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            if isinstance(exc, FileNotFoundError) or exc.errno in (
+                errno.EWOULDBLOCK,
+                errno.EAGAIN,
+                errno.EACCES,
+            ):
                 return False
             raise
         self._lock_fds[port] = fd
         return True
 
     def _release(self, port: int) -> None:
+        """Drop the cross-process lock of ``port``, deleting its file first."""
         fd = self._lock_fds.pop(port, None)
         if fd is not None:
+            with contextlib.suppress(OSError):
+                self._lock_path(port).unlink()
             os.close(fd)
 
     def close(self) -> None:
-        """Release the cross-process locks (they are released at exit anyway)."""
+        """Release the cross-process locks and delete their files (done at exit).
+
+        Ports handed out stay remembered: they are still never handed out again.
+        """
         with self._lock:
-            for fd in self._lock_fds.values():
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            self._lock_fds.clear()
+            for port in list(self._lock_fds):
+                self._release(port)
 
 
 _default: PortAllocator | None = None
@@ -173,6 +191,7 @@ def _allocator() -> PortAllocator:
     with _default_lock:
         if _default is None:
             _default = PortAllocator.default()
+            atexit.register(_default.close)
         return _default
 
 

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Install the Debian packages idmint's test suite needs, if they are missing.
+#
+#   scripts/install-test-deps.sh
+#
+# - ZooKeeper server jars (libzookeeper-java) and a Java runtime when `java` is absent;
+# - etcd (etcd-server, etcd-client);
+# - wrk (HTTP load generator), chromium and chromium-driver (browser tests), procps.
+#
+# Runs `apt-get update` once, and only when something has to be installed; prints
+# nothing when everything is there already. Uses sudo when not run as root.
+#
+# Package scripts must not start system services (etcd-server ships one that would
+# listen on the default ports 2379/2380): while installing, /usr/sbin/policy-rc.d
+# answers 101 ("action forbidden"), and whatever was there before is put back on exit.
+# The test harness starts its own servers on free ports (tests/servers/).
+set -euo pipefail
+
+readonly PACKAGES=(
+    libzookeeper-java
+    etcd-server
+    etcd-client
+    wrk
+    chromium
+    chromium-driver
+    procps
+)
+readonly JRE_PACKAGE=default-jre-headless
+readonly POLICY=/usr/sbin/policy-rc.d
+
+log() { printf 'install-test-deps: %s\n' "$*" >&2; }
+
+is_installed() {
+    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+    is_installed "$package" || missing+=("$package")
+done
+if ! command -v java >/dev/null 2>&1 && ! is_installed "$JRE_PACKAGE"; then
+    missing+=("$JRE_PACKAGE")
+fi
+
+if [ "${#missing[@]}" -eq 0 ]; then
+    exit 0
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+    SUDO=()
+elif command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo)
+else
+    log "need root or sudo to install: ${missing[*]}"
+    exit 1
+fi
+
+policy_backup=""
+restore_policy() {
+    if [ -n "$policy_backup" ]; then
+        "${SUDO[@]}" mv -f "$policy_backup" "$POLICY"
+    else
+        "${SUDO[@]}" rm -f "$POLICY"
+    fi
+}
+
+# Forbid service starts for the duration of the installation.
+if [ -e "$POLICY" ]; then
+    policy_backup="$("${SUDO[@]}" mktemp /usr/sbin/.policy-rc.d.XXXXXX)"
+    "${SUDO[@]}" cp -p "$POLICY" "$policy_backup"
+fi
+trap restore_policy EXIT
+printf '#!/bin/sh\n# Installed by idmint scripts/install-test-deps.sh\nexit 101\n' |
+    "${SUDO[@]}" tee "$POLICY.new" >/dev/null
+"${SUDO[@]}" chmod 755 "$POLICY.new"
+"${SUDO[@]}" mv -f "$POLICY.new" "$POLICY"
+
+log "installing: ${missing[*]}"
+apt=("${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -qq -o Dpkg::Use-Pty=0)
+"${apt[@]}" update
+# Slim images drop man pages; some JRE maintainer scripts still expect the directory.
+"${SUDO[@]}" mkdir -p /usr/share/man/man1
+"${apt[@]}" install -y --no-install-recommends "${missing[@]}" >/dev/null
+
+# On a machine booted with systemd, keep the packaged etcd service from starting at
+# boot too (the test servers run on their own ports, but 2379 should stay free).
+if [[ " ${missing[*]} " == *" etcd-server "* ]] && [ -d /run/systemd/system ]; then
+    "${SUDO[@]}" systemctl disable --now etcd.service >/dev/null 2>&1 || true
+fi
+
+# Check that what the test harness runs is now there.
+problems=()
+for command in java etcd etcdctl wrk; do
+    command -v "$command" >/dev/null 2>&1 || problems+=("command $command")
+done
+for jar in zookeeper.jar zookeeper-jute.jar slf4j-api.jar slf4j-simple.jar metrics-core.jar; do
+    [ -f "/usr/share/java/$jar" ] || problems+=("/usr/share/java/$jar")
+done
+if [ "${#problems[@]}" -ne 0 ]; then
+    log "still missing after installation: ${problems[*]}"
+    exit 1
+fi
+log "done"

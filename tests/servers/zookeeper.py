@@ -1,0 +1,522 @@
+"""ZooKeeper servers for integration tests, and kazoo session helpers.
+
+:class:`ZooKeeperEnsemble` runs one member (standalone) or several (a quorum) of the
+ZooKeeper server shipped by Debian's ``libzookeeper-java`` (``/usr/share/java``), each
+in its own JVM listening on 127.0.0.1 free ports::
+
+    ensemble = ZooKeeperEnsemble(3, tmp_path)
+    ensemble.start()
+    client = KazooClient(hosts=ensemble.hosts)
+    ...
+    with ensemble.member_stopped(0):
+        ...  # two of three members serve
+    ensemble.stop()
+
+:func:`expire_session` expires the session of a connected ``KazooClient`` on the
+server, the way ZooKeeper's and (older) kazoo's test suites do.
+
+The JVM is tuned for start-up time rather than throughput (serial GC, C1 only, small
+heap), the transaction log is not fsync'ed and is pre-allocated in 1 MiB steps; a
+standalone member serves requests about a second after it is started.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import ServerError, ServerProcess, wait_until
+from .ports import LOOPBACK, free_port
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+
+__all__ = [
+    "DigestCredentials",
+    "ZooKeeperEnsemble",
+    "digest",
+    "expire_session",
+    "four_letter_word",
+    "zookeeper_classpath",
+]
+
+JARS_DIR = Path("/usr/share/java")
+"""Where Debian's ``libzookeeper-java`` and its dependencies put their jars."""
+
+REQUIRED_JARS = (
+    "zookeeper.jar",
+    "zookeeper-jute.jar",
+    "slf4j-api.jar",
+    "metrics-core.jar",
+    "snappy-java.jar",
+)
+"""Jars a server needs with this harness's configuration (no admin server, NIO)."""
+
+LOGGING_JAR = "slf4j-simple.jar"
+"""SLF4J binding that sends the server log to stderr (and so to the log file)."""
+
+JVM_OPTIONS = (
+    "-Xms32m",
+    "-Xmx256m",
+    "-Xss512k",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-XX:-UsePerfData",
+    "-Djava.net.preferIPv4Stack=true",
+    "-Dzookeeper.jmx.log4j.disable=true",
+    "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
+    "-Dorg.slf4j.simpleLogger.showDateTime=true",
+    "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+)
+"""JVM options: a small heap and a JIT set up for fast start-up, quiet logging."""
+
+MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+
+CLASSPATH_ENV = "IDMINT_ZOOKEEPER_CLASSPATH"
+"""Environment variable overriding the server classpath (``:``-separated)."""
+
+
+def zookeeper_classpath(jars_dir: Path = JARS_DIR) -> str:
+    """Return the classpath of a ZooKeeper server.
+
+    ``$IDMINT_ZOOKEEPER_CLASSPATH`` wins when set. Otherwise the classpath is built
+    from :data:`REQUIRED_JARS` (plus :data:`LOGGING_JAR` when present) in
+    ``jars_dir``.
+
+    :raises ServerError: if a required jar is missing (install ``libzookeeper-java``;
+        see ``scripts/install-test-deps.sh``).
+    """
+    override = os.environ.get(CLASSPATH_ENV)
+    if override:
+        return override
+    missing = [name for name in REQUIRED_JARS if not (jars_dir / name).is_file()]
+    if missing:
+        raise ServerError(
+            f"ZooKeeper jars missing from {jars_dir}: {', '.join(missing)}; "
+            "run scripts/install-test-deps.sh (Debian package libzookeeper-java) "
+            f"or set {CLASSPATH_ENV}"
+        )
+    jars = [jars_dir / name for name in REQUIRED_JARS]
+    if (jars_dir / LOGGING_JAR).is_file():
+        jars.append(jars_dir / LOGGING_JAR)
+    return os.pathsep.join(str(jar) for jar in jars)
+
+
+def digest(user: str, password: str) -> str:
+    """Return ZooKeeper's digest of ``user:password`` (base64 of its SHA-1)."""
+    sha1 = hashlib.sha1(f"{user}:{password}".encode()).digest()
+    return base64.b64encode(sha1).decode("ascii")
+
+
+@dataclass(frozen=True)
+class DigestCredentials:
+    """A user name and password for ZooKeeper's ``digest`` authentication scheme."""
+
+    user: str
+    password: str
+
+    @property
+    def auth_data(self) -> tuple[str, str]:
+        """The ``(scheme, credential)`` pair for kazoo's ``auth_data`` / ``add_auth``."""
+        return ("digest", f"{self.user}:{self.password}")
+
+    @property
+    def digest_id(self) -> str:
+        """``user:digest``, as used in digest ACLs and in ``superDigest``."""
+        return f"{self.user}:{digest(self.user, self.password)}"
+
+
+def four_letter_word(port: int, command: str = "srvr", timeout: float = 2.0) -> str | None:
+    """Send a four-letter command to the server on 127.0.0.1:``port``.
+
+    :returns: the answer, or ``None`` if the server cannot be reached.
+    """
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=timeout) as sock:
+            sock.sendall(command.encode("ascii"))
+            chunks: list[bytes] = []
+            while chunk := sock.recv(4096):
+                chunks.append(chunk)
+    except OSError:
+        return None
+    return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def _mode(answer: str | None) -> str | None:
+    """Extract ``Mode:`` (standalone, leader, follower, ...) from a ``srvr`` answer."""
+    if answer is None:
+        return None
+    for line in answer.splitlines():
+        if line.startswith("Mode:"):
+            return line.partition(":")[2].strip()
+    return None
+
+
+@dataclass
+class _Member:
+    myid: int
+    client_port: int
+    peer_port: int
+    election_port: int
+    directory: Path
+    process: ServerProcess
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / "zoo.cfg"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.directory / "data"
+
+
+class ZooKeeperEnsemble:
+    """One or more ZooKeeper members on 127.0.0.1, each in its own JVM.
+
+    Members are numbered from 0 (their ZooKeeper ``myid`` is the index plus one). The
+    ensemble is not started by the constructor: call :meth:`start`.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        tmpdir: Path | str,
+        *,
+        enforce_auth: bool = False,
+        superdigest: bool = True,
+        extra_cfg: Mapping[str, str | int] | None = None,
+        jvm_options: tuple[str, ...] = JVM_OPTIONS,
+        classpath: str | None = None,
+        java: str = "java",
+    ) -> None:
+        """Describe an ensemble and pick its ports; nothing is started until :meth:`start`.
+
+        :param size: number of members (1 runs a standalone server).
+        :param tmpdir: directory for configurations, data and logs (``zk-<myid>/``).
+        :param enforce_auth: make the servers refuse clients that have not
+            authenticated with the ``digest`` scheme (ZooKeeper >= 3.7,
+            ``enforce.auth.enabled``). Any ``user:password`` pair authenticates, as the
+            digest scheme only names the client; see :attr:`super_credentials`.
+        :param superdigest: create the super user (:attr:`super_credentials`), which
+            bypasses every ACL; use it to clean up nodes with restrictive ACLs.
+        :param extra_cfg: ``zoo.cfg`` entries added to, or replacing, the defaults.
+        :param jvm_options: options for the JVM.
+        :param classpath: server classpath (default: :func:`zookeeper_classpath`).
+        :param java: the ``java`` executable.
+        """
+        if size < 1:
+            raise ValueError(f"an ensemble has at least one member, not {size}")
+        self.size = size
+        self.tmpdir = Path(tmpdir)
+        self.enforce_auth = enforce_auth
+        self.super_credentials: DigestCredentials | None = (
+            DigestCredentials("super", secrets.token_urlsafe(16)) if superdigest else None
+        )
+        self._extra_cfg: dict[str, str] = {k: str(v) for k, v in (extra_cfg or {}).items()}
+        self._jvm_options = jvm_options
+        self._classpath = classpath
+        self._java = java
+        self._members: list[_Member] = []
+        for index in range(size):
+            myid = index + 1
+            directory = self.tmpdir / f"zk-{myid}"
+            self._members.append(
+                _Member(
+                    myid=myid,
+                    client_port=free_port(),
+                    peer_port=free_port(),
+                    election_port=free_port(),
+                    directory=directory,
+                    process=ServerProcess(
+                        f"zookeeper-{myid}", [], log_path=directory / "zookeeper.log"
+                    ),
+                )
+            )
+
+    def __repr__(self) -> str:
+        return f"<ZooKeeperEnsemble size={self.size} hosts={self.hosts!r}>"
+
+    # -- addresses -----------------------------------------------------------------
+
+    @property
+    def hosts(self) -> str:
+        """Connection string with every member: ``127.0.0.1:p1,127.0.0.1:p2,...``."""
+        return ",".join(self.member_hosts(i) for i in range(self.size))
+
+    def member_hosts(self, index: int) -> str:
+        """Connection string of member ``index`` alone: ``127.0.0.1:port``."""
+        return f"{LOOPBACK}:{self._members[index].client_port}"
+
+    def client_port(self, index: int) -> int:
+        """Client port of member ``index``."""
+        return self._members[index].client_port
+
+    def log_path(self, index: int) -> Path:
+        """Log file of member ``index``."""
+        return self._members[index].process.log_path
+
+    @property
+    def super_auth(self) -> tuple[str, str]:
+        """kazoo ``auth_data`` entry of the super user.
+
+        :raises ServerError: if the ensemble was created with ``superdigest=False``.
+        """
+        if self.super_credentials is None:
+            raise ServerError("this ensemble has no super user (superdigest=False)")
+        return self.super_credentials.auth_data
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start every member and wait until the ensemble serves (:meth:`wait_ready`)."""
+        for index in range(self.size):
+            if not self._members[index].process.running:
+                self._launch(index)
+        self.wait_ready(timeout)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every member (``SIGTERM``, then ``SIGKILL`` after ``timeout``)."""
+        for member in self._members:  # signal all first: they shut down in parallel
+            member.process.terminate()
+        for member in self._members:
+            member.process.stop(timeout)
+
+    def stop_member(self, index: int, *, kill: bool = False, timeout: float = 10.0) -> None:
+        """Stop member ``index``; ``kill=True`` sends ``SIGKILL`` (a crash) at once."""
+        process = self._members[index].process
+        if kill:
+            process.kill()
+        else:
+            process.stop(timeout)
+
+    def start_member(self, index: int, timeout: float = 60.0) -> None:
+        """Start member ``index`` again (same ports and data) and wait until it serves."""
+        if not self._members[index].process.running:
+            self._launch(index)
+        self.wait_member_ready(index, timeout)
+
+    def is_running(self, index: int) -> bool:
+        """Whether the process of member ``index`` is running."""
+        return self._members[index].process.running
+
+    @contextlib.contextmanager
+    def member_stopped(self, index: int, *, kill: bool = False) -> Iterator[None]:
+        """Stop member ``index`` for the duration of a ``with`` block.
+
+        On entry the member is stopped and the block runs once the other members serve
+        again (with a leader, if they are a quorum); on exit the member is started and
+        the whole ensemble is awaited.
+        """
+        self.stop_member(index, kill=kill)
+        try:
+            if any(self.is_running(i) for i in range(self.size)):
+                self.wait_ready()
+            yield
+        finally:
+            self.start_member(index)
+            self.wait_ready()
+
+    def heal(self, timeout: float = 60.0) -> None:
+        """Start any stopped member and wait until the whole ensemble serves."""
+        self.start(timeout)
+
+    # -- readiness -----------------------------------------------------------------
+
+    def mode(self, index: int, timeout: float = 0.5) -> str | None:
+        """``Mode:`` reported by member ``index`` (``standalone``, ``leader``,
+        ``follower``), or ``None`` when it does not serve or answer within ``timeout``.
+
+        The timeout is short on purpose: a server probed in the very first milliseconds
+        after it opened its port may accept the connection and never answer.
+        """
+        return _mode(four_letter_word(self._members[index].client_port, timeout=timeout))
+
+    def leader(self) -> int | None:
+        """Index of the running member that leads (or serves standalone), if any."""
+        for index in range(self.size):
+            if self.is_running(index) and self.mode(index) in ("leader", "standalone"):
+                return index
+        return None
+
+    def wait_member_ready(self, index: int, timeout: float = 60.0) -> None:
+        """Wait until member ``index`` serves clients (answers ``srvr`` with a mode)."""
+        member = self._members[index]
+        wait_until(
+            lambda: self.mode(index) is not None,
+            timeout=timeout,
+            description=f"ZooKeeper member {index} (myid {member.myid}) to serve",
+            check=member.process.check_alive,
+        )
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Wait until every running member serves and, for a quorum, one of them leads.
+
+        Stopped members are ignored, so this also waits for the survivors to elect a
+        new leader after :meth:`stop_member`.
+
+        :raises ServerError: if a running member exits meanwhile, or none runs.
+        :raises TimeoutError: if the ensemble does not become ready in time.
+        """
+        running = [i for i in range(self.size) if self._members[i].process.running]
+        if not running:
+            raise ServerError("no ZooKeeper member is running")
+
+        def ready() -> bool:
+            modes = [self.mode(i) for i in running]
+            if any(mode is None for mode in modes):
+                return False
+            return self.size == 1 or "leader" in modes
+
+        def check() -> None:
+            for i in running:
+                self._members[i].process.check_alive()
+
+        wait_until(
+            ready,
+            timeout=timeout,
+            description=f"ZooKeeper members {running} to serve with a leader",
+            check=check,
+        )
+
+    # -- internals -----------------------------------------------------------------
+
+    def _config(self, member: _Member) -> dict[str, str]:
+        config = {
+            "tickTime": "500",
+            "initLimit": "20",
+            "syncLimit": "10",
+            "minSessionTimeout": "1000",
+            "maxSessionTimeout": "30000",
+            "dataDir": str(member.data_dir),
+            "clientPort": str(member.client_port),
+            "clientPortAddress": LOOPBACK,
+            "maxClientCnxns": "0",
+            "admin.enableServer": "false",
+            "4lw.commands.whitelist": "*",
+            # Test data is disposable: no fsync, no 64 MiB log pre-allocation.
+            "forceSync": "no",
+            "preAllocSize": "1024",
+            "autopurge.purgeInterval": "0",
+        }
+        if self.enforce_auth:
+            config["enforce.auth.enabled"] = "true"
+            config["enforce.auth.schemes"] = "digest"
+        if self.size > 1:
+            config["standaloneEnabled"] = "false"
+            config["reconfigEnabled"] = "false"
+            config["quorumListenOnAllIPs"] = "false"
+            config["cnxTimeout"] = "1000"
+            for other in self._members:
+                config[f"server.{other.myid}"] = (
+                    f"{LOOPBACK}:{other.peer_port}:{other.election_port};"
+                    f"{LOOPBACK}:{other.client_port}"
+                )
+        config.update(self._extra_cfg)
+        return config
+
+    def _write_config(self, member: _Member) -> None:
+        member.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.size > 1:
+            (member.data_dir / "myid").write_text(f"{member.myid}\n")
+        lines = [f"{key}={value}" for key, value in self._config(member).items()]
+        member.config_path.write_text("\n".join(lines) + "\n")
+
+    def _launch(self, index: int) -> None:
+        member = self._members[index]
+        self._write_config(member)
+        classpath = self._classpath or zookeeper_classpath()
+        properties = []
+        if self.super_credentials is not None:
+            properties.append(
+                "-Dzookeeper.DigestAuthenticationProvider.superDigest="
+                + self.super_credentials.digest_id
+            )
+        member.process.argv = [
+            self._java,
+            *self._jvm_options,
+            *properties,
+            "-cp",
+            classpath,
+            MAIN_CLASS,
+            str(member.config_path),
+        ]
+        member.process.cwd = member.directory
+        member.process.start()
+
+
+def expire_session(
+    client: KazooClient,
+    *,
+    timeout: float = 15.0,
+    wait_reconnect: bool = True,
+    attempts: int = 5,
+) -> None:
+    """Expire the session of a connected kazoo client on the server.
+
+    A second connection attaches to the same session (same session id and password)
+    and closes it: the server ends the session, deletes its ephemeral nodes and drops
+    the original connection, whose reconnection attempt is then told that the session
+    expired. The client moves to ``KazooState.LOST`` (``KeeperState.EXPIRED_SESSION``)
+    and, like every kazoo client, opens a new session by itself.
+
+    kazoo 2.11's own harness (``kazoo.testing.harness``) only simulates the expiry on
+    the client side (``client._call(_SESSION_EXPIRED, None)``); that leaves the old
+    session, and its ephemeral nodes, alive on the server until it times out, which is
+    not what tests of session loss need.
+
+    :param client: a started, connected ``KazooClient``.
+    :param timeout: seconds to wait for each state change.
+    :param wait_reconnect: also wait until the client is connected again (new session).
+    :param attempts: how many times to try the closing connection before giving up.
+    :raises RuntimeError: if the client is not connected.
+    :raises TimeoutError: if the client does not notice the expiry, or reconnect.
+    """
+    from kazoo.client import KazooClient
+    from kazoo.protocol.states import KazooState
+
+    client_id = client.client_id
+    if client_id is None:
+        raise RuntimeError("the kazoo client is not connected")
+    lost = threading.Event()
+    reconnected = threading.Event()
+
+    def watch(state: KazooState) -> bool:
+        if state == KazooState.LOST:
+            lost.set()
+        elif state == KazooState.CONNECTED and lost.is_set():
+            reconnected.set()
+            return True  # remove the listener
+        return False
+
+    client.add_listener(watch)
+    try:
+        hosts = ",".join(f"{host}:{port}" for host, port in client.hosts)
+        for _ in range(attempts):
+            twin = KazooClient(
+                hosts=hosts,
+                client_id=client_id,
+                auth_data=list(client.auth_data),
+            )
+            try:
+                twin.start(timeout=timeout)
+            finally:
+                twin.stop()
+                twin.close()
+            if lost.wait(timeout / attempts):
+                break
+        if not lost.wait(timeout):
+            raise TimeoutError("the kazoo client did not see its session expire")
+        if wait_reconnect and not reconnected.wait(timeout):
+            raise TimeoutError("the kazoo client did not reconnect after expiry")
+    finally:
+        if not (wait_reconnect and reconnected.is_set()):
+            client.remove_listener(watch)
