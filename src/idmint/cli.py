@@ -16,9 +16,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NoReturn, TextIO
 
-from idmint.errors import IdmintError
+from idmint.errors import IdmintError, InvalidId
 from idmint.generate.factory import SCHEME_OPTIONS, new_generator
 from idmint.schemes import SCHEMES, IdValue, parse_id, scheme_type
+from idmint.schemes._base import iso_ms
 
 EXIT_USAGE = 2
 FLUSH_INTERVAL_S = 0.1
@@ -46,9 +47,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _integer(text: str) -> int:
-    """Decimal, or hex with 0x: medallions and IDs are often written in hex."""
+    """Decimal (leading zeros allowed), or hex with 0x: medallions are often written in hex."""
+    cleaned = text.strip().replace("_", "")
     try:
-        return int(text, 0)
+        if cleaned.lower().startswith(("0x", "-0x")):
+            return int(cleaned, 16)
+        return int(cleaned, 10)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
 
@@ -83,7 +87,25 @@ def _build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--node-bits", type=_integer, help="elastic64: node-ID width 8..16")
     generate.add_argument("--medallion", type=_integer, help="muid: medallion (random if unset)")
     generate.add_argument("--format", choices=["text", "json"], default="text")
-    generate.set_defaults(handler=_cmd_generate)
+    generate.add_argument(
+        "--coordinator",
+        metavar="URL",
+        help="where the generator ID comes from: static://?generator=G (default), "
+        "zk://host:port/root or etcd://host:port/prefix (claimed, released on exit)",
+    )
+    generate.set_defaults(handler=_cmd_generate, graceful=True)
+
+    claims = commands.add_parser("claims", help="inspect claimed generator IDs")
+    claims_commands = claims.add_subparsers(
+        dest="claims_command", metavar="COMMAND", parser_class=_Parser
+    )
+    claims_commands.required = True
+    claims_list = claims_commands.add_parser(
+        "list", help="who holds which generator ID", description="List held generator IDs."
+    )
+    claims_list.add_argument("--coordinator", metavar="URL", required=True)
+    claims_list.add_argument("--format", choices=["text", "json"], default="text")
+    claims_list.set_defaults(handler=_cmd_claims_list)
 
     decode = commands.add_parser(
         "decode",
@@ -134,23 +156,23 @@ def _cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
         "node_bits": args.node_bits,
         "medallion": args.medallion,
     }
-    generator = new_generator(args.scheme, **options)
     render = _renderer(args.format)
-    # One tick's worth per batch keeps each write small and frequent.
-    chunk = min(generator.ids_per_tick, 4096)
-    remaining = args.count if args.count > 0 else None
-    last_flush = time.monotonic()
-    while remaining is None or remaining > 0:
-        take = chunk if remaining is None else min(chunk, remaining)
-        out.write("".join(render(value) for value in generator.batch(take)))
-        if remaining is not None:
-            remaining -= take
-        now = time.monotonic()
-        if now - last_flush >= FLUSH_INTERVAL_S:
-            out.flush()
-            last_flush = now
-    out.flush()
-    return 0
+    with new_generator(args.scheme, coordinator=args.coordinator, **options) as generator:
+        # One tick's worth per batch keeps each write small and frequent.
+        chunk = min(generator.ids_per_tick, 4096)
+        remaining = args.count if args.count > 0 else None
+        last_flush = time.monotonic()
+        while (remaining is None or remaining > 0) and _STOP.signum is None:
+            take = chunk if remaining is None else min(chunk, remaining)
+            out.write("".join(render(value) for value in generator.batch(take)))
+            if remaining is not None:
+                remaining -= take
+            now = time.monotonic()
+            if now - last_flush >= FLUSH_INTERVAL_S:
+                out.flush()
+                last_flush = now
+        out.flush()
+    return 0 if _STOP.signum is None else 128 + _STOP.signum
 
 
 def _renderer(output_format: str) -> Callable[[IdValue], str]:
@@ -166,8 +188,9 @@ def _cmd_decode(args: argparse.Namespace, out: TextIO) -> int:
     for text in _decode_inputs(args.ids):
         try:
             value = parse_id(text, args.scheme, node_bits=args.node_bits)
-        except IdmintError as error:
-            _print_error(str(error))
+        except InvalidId as error:
+            hint = _DECODE_HINTS.get(error.problem, "")
+            _print_error(f"{error}{hint}")
             status = EXIT_USAGE
             continue
         if args.format == "json":
@@ -177,6 +200,12 @@ def _cmd_decode(args: argparse.Namespace, out: TextIO) -> int:
             head = f"{fields.pop('id')} {fields.pop('scheme')} {fields.pop('time')}"
             out.write(head + "".join(f" {k}={v}" for k, v in fields.items()) + "\n")
     return status
+
+
+_DECODE_HINTS = {
+    "ambiguous": " (use --scheme S)",
+    "node_bits": " (use --node-bits W)",
+}
 
 
 def _decode_inputs(arguments: Sequence[str]) -> Iterator[str]:
@@ -212,6 +241,23 @@ def _options(names: Iterable[str]) -> str:
     return ", ".join(f"--{name.replace('_', '-')}" for name in names)
 
 
+def _cmd_claims_list(args: argparse.Namespace, out: TextIO) -> int:
+    from idmint.coordinate import connect
+
+    with connect(args.coordinator) as coordinator:
+        rows = coordinator.list_claims()
+    if args.format == "json":
+        for row in rows:
+            out.write(json.dumps(row.to_json()) + "\n")
+        return 0
+    out.write(f"{'CLUSTER':>7} {'GENERATOR':>9}  {'HOLDER':30} {'SINCE':24} HIGH-WATER MARK\n")
+    for row in rows:
+        since = iso_ms(row.since_ms) if row.since_ms is not None else "-"
+        mark = iso_ms(row.high_water_mark_ms) if row.high_water_mark_ms is not None else "-"
+        out.write(f"{row.cluster:>7} {row.generator:>9}  {row.holder:30} {since:24} {mark}\n")
+    return 0
+
+
 def _cmd_schemes(args: argparse.Namespace, out: TextIO) -> int:
     for name, cls in SCHEMES.items():
         summary = (cls.__doc__ or "").strip().splitlines()[0]
@@ -230,20 +276,43 @@ def _print_error(message: str) -> None:
     sys.stderr.flush()
 
 
-def _terminate(signum: int, frame: object) -> None:
-    # Unwind normally so buffered IDs are flushed and claims released.
-    raise SystemExit(128 + signum)
+class _GracefulStop:
+    """SIGTERM/SIGINT handling.
+
+    A long-running command (``graceful``) is asked to stop: it finishes the
+    line it is writing, flushes, releases its claims and exits with
+    128 + signal. Raising from the handler instead could cut an ID in half
+    mid-write. A second signal, or any signal to a short command, exits at once
+    (still unwinding, so claims are released).
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.graceful = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.graceful and self.signum is None:
+            self.signum = signum
+            return
+        raise SystemExit(128 + signum)
+
+
+_STOP = _GracefulStop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     parser = _build_parser()
     out = sys.stdout
-    previous = None
+    previous: dict[int, Any] = {}
     try:
         args = parser.parse_args(argv)
-        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
-            previous = signal.signal(signal.SIGTERM, _terminate)
+        _STOP.signum = None
+        _STOP.graceful = getattr(args, "graceful", False)
+        signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)
+        for signum in signals if _STOP.graceful else signals[:1]:
+            with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+                previous[signum] = signal.signal(signum, _STOP)
         status: int = args.handler(args, out)
     except (UsageError, IdmintError) as error:
         _print_error(str(error))
@@ -260,6 +329,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         return status
     finally:
-        if previous is not None:
+        for signum, handler in previous.items():
             with contextlib.suppress(ValueError):
-                signal.signal(signal.SIGTERM, previous)
+                signal.signal(signum, handler)

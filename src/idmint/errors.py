@@ -72,12 +72,15 @@ class GeneratorError(IdmintError):
 class ClockMovedBackwards(GeneratorError):
     """The wall clock went back by more than the generator tolerates waiting for."""
 
-    def __init__(self, behind_ms: float, tolerance_ms: float) -> None:
+    def __init__(self, behind_ms: float, tolerance_ms: float, *, detail: str | None = None) -> None:
         super().__init__(
-            f"the system clock moved backwards by {behind_ms:.3f} ms, more than the "
-            f"{tolerance_ms:g} ms this generator waits out; issuing now could repeat "
-            "an ID. Check NTP/chrony (it should slew, not step), or raise "
-            "max_clock_wait_ms if longer stalls are acceptable."
+            detail
+            or (
+                f"the system clock moved backwards by {behind_ms:.3f} ms, more than the "
+                f"{tolerance_ms:g} ms this generator waits out; issuing now could repeat "
+                "an ID. Check NTP/chrony (it should slew, not step), or raise "
+                "max_clock_wait_ms if longer stalls are acceptable."
+            )
         )
         self.behind_ms = behind_ms
         self.tolerance_ms = tolerance_ms

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Protocol, runtime_checkable
 
-__all__ = ["SYSTEM_CLOCK", "Clock", "ManualClock", "SystemClock"]
+__all__ = ["SYSTEM_CLOCK", "Clock", "ManualClock", "OffsetClock", "SystemClock"]
 
 # time.sleep() on Linux wakes up to ~60 us late (timer slack plus scheduling);
 # sleeping until this far before the target and spinning the rest means the
@@ -128,3 +128,28 @@ class ManualClock:
 
     def __repr__(self) -> str:
         return f"ManualClock(time_ns={self._wall_ns})"
+
+
+class OffsetClock:
+    """The system clock shifted by a fixed amount: a host whose clock is off.
+
+    For tests and drills: ``OffsetClock(-2000)`` behaves like a machine whose
+    wall clock runs two seconds behind. The monotonic clock is not shifted.
+    """
+
+    def __init__(self, offset_ms: float) -> None:
+        self.offset_ns = round(offset_ms * 1_000_000)
+
+    def time_ns(self) -> int:
+        return time.time_ns() + self.offset_ns
+
+    monotonic_ns = staticmethod(time.monotonic_ns)
+
+    def sleep_until_ns(self, wall_ns: int) -> None:
+        SYSTEM_CLOCK.sleep_until_ns(wall_ns - self.offset_ns)
+
+    async def asleep_until_ns(self, wall_ns: int) -> None:
+        await SYSTEM_CLOCK.asleep_until_ns(wall_ns - self.offset_ns)
+
+    def __repr__(self) -> str:
+        return f"OffsetClock({self.offset_ns / 1e6:+g} ms)"

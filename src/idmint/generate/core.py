@@ -43,11 +43,11 @@ import sys
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import islice, repeat
 from operator import length_hint, or_
 from random import getrandbits
-from typing import Any, ClassVar, Generic, TypeVar, cast, overload
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast, overload
 
 from idmint.errors import ClockMovedBackwards, ConfigurationError, GeneratorError
 from idmint.generate.clock import SYSTEM_CLOCK, Clock
@@ -56,6 +56,7 @@ from idmint.schemes._base import IdValue
 __all__ = ["IdBatch", "TickGenerator", "fork_generation"]
 
 IdT = TypeVar("IdT", bound=IdValue)
+GeneratorT = TypeVar("GeneratorT", bound="TickGenerator[Any]")
 
 _new = object.__new__
 # The slot's own setter, callable from C-level map() without a Python frame.
@@ -89,6 +90,38 @@ _FORK_WATCH = _ForkWatch()
 def fork_generation() -> int:
     """How many forks separate this process from the one that imported idmint."""
     return _FORK_WATCH.generation
+
+
+_WAIT_FOR_CLAIM = -1  # from _take_locked: wait for the claim, not the clock
+_NO_CEILING = 1 << 128  # bigger than any tick or time in ns
+
+
+class Grant(Protocol):
+    """What :class:`idmint.coordinate.base.Grant` offers a generator."""
+
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def identity(self) -> Mapping[str, int]: ...
+    @property
+    def floor_ms(self) -> int: ...
+    @property
+    def ceiling_ms(self) -> int: ...
+    @property
+    def deadline_mono_ns(self) -> int: ...
+
+
+class Lease(Protocol):
+    """A claimed identity as a generator uses it (see :class:`idmint.coordinate.base.Claim`)."""
+
+    @property
+    def options(self) -> Any: ...
+    def grant(self) -> Grant | None: ...
+    def wait(
+        self, timeout_s: float | None = None, *, min_ceiling_ms: int | None = None
+    ) -> Grant: ...
+    def attach(self, generator: Any) -> None: ...
+    def detach(self, generator: Any) -> None: ...
 
 
 class _Run:
@@ -180,12 +213,17 @@ class TickGenerator(Generic[IdT]):
         "__weakref__",
         "_banked",
         "_blocked",
+        "_claim",
         "_clock",
+        "_closers",
+        "_epoch",
+        "_floor_fresh",
         "_limit",
         "_lock",
         "_make",
         "_max_ahead",
         "_max_clock_wait_ns",
+        "_need_ceiling_ms",
         "_now_ns",
         "_pending",
         "_random_bits",
@@ -210,6 +248,7 @@ class TickGenerator(Generic[IdT]):
         clock: Clock | None = None,
         max_clock_wait_ms: float = DEFAULT_MAX_CLOCK_WAIT_MS,
         max_ahead_ticks: int = 0,
+        claim: Lease | None = None,
     ) -> None:
         if max_clock_wait_ms < 0:
             raise ConfigurationError(f"max_clock_wait_ms must be >= 0, got {max_clock_wait_ms!r}")
@@ -234,6 +273,16 @@ class TickGenerator(Generic[IdT]):
         """Times a caller had to wait for the clock (tick used up or clock behind)."""
         self.clock_steps_back = 0
         """Times the clock was seen behind the newest tick handed out."""
+        # A claimed identity (see idmint.coordinate); None for a static one.
+        self._claim = claim
+        self._epoch = 0
+        self._floor_fresh = False
+        self._need_ceiling_ms: int | None = None
+        self._closers: list[Callable[[], None]] = []
+        if claim is not None:
+            if self.tick_ns != 1_000_000:
+                raise ConfigurationError(f"{self.id_type.scheme} identities cannot be claimed")
+            claim.attach(self)
         _FORK_WATCH.generators.add(self)
 
     # -- scheme hooks -------------------------------------------------------
@@ -261,6 +310,53 @@ class TickGenerator(Generic[IdT]):
 
     def _describe_identity(self) -> str:
         return "static identity"
+
+    def _set_identity(self, identity: Mapping[str, int]) -> None:
+        """Take on a claimed identity (its fields as the claim names them)."""
+        raise ConfigurationError(f"{self.id_type.scheme} identities cannot be claimed")
+
+    # -- claims ---------------------------------------------------------------------
+    @property
+    def claim(self) -> Lease | None:
+        """The claim this generator's identity comes from, if any."""
+        return self._claim
+
+    def _fence(self) -> None:
+        """Stop the hot path at once; the locked path then consults the claim.
+
+        Called from other threads (the claim's listener and renewal thread).
+        A thread already past the check may still finish one ID: its timestamp
+        is within the recorded ceiling, which no successor goes below.
+        """
+        self._run.until_ns = 0
+
+    def _highest_tick(self) -> int:
+        """The newest tick handed out (a claim records it on release)."""
+        with self._lock:
+            return self._tick
+
+    def _adopt(self, grant: Grant) -> None:
+        """Switch to a newly granted identity (caller holds the lock)."""
+        self._set_identity(grant.identity)
+        self._retire_tick()
+        # Ticks up to the predecessor's high-water mark are spent for us.
+        self._tick = grant.floor_ms
+        self._floor_fresh = True
+        self._epoch = grant.epoch
+
+    def close(self) -> None:
+        """Release what this generator owns (a claimed identity, its connection)."""
+        claim = self._claim
+        if claim is not None:
+            claim.detach(self)
+        while self._closers:
+            self._closers.pop()()
+
+    def __enter__(self: GeneratorT) -> GeneratorT:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def _plain_maker(self) -> Callable[[int], IdT]:
         id_type = self.id_type
@@ -309,8 +405,7 @@ class TickGenerator(Generic[IdT]):
                 lock.release()
             if type(taken) is list:
                 break
-            self.clock_waits += 1
-            self._clock.sleep_until_ns(taken)  # type: ignore[arg-type]
+            self._wait(taken)  # type: ignore[arg-type]
         value = taken[0]
         if self._random_bits:
             value |= getrandbits(self._random_bits)
@@ -328,8 +423,15 @@ class TickGenerator(Generic[IdT]):
             wait_until_ns = self._fill(out, count)
             if wait_until_ns is None:
                 return IdBatch(out, self._make, self._int_mask)
-            self.clock_waits += 1
-            self._clock.sleep_until_ns(wait_until_ns)
+            self._wait(wait_until_ns)
+
+    def _wait(self, until_ns: int) -> None:
+        if until_ns == _WAIT_FOR_CLAIM:
+            assert self._claim is not None
+            self._claim.wait(min_ceiling_ms=self._need_ceiling_ms)
+            return
+        self.clock_waits += 1
+        self._clock.sleep_until_ns(until_ns)
 
     async def agenerate(self) -> IdT:
         """Issue one ID without ever blocking the event loop."""
@@ -343,6 +445,12 @@ class TickGenerator(Generic[IdT]):
             wait_until_ns = self._fill(out, count)
             if wait_until_ns is None:
                 return IdBatch(out, self._make, self._int_mask)
+            if wait_until_ns == _WAIT_FOR_CLAIM:
+                import asyncio
+
+                assert self._claim is not None
+                await asyncio.to_thread(self._claim.wait, min_ceiling_ms=self._need_ceiling_ms)
+                continue
             self.clock_waits += 1
             await self._clock.asleep_until_ns(wait_until_ns)
 
@@ -394,18 +502,34 @@ class TickGenerator(Generic[IdT]):
         tick_ns = self.tick_ns
         now_ns = self._now_ns()
         now = now_ns // tick_ns
+        claim = self._claim
+        if claim is None:
+            ceiling = _NO_CEILING
+            until_cap = _NO_CEILING
+        else:
+            grant = claim.grant()
+            if grant is None:
+                self._need_ceiling_ms = None
+                return _WAIT_FOR_CLAIM
+            if grant.epoch != self._epoch:
+                self._adopt(grant)
+            ceiling = grant.ceiling_ms
+            until_cap = now_ns + grant.deadline_mono_ns - self._clock.monotonic_ns()
         tick = self._tick
         if now > tick:
-            self._open_tick(now)
+            if now > ceiling:
+                self._need_ceiling_ms = now
+                return _WAIT_FOR_CLAIM
+            self._open_tick(now, until_cap)
         else:
             # The clock is at or behind the newest tick. Behind by more than
-            # we may borrow means it stepped back.
+            # we may borrow means it stepped back, or (fresh claim) that it is
+            # behind the previous holder's high-water mark.
             lag_ns = (tick - self._max_ahead) * tick_ns - now_ns
             if lag_ns > 0:
-                self.clock_steps_back += 1
-                if lag_ns > self._max_clock_wait_ns:
-                    self._run.until_ns = 0  # keep the hot path out until the clock is back
-                    raise ClockMovedBackwards(lag_ns / 1e6, self._max_clock_wait_ns / 1e6)
+                self._check_lag(lag_ns)
+            # Renewals extend a run's life; a fenced run comes back here.
+            self._run.until_ns = min((tick + 1) * tick_ns, until_cap)
         taken = list(islice(self._run.values, want))
         if len(taken) < want and self._pending is not None:
             self._switch_run(self._pending, self._run.until_ns)
@@ -416,13 +540,38 @@ class TickGenerator(Generic[IdT]):
         following = self._tick + 1
         if following - now > self._max_ahead:
             return (following - self._max_ahead) * tick_ns
-        self._open_tick(following)
+        if following > ceiling:
+            self._need_ceiling_ms = following
+            return _WAIT_FOR_CLAIM
+        self._open_tick(following, until_cap)
         return list(islice(self._run.values, want))
 
-    def _open_tick(self, tick: int) -> None:
+    def _check_lag(self, lag_ns: int) -> None:
+        if self._floor_fresh and self._claim is not None:
+            tolerance_ns = max(
+                self._max_clock_wait_ns, round(self._claim.options.wait_timeout_s * 1e9)
+            )
+            if lag_ns > tolerance_ns:
+                raise ClockMovedBackwards(
+                    lag_ns / 1e6,
+                    tolerance_ns / 1e6,
+                    detail=(
+                        f"this host's clock is {lag_ns / 1e6:.0f} ms behind the high-water "
+                        f"mark the previous holder of {self._describe_identity()} recorded; "
+                        "issuing now could repeat its IDs. Check NTP on this host"
+                    ),
+                )
+            return
+        self.clock_steps_back += 1
+        if lag_ns > self._max_clock_wait_ns:
+            self._run.until_ns = 0  # keep the hot path out until the clock is back
+            raise ClockMovedBackwards(lag_ns / 1e6, self._max_clock_wait_ns / 1e6)
+
+    def _open_tick(self, tick: int, until_cap: int = _NO_CEILING) -> None:
         base = self._base_for_tick(tick)
         step = 1 << self._seq_shift
         self._tick = tick
+        self._floor_fresh = False
         if self._random_bits:
             # A scheme with random bits (short60) also starts each tick's
             # sequence at a random point and wraps round to cover the rest,
@@ -432,7 +581,8 @@ class TickGenerator(Generic[IdT]):
             self._pending = range(base, first, step) if first != base else None
         else:
             first = base
-        self._switch_run(range(first, base + self._limit * step, step), (tick + 1) * self.tick_ns)
+        until_ns = min((tick + 1) * self.tick_ns, until_cap)
+        self._switch_run(range(first, base + self._limit * step, step), until_ns)
 
     def _switch_run(self, values: range, until_ns: int) -> None:
         old = self._run

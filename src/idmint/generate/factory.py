@@ -29,15 +29,22 @@ SCHEME_OPTIONS: dict[str, frozenset[str]] = {
 _COMMON_OPTIONS = frozenset({"clock", "max_clock_wait_ms"})
 
 
-def new_generator(scheme: str, **options: Any) -> TickGenerator[Any]:
+def new_generator(
+    scheme: str, coordinator: str | None = None, **options: Any
+) -> TickGenerator[Any]:
     """A generator for ``scheme``; options that are ``None`` are left at their defaults.
 
-    Options that do not apply to the scheme raise ``ConfigurationError`` rather
-    than being ignored: ``--generator 5`` on short60 is a mistake to point out.
+    ``coordinator`` is a URL (see :mod:`idmint.coordinate`): ``static://...``
+    gives a fixed identity; ``zk://...`` and ``etcd://...`` claim one, and the
+    generator's ``close()`` releases it. Options that do not apply to the
+    scheme raise ``ConfigurationError`` rather than being ignored:
+    ``--generator 5`` on short60 is a mistake to point out.
     """
     if scheme not in SCHEMES:
         raise ConfigurationError(f"unknown scheme {scheme!r}; expected one of {', '.join(SCHEMES)}")
     given = {name: value for name, value in options.items() if value is not None}
+    if coordinator is not None:
+        return _coordinated(scheme, coordinator, given)
     allowed = SCHEME_OPTIONS[scheme] | _COMMON_OPTIONS
     stray = sorted(set(given) - allowed)
     if stray:
@@ -59,3 +66,43 @@ def new_generator(scheme: str, **options: Any) -> TickGenerator[Any]:
     if scheme == "muid":
         return MuidGenerator(**given)
     return Short60Generator(**given)
+
+
+def _coordinated(scheme: str, url: str, given: dict[str, Any]) -> TickGenerator[Any]:
+    from idmint.coordinate import connect
+    from idmint.coordinate.static import StaticCoordinator
+
+    reasons = {
+        "muid": "a muid's medallion is random per generator",
+        "short60": "short60 has no node field",
+        "elastic64": "elastic64 node IDs come from ZooKeeper discovery (idmint.discovery)",
+    }
+    if scheme in reasons:
+        raise ConfigurationError(f"{scheme} generators take no coordinator: {reasons[scheme]}")
+    coordinator = connect(url)
+    if isinstance(coordinator, StaticCoordinator):
+        for name in ("generator", "cluster"):
+            if name in given and given[name] != getattr(coordinator, name):
+                raise ConfigurationError(
+                    f"{name} {given[name]} contradicts the coordinator URL's {name}="
+                    f"{getattr(coordinator, name)}; give it in one place"
+                )
+        given = {**given, "generator": coordinator.generator, "cluster": coordinator.cluster}
+        return new_generator(scheme, **given)
+    for name in ("generator", "cluster"):
+        if name in given:
+            raise ConfigurationError(
+                f"{name} is claimed from {coordinator.url}, not given; use the URL's "
+                "generators=LO-HI and cluster=C options to narrow the choice"
+            )
+    generator_class = Uid64Generator if scheme == "uid64" else Uid64V1Generator
+    pool = range(generator_class._max_generator + 1)
+    claim = coordinator.claim(clock=given.get("clock"), pool=pool)
+    try:
+        generator = generator_class(claim=claim, **given)
+    except BaseException:
+        claim.close()
+        coordinator.close()
+        raise
+    generator._closers.extend([coordinator.close, claim.close])
+    return generator

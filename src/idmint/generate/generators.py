@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import secrets
 import threading
+from collections.abc import Mapping
 from types import TracebackType
 
 from idmint.errors import ConfigurationError, GeneratorForked, TransactionFull
 from idmint.generate.clock import Clock
 from idmint.generate.core import (
     DEFAULT_MAX_CLOCK_WAIT_MS,
+    Lease,
     TickGenerator,
     check_identity_field,
     check_tick_range,
@@ -54,23 +56,38 @@ class Uid64Generator(TickGenerator[Uid64]):
         cluster: int = 0,
         mode: Mode | str = Mode.SPREAD,
         *,
+        claim: Lease | None = None,
         clock: Clock | None = None,
         max_clock_wait_ms: float = DEFAULT_MAX_CLOCK_WAIT_MS,
     ) -> None:
-        super().__init__(
-            limit=u64.MAX_SEQUENCE + 1,
-            seq_shift=u64.SEQUENCE_SHIFT,
-            clock=clock,
-            max_clock_wait_ms=max_clock_wait_ms,
-        )
-        self._generator = check_identity_field("generator", generator, 0, self._max_generator)
-        self._cluster = check_identity_field("cluster", cluster, 0, u64.MAX_CLUSTER)
+        """``claim``: take generator and cluster IDs from a claim (see
+        :mod:`idmint.coordinate`) instead of the arguments, and stop issuing
+        whenever the claim is in doubt."""
         try:
             self._mode = Mode.parse(mode, self.id_type.scheme)
         except ValueError as error:
             raise ConfigurationError(str(error)) from None
         self._check_mode()
         self._spread = self._mode is Mode.SPREAD
+        super().__init__(
+            limit=u64.MAX_SEQUENCE + 1,
+            seq_shift=u64.SEQUENCE_SHIFT,
+            clock=clock,
+            max_clock_wait_ms=max_clock_wait_ms,
+            claim=claim,
+        )
+        if claim is None:
+            self._set_identity({"generator": generator, "cluster": cluster})
+        else:
+            grant = claim.wait()
+            with self._lock:
+                self._adopt(grant)
+
+    def _set_identity(self, identity: Mapping[str, int]) -> None:
+        self._generator = check_identity_field(
+            "generator", identity["generator"], 0, self._max_generator
+        )
+        self._cluster = check_identity_field("cluster", identity["cluster"], 0, u64.MAX_CLUSTER)
         self._identity = u64.identity_bits(self._generator, self._cluster, self._mode)
 
     def _check_mode(self) -> None:

@@ -1,0 +1,530 @@
+"""What every coordinator driver shares: claims, their deadlines, renewal and fencing.
+
+A *claim* is the right to use one identity (a uid64 generator ID within a
+cluster) for as long as the coordinator says so. The danger this module exists
+for: a process that was paused (SIGSTOP, a stalled VM, a long GC) or cut off
+can wake up believing it still holds its claim while the coordinator has
+already handed it to a successor. Session events arrive too late to prevent
+that, so a claim fences itself:
+
+* **Deadline.** Every successful round trip to the coordinator moves a local
+  deadline on the monotonic clock to *the time the request was sent* + the
+  session timeout or lease TTL - a safety margin. The server cannot have
+  expired the claim before that. Generators check the deadline before every
+  ID (the hot path folds it into the run's ``until_ns``) and issue nothing past
+  it until the coordinator has been heard from again.
+* **Ceiling** (high-water mark). Each renewal records in the coordinator the
+  highest timestamp the holder may use until its next renewal, and only then
+  lets the generator use it. A new holder of the same identity starts strictly
+  after the recorded ceiling: whatever a paused predecessor does when it
+  wakes, its timestamps are at or below the ceiling and the successor's are
+  above it. This also covers a restart onto a clock that runs behind and
+  clock skew between hosts.
+* **Hold-off.** A released or lost identity is not claimed again until its
+  ceiling plus the TTL plus a clock-skew allowance has passed, when any other
+  identity is free.
+
+Claim states (the kazoo model):
+
+``CLAIMING``   no identity yet, or claiming a new one. Nothing is issued.
+``ACTIVE``     the identity is ours up to ``deadline``; IDs may be issued with
+               timestamps in (floor, ceiling].
+``SUSPENDED``  the connection dropped. The identity may still be ours (the
+               session can come back), but nothing can be trusted, so nothing
+               is issued. Resumes only when a round trip shows the same
+               session still owns the claim.
+``LOST``       the session or lease is gone: the identity may be someone
+               else's now. A new claim (perhaps another identity) is made
+               before anything is issued.
+``RELEASED``   closed by us. Nothing is issued again.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import enum
+import logging
+import os
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from idmint.errors import (
+    ClaimLost,
+    ConfigurationError,
+    CoordinationError,
+    CoordinatorUnavailable,
+)
+from idmint.generate.clock import SYSTEM_CLOCK, Clock
+
+__all__ = [
+    "Claim",
+    "ClaimInfo",
+    "ClaimOptions",
+    "ClaimState",
+    "Coordinator",
+    "Grant",
+    "HighWaterMark",
+    "holder_description",
+]
+
+log = logging.getLogger("idmint.coordinate")
+
+
+class ClaimState(str, enum.Enum):
+    CLAIMING = "claiming"
+    ACTIVE = "active"
+    SUSPENDED = "suspended"
+    LOST = "lost"
+    RELEASED = "released"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a generator may do right now with a claimed identity."""
+
+    epoch: int
+    """Bumped whenever the identity changes (each successful claim)."""
+    identity: Mapping[str, int]
+    """The identity's fields, e.g. ``{"generator": 17, "cluster": 0}``."""
+    floor_ms: int
+    """Timestamps must be greater than this: the predecessor's high-water mark."""
+    ceiling_ms: int
+    """Timestamps must be at most this until the next renewal."""
+    deadline_mono_ns: int
+    """Nothing may be issued once the monotonic clock passes this."""
+
+
+@dataclass(frozen=True)
+class HighWaterMark:
+    """What a holder records about an identity, kept after the claim ends."""
+
+    ceiling_ms: int
+    renewed_ms: int = 0
+    released_ms: int | None = None
+    holder: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ceiling_ms": self.ceiling_ms,
+            "renewed_ms": self.renewed_ms,
+            "released_ms": self.released_ms,
+            "holder": self.holder,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> HighWaterMark:
+        return cls(
+            ceiling_ms=int(data.get("ceiling_ms", -1)),
+            renewed_ms=int(data.get("renewed_ms", 0)),
+            released_ms=(None if data.get("released_ms") is None else int(data["released_ms"])),
+            holder=str(data.get("holder", "")),
+        )
+
+    def holdoff_until_ms(self, ttl_ms: int, skew_ms: int) -> int:
+        """When the identity may be claimed again without waiting."""
+        end = self.ceiling_ms
+        if self.released_ms is not None:
+            end = max(end, self.released_ms + ttl_ms)
+        return end + skew_ms
+
+
+@dataclass(frozen=True)
+class ClaimInfo:
+    """One row of ``idmint claims list``."""
+
+    cluster: int
+    generator: int
+    holder: str
+    since_ms: int | None
+    high_water_mark_ms: int | None
+    state: str = "held"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "generator": self.generator,
+            "holder": self.holder,
+            "since_ms": self.since_ms,
+            "high_water_mark_ms": self.high_water_mark_ms,
+            "state": self.state,
+        }
+
+
+def holder_description() -> str:
+    """``host:pid``: who holds a claim, for people reading ``claims list``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class ClaimOptions:
+    """The options every driver takes from its URL's query string.
+
+    ===================  =========  ==================================================
+    option               default    meaning
+    ===================  =========  ==================================================
+    ``generators``       all        ``LO-HI``: the generator IDs this client may claim
+    ``cluster``          ``0``      the cluster ID (must be in the coordinator's list)
+    ``claim_timeout``    ``30``     s to wait for a free identity before giving up
+    ``connect_timeout``  ``10``     s to wait for the coordinator at start
+    ``wait_timeout``     ``10``     s a generator waits for a suspended claim to
+                                    come back before raising
+    ``margin``           ``ttl/10``  s taken off the deadline (at least 0.2 s)
+    ``skew``             ``1``      s of clock-skew allowance in the hold-off
+    ===================  =========  ==================================================
+    """
+
+    pool: range = field(default_factory=lambda: range(2048))
+    cluster: int | None = None
+    claim_timeout_s: float = 30.0
+    connect_timeout_s: float = 10.0
+    wait_timeout_s: float = 10.0
+    margin_s: float | None = None
+    skew_ms: int = 1000
+
+
+class Fenceable(Protocol):
+    """A generator as a claim sees it."""
+
+    def _fence(self) -> None: ...
+
+    def _highest_tick(self) -> int: ...
+
+
+class Claim:
+    """A claimed identity with its deadline, ceiling and renewal thread.
+
+    Drivers subclass it and implement ``_acquire``, ``_renew`` and ``_release``;
+    this class runs the state machine. Thread-safe.
+    """
+
+    ttl_s: float
+    renew_every_s: float
+
+    def __init__(
+        self,
+        *,
+        options: ClaimOptions,
+        ttl_s: float,
+        clock: Clock | None = None,
+        description: str,
+    ) -> None:
+        self.options = options
+        self.ttl_s = ttl_s
+        self.clock: Clock = clock or SYSTEM_CLOCK
+        self.description = description
+        margin = options.margin_s if options.margin_s is not None else max(0.2, ttl_s / 10)
+        if margin >= ttl_s / 2:
+            raise ConfigurationError(
+                f"margin {margin:g} s must be less than half the TTL/session timeout {ttl_s:g} s"
+            )
+        self.margin_s = margin
+        # Renew three times per TTL, so one lost round trip costs nothing.
+        self.renew_every_s = (ttl_s - margin) / 3
+        self._cond = threading.Condition()
+        self._state = ClaimState.CLAIMING
+        self._grant: Grant | None = None
+        self._epoch = 0
+        self._problem = "the claim has not been made yet"
+        self._generators: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._wake = threading.Event()
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        self.renewals = 0
+        self.renewal_failures = 0
+
+    # -- what generators use ------------------------------------------------------
+    @property
+    def state(self) -> ClaimState:
+        return self._state
+
+    @property
+    def identity(self) -> Mapping[str, int] | None:
+        grant = self._grant
+        return grant.identity if grant else None
+
+    def grant(self) -> Grant | None:
+        """The current grant if IDs may be issued now, else ``None``."""
+        grant = self._grant
+        if (
+            grant is None
+            or self._state is not ClaimState.ACTIVE
+            or self.clock.monotonic_ns() >= grant.deadline_mono_ns
+        ):
+            return None
+        return grant
+
+    def wait(self, timeout_s: float | None = None, *, min_ceiling_ms: int | None = None) -> Grant:
+        """Block until IDs may be issued (with a ceiling of at least ``min_ceiling_ms``).
+
+        Raises ``ClaimLost`` or ``CoordinatorUnavailable`` after ``timeout_s``
+        (default: the ``wait_timeout`` option), saying what to check.
+        """
+        timeout = self.options.wait_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                grant = self.grant()
+                if grant is not None and (
+                    min_ceiling_ms is None or grant.ceiling_ms >= min_ceiling_ms
+                ):
+                    return grant
+                if self._state is ClaimState.RELEASED:
+                    raise ClaimLost(f"{self.description}: the claim was released (closed)")
+                if self._grant is not None and self._state is ClaimState.ACTIVE:
+                    # Deadline or ceiling reached without a renewal: ask for one now.
+                    self._wake.set()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise self._timeout_error(timeout)
+                self._cond.wait(min(remaining, 0.05))
+
+    def attach(self, generator: Fenceable) -> None:
+        """Register a generator to be fenced the moment the claim is in doubt."""
+        self._generators.add(generator)
+
+    def detach(self, generator: Fenceable) -> None:
+        self._generators.discard(generator)
+
+    def _timeout_error(self, waited_s: float) -> CoordinationError:
+        state = self._state
+        message = (
+            f"{self.description}: no usable claim after waiting {waited_s:g} s "
+            f"(state {state.value}: {self._problem})"
+        )
+        if state in (ClaimState.SUSPENDED,) or "unreachable" in self._problem:
+            return CoordinatorUnavailable(
+                message + "; check that the coordinator is running and reachable from this host"
+            )
+        return ClaimLost(
+            message + "; check the coordinator's health and whether the pool has a free ID"
+        )
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self) -> Claim:
+        """Make the first claim (blocking) and start renewing it."""
+        self._claim_and_record()
+        self._thread = threading.Thread(
+            target=self._renewal_loop, name=f"idmint-claim {self.description}", daemon=True
+        )
+        self._thread.start()
+        _OPEN_CLAIMS.add(self)
+        return self
+
+    def close(self) -> None:
+        """Stop issuing, record the final high-water mark, release the identity."""
+        with self._cond:
+            if self._state is ClaimState.RELEASED:
+                return
+            was_held = self._grant is not None and self._state is ClaimState.ACTIVE
+            self._closing = True
+            self._set_state(ClaimState.RELEASED, "closed by its owner")
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self.ttl_s)
+        highest = max((g._highest_tick() for g in list(self._generators)), default=-1)
+        grant = self._grant
+        final = max(highest, grant.floor_ms) if grant else highest
+        try:
+            self._release(final if was_held else None)
+        except Exception as error:  # release is best effort; expiry cleans up
+            log.warning("%s: releasing the claim failed (%s); it will expire", self, error)
+        _OPEN_CLAIMS.discard(self)
+
+    def __enter__(self) -> Claim:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- the state machine --------------------------------------------------------------
+    def _set_state(self, state: ClaimState, problem: str = "") -> None:
+        """Change state (caller holds ``_cond``); fence generators unless ACTIVE."""
+        self._state = state
+        self._problem = problem
+        if state is not ClaimState.ACTIVE:
+            for generator in list(self._generators):
+                generator._fence()
+        self._cond.notify_all()
+
+    def _suspend(self, reason: str) -> None:
+        """The connection is in doubt: stop issuing now (safe from any thread)."""
+        with self._cond:
+            if self._state is ClaimState.ACTIVE:
+                self._set_state(ClaimState.SUSPENDED, reason)
+        self._wake.set()
+
+    def _lose(self, reason: str) -> None:
+        """The claim is gone: stop issuing and claim again (safe from any thread)."""
+        with self._cond:
+            if self._state in (ClaimState.ACTIVE, ClaimState.SUSPENDED):
+                self._set_state(ClaimState.LOST, reason)
+        self._wake.set()
+
+    def _resume_soon(self) -> None:
+        """The connection is back: renew now to learn whether the claim survived."""
+        self._wake.set()
+
+    def _claim_and_record(self) -> None:
+        """Acquire an identity, record its first ceiling, become ACTIVE."""
+        with self._cond:
+            if self._state is not ClaimState.RELEASED:
+                self._set_state(ClaimState.CLAIMING, "claiming an identity")
+        identity, floor_ms = self._acquire()
+        with self._cond:
+            self._epoch += 1
+            # Until the first renewal lands, nothing may be issued: deadline 0.
+            self._grant = Grant(self._epoch, identity, floor_ms, floor_ms, 0)
+        if not self._renew_once():
+            raise ClaimLost(f"{self.description}: the new claim vanished before it could be used")
+
+    def _renew_once(self) -> bool:
+        """One round trip recording a new ceiling. False if the claim is gone."""
+        sent_mono = self.clock.monotonic_ns()
+        sent_wall_ms = self.clock.time_ns() // 1_000_000
+        grant = self._grant
+        assert grant is not None
+        ceiling = max(sent_wall_ms + round(self.ttl_s * 1000), grant.ceiling_ms)
+        owned = self._renew(ceiling)
+        if not owned:
+            return False
+        deadline = sent_mono + round((self.ttl_s - self.margin_s) * 1e9)
+        with self._cond:
+            current = self._grant
+            if (
+                self._state is ClaimState.RELEASED
+                or current is None
+                or current.epoch != grant.epoch
+            ):
+                return True
+            self._grant = replace(current, ceiling_ms=ceiling, deadline_mono_ns=deadline)
+            self.renewals += 1
+            if self._state is not ClaimState.ACTIVE:
+                self._set_state(ClaimState.ACTIVE)
+            else:
+                self._cond.notify_all()
+        return True
+
+    def _renewal_loop(self) -> None:
+        while not self._closing:
+            self._wake.wait(self.renew_every_s)
+            self._wake.clear()
+            if self._closing:
+                return
+            state = self._state
+            try:
+                if state is ClaimState.LOST:
+                    self._reclaim()
+                elif state in (ClaimState.ACTIVE, ClaimState.SUSPENDED) and not self._renew_once():
+                    self._lose("the coordinator no longer has our claim")
+                    self._wake.set()
+            except CoordinationError as error:
+                self.renewal_failures += 1
+                self._problem = str(error)
+                log.info("%s: renewal failed: %s", self, error)
+                self._backoff()
+            except Exception as error:  # keep the thread alive; the deadline fences
+                self.renewal_failures += 1
+                self._problem = f"coordinator unreachable: {error}"
+                log.info("%s: renewal failed: %s", self, error)
+                self._backoff()
+
+    def _backoff(self) -> None:
+        # Retry soon, but not in a tight loop against a dead server.
+        self._wake.wait(min(self.renew_every_s, 0.25))
+
+    def _reclaim(self) -> None:
+        log.warning("%s: claim lost (%s); claiming again", self, self._problem)
+        self._claim_and_record()
+
+    # -- driver hooks ----------------------------------------------------------------
+    def _acquire(self) -> tuple[Mapping[str, int], int]:
+        """Claim a free identity; return it and its floor (predecessor's ceiling)."""
+        raise NotImplementedError
+
+    def _renew(self, ceiling_ms: int) -> bool:
+        """Record ``ceiling_ms`` and confirm ownership in one round trip.
+
+        Return False if the claim is no longer ours; raise on transport
+        trouble (the deadline then runs out by itself).
+        """
+        raise NotImplementedError
+
+    def _release(self, final_ceiling_ms: int | None) -> None:
+        """Record the final high-water mark (if known) and give the identity up."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.description} {self._state.value}>"
+
+
+class Coordinator:
+    """A connection to a coordination service, made by :func:`idmint.coordinate.connect`."""
+
+    url: str
+
+    def claim(self, *, clock: Clock | None = None) -> Claim:
+        """Claim an identity from the pool (blocking); the claim renews itself."""
+        raise NotImplementedError
+
+    def list_claims(self) -> Sequence[ClaimInfo]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Coordinator:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def pick_candidates(
+    *,
+    pool: Sequence[int],
+    taken: set[int],
+    marks: Mapping[int, HighWaterMark],
+    now_ms: int,
+    ttl_ms: int,
+    skew_ms: int,
+) -> tuple[list[int], list[tuple[int, int]]]:
+    """Split the free identities into (ready now, held off until) lists.
+
+    Ready ones are in pool order; held-off ones sorted by when they become
+    ready, as ``(ready_at_ms, identity)``.
+    """
+    ready: list[int] = []
+    held: list[tuple[int, int]] = []
+    for candidate in pool:
+        if candidate in taken:
+            continue
+        mark = marks.get(candidate)
+        until = mark.holdoff_until_ms(ttl_ms, skew_ms) if mark else -1
+        if until <= now_ms:
+            ready.append(candidate)
+        else:
+            held.append((until, candidate))
+    held.sort()
+    return ready, held
+
+
+_OPEN_CLAIMS: weakref.WeakSet[Claim] = weakref.WeakSet()
+
+
+@atexit.register
+def _release_open_claims() -> None:
+    """Release whatever is still claimed when the interpreter exits."""
+    for claim in list(_OPEN_CLAIMS):
+        with contextlib.suppress(Exception):  # exiting anyway; expiry cleans up
+            claim.close()
+
+
+def release_all_claims() -> None:
+    """Release every claim this process holds (also done at interpreter exit)."""
+    _release_open_claims()

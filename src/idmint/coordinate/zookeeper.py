@@ -1,0 +1,639 @@
+"""Generator IDs claimed through Apache ZooKeeper, with java-uniqueid's layout.
+
+URL grammar::
+
+    zk://[user:password@]host:port[,host:port...][/root][?option=value&...]
+
+The root defaults to ``/idmint``. With ``user:password`` the client
+authenticates with ZooKeeper's digest scheme and protects what it creates
+with ACLs (see below); without, nodes are open, as java-uniqueid makes them.
+
+==================== ========= ======================================================
+option               default   meaning
+==================== ========= ======================================================
+``session_timeout``  ``10``    s; the ZooKeeper session timeout (the server may
+                               lower it; the negotiated value is what fences)
+``queue``            ``true``  take java-uniqueid's queue lock around claiming, so
+                               Java and Python claimants queue fairly together
+``generators``       all       ``LO-HI``: the generator IDs this client may claim
+``cluster``          node      expected cluster ID; written to ``cluster-id`` if
+                               that node does not exist yet (default 0)
+``claim_timeout``    ``30``    s to wait for a free generator ID
+``connect_timeout``  ``10``    s to wait for a first connection
+``wait_timeout``     ``10``    s a generator waits for a suspended claim
+``margin``           ttl/10    s taken off the session timeout for the deadline
+``skew``             ``1``     s of clock-skew allowance in the hold-off
+==================== ========= ======================================================
+
+Layout under the root (java-uniqueid 3.2's, plus ``hwm``)::
+
+    <root>/queue                    the lock queue: ephemeral tickets
+                                    nr-<14-digit ms>-<4 digits>, lock node
+                                    nr-00000000000000
+    <root>/pool/<n>                 ephemeral claim of generator n (decimal); data
+                                    is JSON {"holder", "since_ms", "token"} from
+                                    idmint, empty from Java
+    <root>/cluster-id               the cluster ID in ASCII decimal ("0")
+    <root>/hwm/<n>                  persistent high-water mark of generator n:
+                                    JSON {"ceiling_ms", "renewed_ms",
+                                    "released_ms", "holder"}
+
+Renewal is a compare-and-set of ``hwm/<n>`` on the version we last wrote: if
+anyone else has claimed generator n since (they write ``hwm/<n>`` before they
+issue anything), our renewal fails and we stop; if our session has expired,
+ZooKeeper refuses the write. Either way nothing is issued past our deadline.
+
+With credentials, ``pool`` grants READ and CREATE only: no client can delete a
+claim node, which disappears only when its claimant's session ends (release
+closes the session). ``root``, ``queue``, ``hwm`` and ``cluster-id`` are
+readable and writable by that user only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from typing import Any
+
+from idmint.coordinate.base import (
+    Claim,
+    ClaimInfo,
+    ClaimOptions,
+    Coordinator,
+    HighWaterMark,
+    holder_description,
+)
+from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
+from idmint.errors import (
+    ClaimLost,
+    ConfigurationError,
+    CoordinationError,
+    CoordinatorUnavailable,
+    PoolExhausted,
+)
+from idmint.generate.clock import Clock
+
+__all__ = ["ZooKeeperClaim", "ZooKeeperCoordinator"]
+
+log = logging.getLogger("idmint.coordinate.zookeeper")
+
+DEFAULT_ROOT = "/idmint"
+DEFAULT_SESSION_TIMEOUT_S = 10.0
+LOCK_TICKET = "nr-00000000000000"  # java-uniqueid's "locking ticket"
+OPTIONS = (*COMMON_OPTIONS, "session_timeout", "queue")
+
+
+def _kazoo() -> Any:
+    try:
+        import kazoo.client
+    except ImportError:  # pragma: no cover - depends on the install
+        raise ConfigurationError(
+            "zk:// needs kazoo; install idmint with the zookeeper extra: "
+            "pip install 'idmint[zookeeper]'"
+        ) from None
+    import kazoo
+
+    return kazoo
+
+
+class _NegotiatedTimeout(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """A logger for kazoo that notes the session timeout the server granted.
+
+    kazoo computes it on every (re)connect but only logs it; the fence must
+    use it, not the timeout we asked for, when the server granted less.
+    """
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__(logger, {})
+        self.negotiated_ms: int | None = None
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if isinstance(msg, str) and msg.startswith("Session created") and len(args) >= 3:
+            self.negotiated_ms = int(args[2])
+        super().log(level, msg, *args, **kwargs)
+
+
+class ZooKeeperCoordinator(Coordinator):
+    """A ZooKeeper ensemble used as a pool of generator IDs (see the module docs)."""
+
+    def __init__(self, url: CoordinatorUrl) -> None:
+        url.check_known(OPTIONS)
+        if not url.hosts:
+            raise ConfigurationError(f"{url.redacted()}: give at least one host:port")
+        self.url = url.redacted()
+        self._url = url
+        self.hosts = ",".join(f"{host}:{port or 2181}" for host, port in url.hosts)
+        self.root = url.path or DEFAULT_ROOT
+        self.session_timeout_s = url.number("session_timeout", DEFAULT_SESSION_TIMEOUT_S, minimum=1)
+        self.use_queue = url.flag("queue", True)
+        self.credentials = f"{url.username}:{url.password}" if url.username is not None else None
+        self._options_template = url.claim_options(pool_size=2048, ttl_s=self.session_timeout_s)
+
+    # -- connections -----------------------------------------------------------------
+    def client(self, *, listener: Any = None) -> tuple[Any, _NegotiatedTimeout]:
+        """A started KazooClient (its own session), and its negotiated-timeout spy."""
+        kazoo = _kazoo()
+        from kazoo.client import KazooClient
+        from kazoo.handlers.threading import KazooTimeoutError
+        from kazoo.retry import KazooRetry
+
+        spy = _NegotiatedTimeout(logging.getLogger("kazoo.client"))
+        client = KazooClient(
+            hosts=self.hosts,
+            timeout=self.session_timeout_s,
+            auth_data=[("digest", self.credentials)] if self.credentials else None,
+            # Reconnect quickly and for ever: within the session timeout a
+            # reconnect keeps the session (and the claim) alive.
+            connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0),
+            command_retry=KazooRetry(max_tries=3, delay=0.05, max_delay=0.5),
+            logger=spy,
+        )
+        if listener is not None:
+            client.add_listener(listener)
+        timeout = self._options_template.connect_timeout_s
+        try:
+            client.start(timeout=timeout)
+        except KazooTimeoutError as error:
+            client.close()
+            raise CoordinatorUnavailable(
+                f"could not reach ZooKeeper at {self.hosts} within {timeout:g} s; check that "
+                "the servers are running and the URL's hosts and ports are right"
+            ) from error
+        except kazoo.exceptions.KazooException as error:
+            client.close()
+            raise _translate(error, f"connecting to ZooKeeper at {self.hosts}") from error
+        return client, spy
+
+    def acls(self) -> dict[str, Any]:
+        """ACLs for what we create: open without credentials (java-uniqueid's way)."""
+        from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
+
+        if self.credentials is None:
+            return dict.fromkeys(("tree", "pool", "claim"), OPEN_ACL_UNSAFE)
+        user, _, password = self.credentials.partition(":")
+
+        def acl(**perms: bool) -> list[Any]:
+            return [make_digest_acl(user, password, **perms)]
+
+        return {
+            "tree": acl(all=True),
+            # No DELETE for anyone: claim nodes go only when their session does.
+            "pool": acl(read=True, create=True),
+            "claim": acl(read=True),
+        }
+
+    def ensure_layout(self, client: Any, cluster: int | None) -> int:
+        """Create root, queue, pool, hwm and cluster-id as needed; return the cluster ID."""
+        kazoo = _kazoo()
+        acls = self.acls()
+        try:
+            for path, acl in (
+                (self.root, acls["tree"]),
+                (f"{self.root}/queue", acls["tree"]),
+                (f"{self.root}/pool", acls["pool"]),
+                (f"{self.root}/hwm", acls["tree"]),
+            ):
+                if client.exists(path) is None:
+                    with suppress(kazoo.exceptions.NodeExistsError):
+                        client.create(path, b"", acl=acl, makepath=True)
+            cluster_path = f"{self.root}/cluster-id"
+            with suppress(kazoo.exceptions.NodeExistsError):
+                client.create(cluster_path, str(cluster or 0).encode(), acl=acls["tree"])
+            data, _ = client.get(cluster_path)
+        except kazoo.exceptions.KazooException as error:
+            raise _translate(error, f"preparing {self.root} in ZooKeeper") from error
+        try:
+            stored = int(data.decode("ascii").strip())
+        except (UnicodeDecodeError, ValueError):
+            raise ConfigurationError(
+                f"{cluster_path} holds {data!r}; java-uniqueid and idmint expect a cluster "
+                "ID in ASCII decimal"
+            ) from None
+        if cluster is not None and stored != cluster:
+            raise ConfigurationError(
+                f"{cluster_path} says this pool is cluster {stored}, but the URL asks for "
+                f"cluster={cluster}; drop the option or use another root"
+            )
+        return stored
+
+    # -- the Coordinator interface ---------------------------------------------------------
+    def claim(self, *, clock: Clock | None = None, pool: range | None = None) -> ZooKeeperClaim:
+        options = self._options_template
+        if pool is not None:
+            narrowed = range(max(pool.start, options.pool.start), min(pool.stop, options.pool.stop))
+            if not narrowed:
+                raise ConfigurationError(
+                    f"{self.url}: generators={options.pool.start}-{options.pool.stop - 1} "
+                    f"leaves nothing this scheme can use ({pool.start}-{pool.stop - 1})"
+                )
+            options = dataclasses.replace(options, pool=narrowed)
+        claim = ZooKeeperClaim(self, options, clock)
+        claim.start()
+        return claim
+
+    def list_claims(self) -> list[ClaimInfo]:
+        kazoo = _kazoo()
+        client, _ = self.client()
+        try:
+            try:
+                held = client.get_children(f"{self.root}/pool")
+            except kazoo.exceptions.NoNodeError:
+                return []
+            cluster = self._read_cluster(client)
+            rows = []
+            for name in sorted(held, key=lambda n: (len(n), n)):
+                if not name.isdigit():
+                    continue
+                generator = int(name)
+                try:
+                    data, stat = client.get(f"{self.root}/pool/{name}")
+                except kazoo.exceptions.NoNodeError:
+                    continue
+                holder = _holder_of(data)
+                mark, _ = read_mark(client, f"{self.root}/hwm/{name}")
+                rows.append(
+                    ClaimInfo(
+                        cluster=cluster,
+                        generator=generator,
+                        holder=holder,
+                        since_ms=int(stat.ctime),
+                        high_water_mark_ms=mark.ceiling_ms if mark else None,
+                    )
+                )
+        except kazoo.exceptions.KazooException as error:
+            raise _translate(error, f"listing claims under {self.root}") from error
+        else:
+            return rows
+        finally:
+            client.stop()
+            client.close()
+
+    def _read_cluster(self, client: Any) -> int:
+        kazoo = _kazoo()
+        try:
+            data, _ = client.get(f"{self.root}/cluster-id")
+            return int(data.decode("ascii").strip())
+        except (kazoo.exceptions.NoNodeError, ValueError, UnicodeDecodeError):
+            return 0
+
+    def close(self) -> None:
+        """Nothing to close: each claim has its own session."""
+
+
+class ZooKeeperClaim(Claim):
+    """One generator ID held through its own ZooKeeper session."""
+
+    def __init__(
+        self, coordinator: ZooKeeperCoordinator, options: ClaimOptions, clock: Clock | None
+    ) -> None:
+        super().__init__(
+            options=options,
+            ttl_s=coordinator.session_timeout_s,
+            clock=clock,
+            description=f"generator ID claim at zk://{coordinator.hosts}{coordinator.root}",
+        )
+        self._coordinator = coordinator
+        self._client: Any = None
+        self._spy: _NegotiatedTimeout | None = None
+        self._session_id: int | None = None
+        self._path: str | None = None
+        self._hwm_path: str | None = None
+        self._hwm_version = -1
+        self._token = uuid.uuid4().hex
+        self._connected = threading.Event()
+
+    # -- connection and its events --------------------------------------------------------
+    def _ensure_client(self) -> Any:
+        if self._client is None:
+            self._client, self._spy = self._coordinator.client(listener=self._on_state)
+            self._connected.set()
+            self._adopt_negotiated_timeout()
+        return self._client
+
+    def _adopt_negotiated_timeout(self) -> None:
+        negotiated = self._spy.negotiated_ms if self._spy else None
+        if negotiated is not None and negotiated / 1000 < self.ttl_s:
+            log.warning(
+                "%s: ZooKeeper granted a %d ms session timeout, less than the %g s asked "
+                "for; fencing with what was granted",
+                self,
+                negotiated,
+                self.ttl_s,
+            )
+            self.ttl_s = negotiated / 1000
+            self.margin_s = min(self.margin_s, self.ttl_s / 4)
+            self.renew_every_s = (self.ttl_s - self.margin_s) / 3
+
+    def _on_state(self, state: str) -> None:
+        # Runs in kazoo's connection thread: must not block or call ZooKeeper.
+        if state == "SUSPENDED":
+            self._connected.clear()
+            self._suspend("the connection to ZooKeeper was interrupted")
+        elif state == "LOST":
+            self._connected.clear()
+            self._lose("the ZooKeeper session expired or was closed")
+        elif state == "CONNECTED":
+            self._connected.set()
+            # Same session or a new one? The renewal's compare-and-set tells.
+            self._resume_soon()
+
+    # -- Claim hooks --------------------------------------------------------------------------
+    def _acquire(self) -> tuple[Mapping[str, int], int]:
+        kazoo = _kazoo()
+        coordinator = self._coordinator
+        client = self._ensure_client()
+        if client.client_id is None or client.client_id[0] != self._session_id:
+            self._session_id = client.client_id[0] if client.client_id else None
+        deadline = time.monotonic() + self.options.claim_timeout_s
+        try:
+            cluster = coordinator.ensure_layout(client, self.options.cluster)
+            with self._queue_lock(client, deadline):
+                while True:
+                    found = self._try_claim(client)
+                    if found is not None:
+                        generator, floor = found
+                        return {"generator": generator, "cluster": cluster}, floor
+                    if time.monotonic() >= deadline:
+                        pool = self.options.pool
+                        raise PoolExhausted(
+                            f"all {len(pool)} generator IDs of pool {pool.start}-{pool.stop - 1} "
+                            f"(cluster {cluster}) at zk://{coordinator.hosts}{coordinator.root} "
+                            f"are held or held off; waited {self.options.claim_timeout_s:g} s. "
+                            "Widen generators=LO-HI, or see who holds them with "
+                            "`idmint claims list`"
+                        )
+                    self._wait_for_pool_change(client, deadline)
+        except kazoo.exceptions.KazooException as error:
+            raise _translate(error, "claiming a generator ID") from error
+
+    def _try_claim(self, client: Any) -> tuple[int, int] | None:
+        kazoo = _kazoo()
+        root = self._coordinator.root
+        taken = set(client.get_children(f"{root}/pool"))
+        now_ms = self.clock.time_ns() // 1_000_000
+        ttl_ms = round(self.ttl_s * 1000)
+        for generator in self.options.pool:
+            if str(generator) in taken:
+                continue
+            mark, version = read_mark(client, f"{root}/hwm/{generator}")
+            if mark and mark.holdoff_until_ms(ttl_ms, self.options.skew_ms) > now_ms:
+                continue
+            path = f"{root}/pool/{generator}"
+            data = json.dumps(
+                {"holder": holder_description(), "since_ms": now_ms, "token": self._token}
+            ).encode()
+            try:
+                client.create(path, data, acl=self._coordinator.acls()["claim"], ephemeral=True)
+            except kazoo.exceptions.NodeExistsError:
+                if not self._is_ours(client, path):
+                    continue
+            except kazoo.exceptions.ConnectionLoss:
+                # The create may have landed: find our node as kazoo's lock
+                # recipe finds its own, by what only we could have written.
+                if not self._is_ours(client, path):
+                    raise
+            # Read the mark again now that generator is ours: it cannot change
+            # under us any more (a predecessor with a live session would still
+            # hold the node), so its version is the one to compare-and-set.
+            mark, version = read_mark(client, f"{root}/hwm/{generator}")
+            self._path = path
+            self._hwm_path = f"{root}/hwm/{generator}"
+            self._hwm_version = version
+            return generator, mark.ceiling_ms if mark else -1
+        return None
+
+    def _is_ours(self, client: Any, path: str) -> bool:
+        kazoo = _kazoo()
+        try:
+            data, stat = client.get(path)
+        except kazoo.exceptions.NoNodeError:
+            return False
+        session = client.client_id[0] if client.client_id else None
+        try:
+            token = json.loads(data or b"{}").get("token")
+        except ValueError:
+            token = None
+        return bool(stat.ephemeralOwner == session and token == self._token)
+
+    def _wait_for_pool_change(self, client: Any, deadline: float) -> None:
+        changed = threading.Event()
+        client.get_children(f"{self._coordinator.root}/pool", watch=lambda event: changed.set())
+        # Held-off IDs become free with time, not with an event: look again soon.
+        changed.wait(max(0.0, min(deadline - time.monotonic(), 1.0)))
+
+    @contextmanager
+    def _queue_lock(self, client: Any, deadline: float) -> Iterator[None]:
+        if not self._coordinator.use_queue:
+            yield
+            return
+        lock = _JavaQueueLock(client, f"{self._coordinator.root}/queue", self._coordinator.acls())
+        lock.acquire(deadline)
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def _renew(self, ceiling_ms: int) -> bool:
+        kazoo = _kazoo()
+        client = self._client
+        assert client is not None
+        assert self._hwm_path is not None
+        if not self._connected.is_set():
+            raise CoordinatorUnavailable("not connected to ZooKeeper")
+        mark = HighWaterMark(
+            ceiling_ms=ceiling_ms,
+            renewed_ms=self.clock.time_ns() // 1_000_000,
+            holder=holder_description(),
+        )
+        try:
+            self._hwm_version = write_mark(
+                client, self._hwm_path, mark, self._hwm_version, self._coordinator.acls()["tree"]
+            )
+        except (kazoo.exceptions.BadVersionError, kazoo.exceptions.NodeExistsError):
+            return False  # someone claimed this generator after us
+        except kazoo.exceptions.NoNodeError:
+            return False
+        except kazoo.exceptions.SessionExpiredError:
+            return False
+        except kazoo.exceptions.KazooException as error:
+            raise _translate(error, "renewing the claim") from error
+        return True
+
+    def _release(self, final_ceiling_ms: int | None) -> None:
+        kazoo = _kazoo()
+        client = self._client
+        if client is None:
+            return
+        try:
+            if final_ceiling_ms is not None and self._hwm_path is not None:
+                now_ms = self.clock.time_ns() // 1_000_000
+                mark = HighWaterMark(
+                    ceiling_ms=final_ceiling_ms,
+                    renewed_ms=now_ms,
+                    released_ms=now_ms,
+                    holder=holder_description(),
+                )
+                try:
+                    write_mark(
+                        client,
+                        self._hwm_path,
+                        mark,
+                        self._hwm_version,
+                        self._coordinator.acls()["tree"],
+                    )
+                except kazoo.exceptions.KazooException as error:
+                    # The recorded ceiling stays, which is only more cautious.
+                    log.info("%s: could not record the final high-water mark: %s", self, error)
+        finally:
+            # Closing the session removes the claim node: that is the release.
+            client.stop()
+            client.close()
+            self._client = None
+
+    def _reclaim(self) -> None:
+        # A LOST session's client reconnects with a new session by itself.
+        self._path = None
+        super()._reclaim()
+
+
+class _JavaQueueLock:
+    """java-uniqueid's lock: ephemeral tickets in ``queue``, then the lock ticket.
+
+    Not needed for safety (creating ``pool/<n>`` is atomic) but it keeps Java
+    and Python claimants from stampeding the pool together.
+    """
+
+    def __init__(self, client: Any, path: str, acls: dict[str, Any]) -> None:
+        self.client = client
+        self.path = path
+        self.acl = acls["tree"]
+        self.ticket: str | None = None
+        self.held = False
+
+    def _take_ticket(self) -> str:
+        kazoo = _kazoo()
+        while True:
+            name = f"nr-{int(time.time() * 1000):014d}-{random.randrange(10000):04d}"
+            try:
+                self.client.create(f"{self.path}/{name}", b"", acl=self.acl, ephemeral=True)
+            except kazoo.exceptions.NodeExistsError:
+                continue
+            return name
+
+    def acquire(self, deadline: float) -> None:
+        kazoo = _kazoo()
+        self.ticket = self._take_ticket()
+        while True:
+            children = sorted(self.client.get_children(self.path))
+            if children and children[0] == LOCK_TICKET:
+                children.pop(0)
+            if self.ticket not in children:
+                self.ticket = self._take_ticket()  # the queue was cleared under us
+                continue
+            position = children.index(self.ticket)
+            if position == 0:
+                try:
+                    self.client.create(
+                        f"{self.path}/{LOCK_TICKET}", b"", acl=self.acl, ephemeral=True
+                    )
+                except kazoo.exceptions.NodeExistsError:
+                    predecessor = LOCK_TICKET
+                else:
+                    self.held = True
+                    self._drop_ticket()
+                    return
+            else:
+                predecessor = children[position - 1]
+            moved = threading.Event()
+            if self.client.exists(f"{self.path}/{predecessor}", watch=_setter(moved)):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not moved.wait(remaining):
+                    self._drop_ticket()
+                    raise PoolExhausted(
+                        f"timed out waiting in the claim queue at {self.path} behind "
+                        f"{predecessor}; another claimant may be stuck"
+                    )
+
+    def _drop_ticket(self) -> None:
+        kazoo = _kazoo()
+        if self.ticket is not None:
+            with suppress(kazoo.exceptions.NoNodeError):
+                self.client.delete(f"{self.path}/{self.ticket}")
+            self.ticket = None
+
+    def release(self) -> None:
+        kazoo = _kazoo()
+        self._drop_ticket()
+        if self.held:
+            self.held = False
+            with suppress(kazoo.exceptions.NoNodeError):
+                self.client.delete(f"{self.path}/{LOCK_TICKET}")
+
+
+def _setter(event: threading.Event) -> Any:
+    return lambda _watched: event.set()
+
+
+def read_mark(client: Any, path: str) -> tuple[HighWaterMark | None, int]:
+    """The high-water mark at ``path`` and its version (-1 when absent)."""
+    kazoo = _kazoo()
+    try:
+        data, stat = client.get(path)
+    except kazoo.exceptions.NoNodeError:
+        return None, -1
+    try:
+        return HighWaterMark.from_json(json.loads(data)), stat.version
+    except (ValueError, TypeError, AttributeError):
+        # Unreadable: treat as "someone used it, we do not know how far".
+        return HighWaterMark(ceiling_ms=2**62), stat.version
+
+
+def write_mark(client: Any, path: str, mark: HighWaterMark, version: int, acl: Any) -> int:
+    """Compare-and-set the mark at ``path`` (create it when ``version`` is -1)."""
+    data = json.dumps(mark.to_json()).encode()
+    if version < 0:
+        client.create(path, data, acl=acl)
+        return 0
+    stat = client.set(path, data, version=version)
+    return int(stat.version)
+
+
+def _holder_of(data: bytes) -> str:
+    if not data:
+        return "unknown (no data: java-uniqueid?)"
+    try:
+        return str(json.loads(data).get("holder", "unknown"))
+    except (ValueError, AttributeError):
+        return "unknown"
+
+
+def _translate(error: Exception, doing: str) -> CoordinationError:
+    """A kazoo exception as the idmint error a caller can act on."""
+    kazoo = _kazoo()
+    exceptions = kazoo.exceptions
+    name = type(error).__name__
+    if isinstance(error, (exceptions.NoAuthError, exceptions.AuthFailedError)) or (
+        name == "SessionClosedRequireSaslError"
+    ):
+        return CoordinatorUnavailable(
+            f"{doing}: ZooKeeper refused us ({name}); check the user:password in the URL "
+            "and the ACLs of the root node"
+        )
+    if isinstance(
+        error,
+        (
+            exceptions.ConnectionLoss,
+            exceptions.SessionExpiredError,
+            exceptions.OperationTimeoutError,
+            exceptions.ConnectionClosedError,
+        ),
+    ):
+        return CoordinatorUnavailable(f"{doing}: lost the connection to ZooKeeper ({name})")
+    return ClaimLost(f"{doing}: ZooKeeper said {name}: {error}")
