@@ -51,8 +51,17 @@ class InvalidId(IdmintError, ValueError):
 
     ``scheme`` names the scheme that rejected the input (``None`` when no scheme
     was given and none could be told from the input), ``problem`` a short
-    machine-friendly reason: ``"length"``, ``"character"``, ``"range"``,
-    ``"reserved"``, ``"type"`` or ``"ambiguous"``.
+    machine-friendly reason:
+
+    ``length``     too many or too few characters or bytes
+    ``character``  a character outside the alphabet, or a non-canonical form
+    ``range``      a field or value outside what the scheme holds
+    ``reserved``   reserved bits set (uid64-v1)
+    ``type``       not text, bytes or an int
+    ``ambiguous``  the shape fits several schemes; name one
+    ``node_bits``  elastic64's width is missing, or given for another scheme
+    ``scheme``     no such scheme
+    ``format``     the shape of no scheme
     """
 
     def __init__(self, scheme: str | None, message: str, *, problem: str = "format") -> None:

@@ -97,8 +97,21 @@ def guess_scheme(text: str, *, node_bits: int | None = None) -> str:
 
 def parse_id(text: str, scheme: str | None = None, *, node_bits: int | None = None) -> IdValue:
     """Read ``text`` as an ID of ``scheme`` (guessed from its shape when ``None``)."""
+    if not isinstance(text, str):
+        raise InvalidId(
+            scheme,
+            f"cannot read an ID from {type(text).__name__}; expected text "
+            "(use the scheme's type for ints and bytes, e.g. Uid64(0x...))",
+            problem="type",
+        )
     name = scheme if scheme is not None else guess_scheme(text, node_bits=node_bits)
     cls = scheme_type(name)
+    if node_bits is not None and scheme is not None and cls is not Elastic64:
+        raise InvalidId(
+            name,
+            f"node_bits applies only to elastic64 IDs, not {name}",
+            problem="node_bits",
+        )
     if cls is Elastic64:
         if node_bits is None:
             raise InvalidId(

@@ -89,6 +89,8 @@ class Muid(IdValue):
                     f"{'-'.join(str(n) for n in lengths)} in {stripped!r}",
                     problem="length",
                 )
+            # Check characters where the user typed them, dashes included.
+            int_from_hex(cls.scheme, stripped.replace("-", "0"), 34)
             stripped = "".join(groups)
         return cls._trusted(int_from_hex(cls.scheme, stripped, 32))
 

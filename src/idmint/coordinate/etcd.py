@@ -1,0 +1,625 @@
+"""Generator IDs claimed through etcd v3, with java-uniqueid's key layout.
+
+URL grammar::
+
+    etcd://[user:password@]host:port[,host:port...][/prefix][?option=value&...]
+    etcds://...            the same over TLS
+
+The prefix defaults to ``/idmint``. The client is etcd3gw (etcd's JSON
+gateway, etcd 3.4 and 3.5), wrapped to fail over between the hosts given: a
+request that cannot reach one member is retried on the next.
+
+==================== ========= ======================================================
+option               default   meaning
+==================== ========= ======================================================
+``ttl``              ``10``    s; the lease TTL (the deadline's basis)
+``tls``              ``false`` use https (``etcds://`` sets it)
+``ca``               system    CA bundle to verify the servers with
+``cert``, ``key``    none      client certificate and key (mutual TLS)
+``timeout``          ``2``     s per request before trying the next host
+``generators``       all       ``LO-HI``: the generator IDs this client may claim
+``cluster``          list      one cluster ID from ``cluster-id`` to claim in
+``claim_timeout``    ``30``    s to wait for a free generator ID
+``connect_timeout``  ``10``    s to wait for the cluster at start
+``wait_timeout``     ``10``    s a generator waits for a lapsed claim to recover
+``margin``           ttl/10    s taken off the TTL for the deadline
+``skew``             ``1``     s of clock-skew allowance in the hold-off
+==================== ========= ======================================================
+
+With ``user:password`` the client authenticates (``/v3/auth/authenticate``)
+and sends the token with every request, authenticating again when a member
+no longer knows it.
+
+Keys under the prefix (java-uniqueid 4.x's, plus ``hwm``)::
+
+    <prefix>/cluster-id               comma-separated cluster IDs ("0", "1, 2")
+    <prefix>/pool/<cluster>:<gen>     the claim: bound to the holder's lease,
+                                      created only by a transaction requiring
+                                      the key to be absent; JSON {"holder",
+                                      "since_ms", "token"} (Java writes "")
+    <prefix>/hwm/<cluster>:<gen>      persistent high-water mark (JSON)
+
+etcd has no session events, so lease loss is detected by the renewal itself:
+each renewal is a keep-alive (its send time moves the deadline) followed by
+a transaction that writes the new ceiling only if the pool key is still bound
+to our lease and the high-water mark is at the revision we last wrote. A
+keep-alive that reports the lease gone, or a failed comparison, means the
+claim is lost.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import json
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from idmint.coordinate.base import (
+    Claim,
+    ClaimInfo,
+    ClaimOptions,
+    Coordinator,
+    HighWaterMark,
+    holder_description,
+    pick_candidates,
+)
+from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
+from idmint.errors import (
+    ClaimLost,
+    ConfigurationError,
+    CoordinationError,
+    CoordinatorUnavailable,
+    PoolExhausted,
+)
+from idmint.generate.clock import Clock
+
+__all__ = ["EtcdClaim", "EtcdCoordinator", "EtcdGateway"]
+
+log = logging.getLogger("idmint.coordinate.etcd")
+
+DEFAULT_PREFIX = "/idmint"
+DEFAULT_TTL_S = 10.0
+OPTIONS = (*COMMON_OPTIONS, "ttl", "tls", "ca", "cert", "key", "timeout")
+T = TypeVar("T")
+
+
+def _b64(data: str | bytes) -> str:
+    raw = data.encode() if isinstance(data, str) else data
+    return base64.b64encode(raw).decode("ascii")
+
+
+def _unb64(text: str | None) -> bytes:
+    return base64.b64decode(text) if text else b""
+
+
+def _etcd3gw() -> Any:
+    try:
+        import etcd3gw
+        import etcd3gw.exceptions
+    except ImportError:  # pragma: no cover - depends on the install
+        raise ConfigurationError(
+            "etcd:// needs etcd3gw; install idmint with the etcd extra: pip install 'idmint[etcd]'"
+        ) from None
+    return etcd3gw
+
+
+class EtcdGateway:
+    """etcd3gw clients for every host, one shared session, failover on connection errors."""
+
+    def __init__(
+        self,
+        hosts: Sequence[tuple[str, int]],
+        *,
+        tls: bool,
+        ca: str | None,
+        cert: str | None,
+        key: str | None,
+        timeout_s: float,
+        username: str | None,
+        password: str | None,
+    ) -> None:
+        etcd3gw = _etcd3gw()
+        import requests
+
+        self.session = requests.Session()
+        # Proxies and CA bundles from the environment (REQUESTS_CA_BUNDLE...)
+        # would override what the URL says.
+        self.session.trust_env = False
+        if ca:
+            self.session.verify = ca
+        if cert:
+            self.session.cert = (cert, key) if key else cert
+        protocol = "https" if tls else "http"
+        self.endpoints = [f"{protocol}://{host}:{port}" for host, port in hosts]
+        self.clients = [
+            etcd3gw.Etcd3Client(
+                host=host,
+                port=port,
+                protocol=protocol,
+                timeout=timeout_s,
+                api_path="/v3/",
+                session=self.session,
+            )
+            for host, port in hosts
+        ]
+        self._current = 0
+        self._lock = threading.Lock()
+        self.username = username
+        self.password = password
+        self._authenticated = False
+
+    def call(self, what: str, operation: Callable[[Any], T]) -> T:
+        """Run ``operation(client)`` on a reachable member, trying each in turn."""
+        exceptions = _etcd3gw().exceptions
+        if self.username is not None and not self._authenticated:
+            self._authenticate()
+        failures: list[str] = []
+        for attempt in range(len(self.clients)):
+            index = (self._current + attempt) % len(self.clients)
+            client = self.clients[index]
+            try:
+                result = operation(client)
+            except (exceptions.ConnectionFailedError, exceptions.ConnectionTimeoutError) as error:
+                failures.append(f"{self.endpoints[index]}: {type(error).__name__}")
+                continue
+            except exceptions.Etcd3Exception as error:
+                detail = (error.detail_text or "").lower()
+                if self.username is not None and ("auth token" in detail or "401" in detail):
+                    self._authenticated = False
+                    self._authenticate()
+                    return operation(client)
+                raise _translate(error, what) from error
+            self._current = index
+            return result
+        raise CoordinatorUnavailable(
+            f"{what}: no etcd member answered ({'; '.join(failures)}); check that the "
+            "cluster is running and the URL's hosts, ports and TLS settings are right"
+        )
+
+    def _authenticate(self) -> None:
+        exceptions = _etcd3gw().exceptions
+        with self._lock:
+            self.session.headers.pop("Authorization", None)
+            failures = []
+            for index, client in enumerate(self.clients):
+                try:
+                    reply = client.post(
+                        client.get_url("/auth/authenticate"),
+                        json={"name": self.username, "password": self.password},
+                    )
+                except (exceptions.ConnectionFailedError, exceptions.ConnectionTimeoutError) as e:
+                    failures.append(f"{self.endpoints[index]}: {type(e).__name__}")
+                    continue
+                except exceptions.Etcd3Exception as error:
+                    raise CoordinatorUnavailable(
+                        f"etcd refused user {self.username!r}: {error.detail_text or error}; "
+                        "check the user and password in the URL"
+                    ) from error
+                self.session.headers["Authorization"] = reply["token"]
+                self._authenticated = True
+                return
+            raise CoordinatorUnavailable(
+                f"authenticating to etcd: no member answered ({'; '.join(failures)})"
+            )
+
+    # -- the operations the driver needs, in etcd's JSON gateway form --------------------
+    def get(self, key: str) -> tuple[bytes, dict[str, Any]] | None:
+        reply = self.call(
+            f"reading {key}",
+            lambda c: c.post(c.get_url("/kv/range"), json={"key": _b64(key)}),
+        )
+        kvs = reply.get("kvs") or []
+        if not kvs:
+            return None
+        return _unb64(kvs[0].get("value")), kvs[0]
+
+    def get_prefix(self, prefix: str) -> list[tuple[str, bytes, dict[str, Any]]]:
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        reply = self.call(
+            f"listing {prefix}",
+            lambda c: c.post(
+                c.get_url("/kv/range"), json={"key": _b64(prefix), "range_end": _b64(end)}
+            ),
+        )
+        return [
+            (_unb64(kv["key"]).decode(), _unb64(kv.get("value")), kv)
+            for kv in reply.get("kvs") or []
+        ]
+
+    def txn(self, what: str, request: dict[str, Any]) -> dict[str, Any]:
+        reply: dict[str, Any] = self.call(
+            what, lambda c: c.post(c.get_url("/kv/txn"), json=request)
+        )
+        return reply
+
+    def grant(self, ttl_s: int) -> int:
+        reply = self.call(
+            "granting a lease",
+            lambda c: c.post(c.get_url("/lease/grant"), json={"TTL": ttl_s, "ID": 0}),
+        )
+        return int(reply["ID"])
+
+    def keepalive(self, lease: int) -> int:
+        """The lease's renewed TTL in s, or -1 if it no longer exists."""
+        reply = self.call(
+            "keeping the lease alive",
+            lambda c: c.post(c.get_url("/lease/keepalive"), json={"ID": lease}),
+        )
+        return int(reply.get("result", {}).get("TTL", -1))
+
+    def revoke(self, lease: int) -> None:
+        self.call(
+            "revoking the lease",
+            lambda c: c.post(c.get_url("/kv/lease/revoke"), json={"ID": lease}),
+        )
+
+    def close(self) -> None:
+        self.session.close()
+
+
+class EtcdCoordinator(Coordinator):
+    """An etcd cluster used as a pool of generator IDs (see the module docs)."""
+
+    def __init__(self, url: CoordinatorUrl) -> None:
+        url.check_known(OPTIONS)
+        if not url.hosts:
+            raise ConfigurationError(f"{url.redacted()}: give at least one host:port")
+        self.url = url.redacted()
+        self.prefix = (url.path or DEFAULT_PREFIX).rstrip("/")
+        self.ttl_s = url.number("ttl", DEFAULT_TTL_S, minimum=2)
+        if self.ttl_s != int(self.ttl_s):
+            raise ConfigurationError(f"etcd:// option ttl must be whole seconds, got {self.ttl_s}")
+        tls = url.flag("tls", url.scheme == "etcds") or bool(url.options.get("ca"))
+        self.hosts = tuple((host, port or 2379) for host, port in url.hosts)
+        self.gateway = EtcdGateway(
+            self.hosts,
+            tls=tls,
+            ca=url.options.get("ca"),
+            cert=url.options.get("cert"),
+            key=url.options.get("key"),
+            timeout_s=url.number("timeout", 2.0, minimum=0.1),
+            username=url.username,
+            password=url.password,
+        )
+        self._options_template = url.claim_options(pool_size=2048, ttl_s=self.ttl_s)
+        self.description = f"etcd://{','.join(f'{h}:{p}' for h, p in self.hosts)}{self.prefix}"
+        self._check_reachable()
+
+    def _check_reachable(self) -> None:
+        deadline = time.monotonic() + self._options_template.connect_timeout_s
+        while True:
+            try:
+                self.gateway.get(f"{self.prefix}/cluster-id")
+            except CoordinatorUnavailable as error:
+                if time.monotonic() >= deadline or "refused user" in str(error):
+                    raise CoordinatorUnavailable(
+                        f"could not reach etcd at {self.description} within "
+                        f"{self._options_template.connect_timeout_s:g} s: {error}"
+                    ) from error
+                time.sleep(0.1)
+            else:
+                return
+
+    def clusters(self) -> list[int]:
+        """The cluster IDs in ``cluster-id``, creating it ("0") when missing."""
+        key = f"{self.prefix}/cluster-id"
+        found = self.gateway.get(key)
+        if found is None:
+            default = str(self._options_template.cluster or 0)
+            self.gateway.txn(
+                f"creating {key}",
+                {
+                    "compare": [
+                        {"target": "VERSION", "key": _b64(key), "result": "EQUAL", "version": 0}
+                    ],
+                    "success": [{"request_put": {"key": _b64(key), "value": _b64(default)}}],
+                },
+            )
+            found = self.gateway.get(key)
+        text = found[0].decode("utf-8", "replace") if found else "0"
+        try:
+            clusters = [int(part.strip()) for part in text.split(",") if part.strip()]
+        except ValueError:
+            raise ConfigurationError(
+                f"{key} holds {text!r}; expected comma-separated cluster IDs such as '0' or '1, 2'"
+            ) from None
+        wanted = self._options_template.cluster
+        if wanted is not None:
+            if wanted not in clusters:
+                raise ConfigurationError(
+                    f"{key} lists clusters {text!r}, not the cluster={wanted} the URL asks for"
+                )
+            return [wanted]
+        return clusters
+
+    def claim(self, *, clock: Clock | None = None, pool: range | None = None) -> EtcdClaim:
+        options = self._options_template
+        if pool is not None:
+            narrowed = range(max(pool.start, options.pool.start), min(pool.stop, options.pool.stop))
+            if not narrowed:
+                raise ConfigurationError(
+                    f"{self.url}: generators={options.pool.start}-{options.pool.stop - 1} "
+                    f"leaves nothing this scheme can use ({pool.start}-{pool.stop - 1})"
+                )
+            options = dataclasses.replace(options, pool=narrowed)
+        claim = EtcdClaim(self, options, clock)
+        claim.start()
+        return claim
+
+    def read_marks(self) -> dict[tuple[int, int], tuple[HighWaterMark, int]]:
+        """Every high-water mark: (cluster, generator) -> (mark, mod_revision)."""
+        marks = {}
+        for key, value, kv in self.gateway.get_prefix(f"{self.prefix}/hwm/"):
+            pair = _pair(key)
+            if pair is not None:
+                marks[pair] = (_mark(value), int(kv.get("mod_revision", 0)))
+        return marks
+
+    def list_claims(self) -> list[ClaimInfo]:
+        marks = self.read_marks()
+        rows = []
+        for key, value, _kv in self.gateway.get_prefix(f"{self.prefix}/pool/"):
+            pair = _pair(key)
+            if pair is None:
+                continue
+            holder, since = _holder(value)
+            mark = marks.get(pair)
+            rows.append(
+                ClaimInfo(
+                    cluster=pair[0],
+                    generator=pair[1],
+                    holder=holder,
+                    since_ms=since,
+                    high_water_mark_ms=mark[0].ceiling_ms if mark else None,
+                )
+            )
+        return sorted(rows, key=lambda row: (row.cluster, row.generator))
+
+    def close(self) -> None:
+        self.gateway.close()
+
+
+class EtcdClaim(Claim):
+    """One (cluster, generator) pair held by a lease."""
+
+    def __init__(
+        self, coordinator: EtcdCoordinator, options: ClaimOptions, clock: Clock | None
+    ) -> None:
+        super().__init__(
+            options=options,
+            ttl_s=coordinator.ttl_s,
+            clock=clock,
+            description=f"generator ID claim at {coordinator.description}",
+        )
+        self._coordinator = coordinator
+        self._gateway = coordinator.gateway
+        self._lease: int | None = None
+        self._key: str | None = None
+        self._hwm_key: str | None = None
+        self._hwm_revision = 0  # 0: no mark yet (compare create_revision == 0)
+        self._token = uuid.uuid4().hex
+
+    def _acquire(self) -> tuple[Mapping[str, int], int]:
+        clusters = self._coordinator.clusters()
+        lease = self._gateway.grant(int(self.ttl_s))
+        try:
+            return self._acquire_with(lease, clusters)
+        except BaseException:
+            if self._lease != lease:
+                try:
+                    self._gateway.revoke(lease)
+                except CoordinationError as error:
+                    log.info("%s: could not revoke an unused lease (%s); it expires", self, error)
+            raise
+
+    def _acquire_with(self, lease: int, clusters: list[int]) -> tuple[Mapping[str, int], int]:
+        coordinator = self._coordinator
+        prefix = coordinator.prefix
+        deadline = time.monotonic() + self.options.claim_timeout_s
+        while True:
+            taken = {
+                pair
+                for key, _, _ in self._gateway.get_prefix(f"{prefix}/pool/")
+                if (pair := _pair(key)) is not None
+            }
+            marks = coordinator.read_marks()
+            now_ms = self.clock.time_ns() // 1_000_000
+            for cluster in clusters:
+                ready, _held = pick_candidates(
+                    pool=self.options.pool,
+                    taken={g for c, g in taken if c == cluster},
+                    marks={g: m for (c, g), (m, _) in marks.items() if c == cluster},
+                    now_ms=now_ms,
+                    ttl_ms=round(self.ttl_s * 1000),
+                    skew_ms=self.options.skew_ms,
+                )
+                # Start at a random free ID: claimants racing for the lowest
+                # one would only fail each other's transactions.
+                if ready:
+                    start = random.randrange(len(ready))
+                    ready = ready[start:] + ready[:start]
+                for generator in ready:
+                    if self._try_claim(lease, cluster, generator):
+                        mark, revision = self._read_mark(cluster, generator)
+                        self._lease = lease
+                        self._hwm_revision = revision
+                        return (
+                            {"generator": generator, "cluster": cluster},
+                            mark.ceiling_ms if mark else -1,
+                        )
+            if time.monotonic() >= deadline:
+                pool = self.options.pool
+                raise PoolExhausted(
+                    f"all {len(pool)} generator IDs of pool {pool.start}-{pool.stop - 1} "
+                    f"(clusters {clusters}) at {coordinator.description} are held or held "
+                    f"off; waited {self.options.claim_timeout_s:g} s. Widen "
+                    "generators=LO-HI, or see who holds them with `idmint claims list`"
+                )
+            # Keep the lease alive while we wait for an ID to come free.
+            self._gateway.keepalive(lease)
+            time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+
+    def _try_claim(self, lease: int, cluster: int, generator: int) -> bool:
+        key = f"{self._coordinator.prefix}/pool/{cluster}:{generator}"
+        value = json.dumps(
+            {
+                "holder": holder_description(),
+                "since_ms": self.clock.time_ns() // 1_000_000,
+                "token": self._token,
+            }
+        )
+        request = {
+            "compare": [{"target": "VERSION", "key": _b64(key), "result": "EQUAL", "version": 0}],
+            "success": [{"request_put": {"key": _b64(key), "value": _b64(value), "lease": lease}}],
+        }
+        try:
+            reply = self._gateway.txn(f"claiming {key}", request)
+        except CoordinatorUnavailable:
+            # The transaction may have landed before the connection broke:
+            # it is ours if it carries our token and lease.
+            found = self._gateway.get(key)
+            if found is None or not self._is_ours(found, lease):
+                raise
+            reply = {"succeeded": True}
+        if not reply.get("succeeded"):
+            return False
+        self._key = key
+        self._hwm_key = f"{self._coordinator.prefix}/hwm/{cluster}:{generator}"
+        return True
+
+    def _is_ours(self, found: tuple[bytes, dict[str, Any]], lease: int) -> bool:
+        value, kv = found
+        try:
+            token = json.loads(value or b"{}").get("token")
+        except ValueError:
+            return False
+        return token == self._token and int(kv.get("lease", 0)) == lease
+
+    def _read_mark(self, cluster: int, generator: int) -> tuple[HighWaterMark | None, int]:
+        found = self._gateway.get(f"{self._coordinator.prefix}/hwm/{cluster}:{generator}")
+        if found is None:
+            return None, 0
+        return _mark(found[0]), int(found[1].get("mod_revision", 0))
+
+    def _renew(self, ceiling_ms: int) -> bool:
+        assert self._lease is not None
+        assert self._key is not None
+        assert self._hwm_key is not None
+        if self._gateway.keepalive(self._lease) <= 0:
+            return False  # the lease expired: etcd has deleted our key
+        mark = HighWaterMark(
+            ceiling_ms=ceiling_ms,
+            renewed_ms=self.clock.time_ns() // 1_000_000,
+            holder=holder_description(),
+        )
+        return self._write_mark(mark)
+
+    def _write_mark(self, mark: HighWaterMark) -> bool:
+        assert self._key is not None
+        assert self._hwm_key is not None
+        hwm = _b64(self._hwm_key)
+        revision_check = (
+            {"target": "CREATE", "key": hwm, "result": "EQUAL", "create_revision": 0}
+            if self._hwm_revision == 0
+            else {
+                "target": "MOD",
+                "key": hwm,
+                "result": "EQUAL",
+                "mod_revision": self._hwm_revision,
+            }
+        )
+        request = {
+            "compare": [
+                {
+                    "target": "LEASE",
+                    "key": _b64(self._key),
+                    "result": "EQUAL",
+                    "lease": self._lease,
+                },
+                revision_check,
+            ],
+            "success": [
+                {"request_put": {"key": hwm, "value": _b64(json.dumps(mark.to_json()))}},
+            ],
+        }
+        reply = self._gateway.txn("renewing the claim", request)
+        if not reply.get("succeeded"):
+            return False
+        self._hwm_revision = int(reply.get("header", {}).get("revision", 0))
+        return True
+
+    def _release(self, final_ceiling_ms: int | None) -> None:
+        lease = self._lease
+        if lease is None:
+            return
+        try:
+            if final_ceiling_ms is not None and self._key is not None:
+                now_ms = self.clock.time_ns() // 1_000_000
+                mark = HighWaterMark(
+                    ceiling_ms=final_ceiling_ms,
+                    renewed_ms=now_ms,
+                    released_ms=now_ms,
+                    holder=holder_description(),
+                )
+                try:
+                    self._write_mark(mark)
+                except CoordinationError as error:
+                    # The recorded ceiling stays, which is only more cautious.
+                    log.info("%s: could not record the final high-water mark: %s", self, error)
+        finally:
+            self._lease = None
+            self._gateway.revoke(lease)  # deletes the pool key
+
+    def _reclaim(self) -> None:
+        lease = self._lease
+        self._lease = None
+        if lease is not None:
+            with contextlib.suppress(CoordinationError):  # expired already, most likely
+                self._gateway.revoke(lease)
+        super()._reclaim()
+
+
+def _pair(key: str) -> tuple[int, int] | None:
+    """(cluster, generator) from a key ending in ``<cluster>:<generator>``."""
+    tail = key.rsplit("/", 1)[-1]
+    cluster, colon, generator = tail.partition(":")
+    if not colon or not cluster.isdigit() or not generator.isdigit():
+        return None
+    return int(cluster), int(generator)
+
+
+def _mark(value: bytes) -> HighWaterMark:
+    try:
+        return HighWaterMark.from_json(json.loads(value))
+    except (ValueError, TypeError, AttributeError):
+        # Unreadable: treat as "someone used it, we do not know how far".
+        return HighWaterMark(ceiling_ms=2**62)
+
+
+def _holder(value: bytes) -> tuple[str, int | None]:
+    if not value:
+        return "unknown (no data: java-uniqueid?)", None
+    try:
+        data = json.loads(value)
+        return str(data.get("holder", "unknown")), data.get("since_ms")
+    except (ValueError, AttributeError):
+        return "unknown", None
+
+
+def _translate(error: Exception, doing: str) -> CoordinationError:
+    """An etcd3gw exception as the idmint error a caller can act on."""
+    detail = getattr(error, "detail_text", None) or str(error)
+    lowered = detail.lower()
+    if "permission denied" in lowered or "user name" in lowered or "auth" in lowered:
+        return CoordinatorUnavailable(
+            f"{doing}: etcd refused us ({detail.strip()}); check the user:password in the URL "
+            "and the user's role on the prefix"
+        )
+    return ClaimLost(f"{doing}: etcd said {detail.strip()}")
