@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NoReturn, TextIO
@@ -72,7 +73,13 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
+    _add_id_commands(commands)
+    _add_fleet_commands(commands)
+    return parser
 
+
+def _add_id_commands(commands: Any) -> None:
+    """generate, decode, encode, schemes: the IDs themselves."""
     generate = commands.add_parser(
         "generate", help="mint IDs, one per line", description="Mint IDs, one per line."
     )
@@ -94,7 +101,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "zk://host:port/root or etcd://host:port/prefix (claimed, released on exit)",
     )
     generate.set_defaults(handler=_cmd_generate, graceful=True)
+    _add_decode_encode(commands)
 
+
+def _add_fleet_commands(commands: Any) -> None:
+    """claims, discovery: what is held in ZooKeeper or etcd."""
     claims = commands.add_parser("claims", help="inspect claimed generator IDs")
     claims_commands = claims.add_subparsers(
         dest="claims_command", metavar="COMMAND", parser_class=_Parser
@@ -107,6 +118,38 @@ def _build_parser() -> argparse.ArgumentParser:
     claims_list.add_argument("--format", choices=["text", "json"], default="text")
     claims_list.set_defaults(handler=_cmd_claims_list)
 
+    discovery = commands.add_parser("discovery", help="service discovery in ZooKeeper")
+    discovery_commands = discovery.add_subparsers(
+        dest="discovery_command", metavar="COMMAND", parser_class=_Parser
+    )
+    discovery_commands.required = True
+    register = discovery_commands.add_parser(
+        "register",
+        help="register an instance and hold it until interrupted",
+        description="Claim a node ID, register an instance under it, print the node ID, "
+        "and hold the registration until SIGTERM/SIGINT.",
+    )
+    register.add_argument("--coordinator", metavar="URL", required=True)
+    register.add_argument("--service", required=True)
+    register.add_argument(
+        "--endpoint", action="append", default=[], metavar="E[:KEY]", help="repeatable"
+    )
+    register.add_argument("--host")
+    register.add_argument("--port", type=_integer)
+    register.add_argument(
+        "--metadata", action="append", default=[], metavar="K=V", help="repeatable"
+    )
+    register.set_defaults(handler=_cmd_discovery_register, graceful=True)
+    listing = discovery_commands.add_parser(
+        "list", help="the registered services and endpoints", description="Print the tree."
+    )
+    listing.add_argument("--coordinator", metavar="URL", required=True)
+    listing.add_argument("--service")
+    listing.add_argument("--format", choices=["text", "json"], default="text")
+    listing.set_defaults(handler=_cmd_discovery_list)
+
+
+def _add_decode_encode(commands: Any) -> None:
     decode = commands.add_parser(
         "decode",
         help="show what IDs are made of (JSON lines)",
@@ -132,7 +175,6 @@ def _build_parser() -> argparse.ArgumentParser:
 
     schemes = commands.add_parser("schemes", help="list the ID schemes")
     schemes.set_defaults(handler=_cmd_schemes)
-    return parser
 
 
 def _version() -> str:
@@ -258,6 +300,53 @@ def _cmd_claims_list(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _cmd_discovery_register(args: argparse.Namespace, out: TextIO) -> int:
+    from idmint.discovery import Discovery
+
+    metadata = {}
+    for item in args.metadata:
+        key, equals, value = item.partition("=")
+        if not equals or not key:
+            raise UsageError(f"idmint discovery register: --metadata wants K=V, got {item!r}")
+        metadata[key] = value
+    with (
+        Discovery(args.coordinator) as discovery,
+        discovery.register(
+            args.service,
+            host=args.host,
+            port=args.port,
+            endpoints=args.endpoint,
+            metadata=metadata,
+        ) as registration,
+    ):
+        out.write(f"{registration.node}\n")
+        out.flush()
+        # Hold until SIGTERM/SIGINT; the claim renews itself in the background.
+        while _STOP.signum is None:
+            _STOP.wait(0.5)
+    return 128 + (_STOP.signum or 0)
+
+
+def _cmd_discovery_list(args: argparse.Namespace, out: TextIO) -> int:
+    from idmint.discovery import Discovery
+
+    with Discovery(args.coordinator) as discovery:
+        tree = discovery.snapshot(args.service)
+    if args.format == "json":
+        out.write(json.dumps(tree) + "\n")
+        return 0
+    for service, instances in tree["services"].items():
+        out.write(f"{service}\n")
+        for instance in instances:
+            where = f"{instance['host'] or '-'}:{instance['port'] or '-'}"
+            endpoints = ", ".join(instance["endpoints"]) or "-"
+            out.write(f"  node {instance['node']:<6} {where:24} endpoints: {endpoints}\n")
+    for endpoint, keys in tree["endpoints"].items():
+        for key, nodes in keys.items():
+            out.write(f"endpoint {endpoint} [{key}]: nodes {', '.join(map(str, nodes))}\n")
+    return 0
+
+
 def _cmd_schemes(args: argparse.Namespace, out: TextIO) -> int:
     for name, cls in SCHEMES.items():
         summary = (cls.__doc__ or "").strip().splitlines()[0]
@@ -289,12 +378,23 @@ class _GracefulStop:
     def __init__(self) -> None:
         self.signum: int | None = None
         self.graceful = False
+        self._event = threading.Event()
 
     def __call__(self, signum: int, frame: object) -> None:
         if self.graceful and self.signum is None:
             self.signum = signum
+            self._event.set()
             return
         raise SystemExit(128 + signum)
+
+    def reset(self, graceful: bool) -> None:
+        self.signum = None
+        self.graceful = graceful
+        self._event.clear()
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep until asked to stop (or ``timeout``); True if asked."""
+        return self._event.wait(timeout)
 
 
 _STOP = _GracefulStop()
@@ -307,8 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous: dict[int, Any] = {}
     try:
         args = parser.parse_args(argv)
-        _STOP.signum = None
-        _STOP.graceful = getattr(args, "graceful", False)
+        _STOP.reset(getattr(args, "graceful", False))
         signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)
         for signum in signals if _STOP.graceful else signals[:1]:
             with contextlib.suppress(ValueError):  # not the main thread: leave signals alone

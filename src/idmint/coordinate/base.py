@@ -327,7 +327,7 @@ class Claim:
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=self.ttl_s)
-        highest = max((g._highest_tick() for g in list(self._generators)), default=-1)
+        highest = self._highest_tick_used()
         grant = self._grant
         final = max(highest, grant.floor_ms) if grant else highest
         try:
@@ -365,6 +365,29 @@ class Claim:
             if self._state in (ClaimState.ACTIVE, ClaimState.SUSPENDED):
                 self._set_state(ClaimState.LOST, reason)
         self._wake.set()
+
+    def _update_identity(self, identity: Mapping[str, int]) -> None:
+        """Switch the grant to a changed identity (elastic64's width), fencing generators.
+
+        Generators pick the new identity up at their next locked step, on a
+        tick later than any they used before.
+        """
+        with self._cond:
+            grant = self._grant
+            if grant is None:
+                return
+            self._epoch += 1
+            self._grant = replace(grant, epoch=self._epoch, identity=dict(identity))
+            for generator in list(self._generators):
+                generator._fence()
+            self._cond.notify_all()
+
+    def _highest_tick_used(self) -> int:
+        """The newest tick any attached generator has used (-1 if none)."""
+        return max((g._highest_tick() for g in list(self._generators)), default=-1)
+
+    def _maintain(self) -> None:
+        """Driver work done in the renewal thread after each renewal (default: none)."""
 
     def _resume_soon(self) -> None:
         """The connection is back: renew now to learn whether the claim survived."""
@@ -420,9 +443,12 @@ class Claim:
             try:
                 if state is ClaimState.LOST:
                     self._reclaim()
-                elif state in (ClaimState.ACTIVE, ClaimState.SUSPENDED) and not self._renew_once():
-                    self._lose("the coordinator no longer has our claim")
-                    self._wake.set()
+                elif state in (ClaimState.ACTIVE, ClaimState.SUSPENDED):
+                    if self._renew_once():
+                        self._maintain()
+                    else:
+                        self._lose("the coordinator no longer has our claim")
+                        self._wake.set()
             except CoordinationError as error:
                 self.renewal_failures += 1
                 self._problem = str(error)

@@ -90,7 +90,7 @@ LOCK_TICKET = "nr-00000000000000"  # java-uniqueid's "locking ticket"
 OPTIONS = (*COMMON_OPTIONS, "session_timeout", "queue")
 
 
-def _kazoo() -> Any:
+def kazoo_module() -> Any:
     try:
         import kazoo.client
     except ImportError:  # pragma: no cover - depends on the install
@@ -139,7 +139,7 @@ class ZooKeeperCoordinator(Coordinator):
     # -- connections -----------------------------------------------------------------
     def client(self, *, listener: Any = None) -> tuple[Any, _NegotiatedTimeout]:
         """A started KazooClient (its own session), and its negotiated-timeout spy."""
-        kazoo = _kazoo()
+        kazoo = kazoo_module()
         from kazoo.client import KazooClient
         from kazoo.handlers.threading import KazooTimeoutError
         from kazoo.retry import KazooRetry
@@ -168,7 +168,7 @@ class ZooKeeperCoordinator(Coordinator):
             ) from error
         except kazoo.exceptions.KazooException as error:
             client.close()
-            raise _translate(error, f"connecting to ZooKeeper at {self.hosts}") from error
+            raise translate_error(error, f"connecting to ZooKeeper at {self.hosts}") from error
         return client, spy
 
     def acls(self) -> dict[str, Any]:
@@ -191,7 +191,7 @@ class ZooKeeperCoordinator(Coordinator):
 
     def ensure_layout(self, client: Any, cluster: int | None) -> int:
         """Create root, queue, pool, hwm and cluster-id as needed; return the cluster ID."""
-        kazoo = _kazoo()
+        kazoo = kazoo_module()
         acls = self.acls()
         try:
             for path, acl in (
@@ -208,7 +208,7 @@ class ZooKeeperCoordinator(Coordinator):
                 client.create(cluster_path, str(cluster or 0).encode(), acl=acls["tree"])
             data, _ = client.get(cluster_path)
         except kazoo.exceptions.KazooException as error:
-            raise _translate(error, f"preparing {self.root} in ZooKeeper") from error
+            raise translate_error(error, f"preparing {self.root} in ZooKeeper") from error
         try:
             stored = int(data.decode("ascii").strip())
         except (UnicodeDecodeError, ValueError):
@@ -239,7 +239,7 @@ class ZooKeeperCoordinator(Coordinator):
         return claim
 
     def list_claims(self) -> list[ClaimInfo]:
-        kazoo = _kazoo()
+        kazoo = kazoo_module()
         client, _ = self.client()
         try:
             try:
@@ -268,7 +268,7 @@ class ZooKeeperCoordinator(Coordinator):
                     )
                 )
         except kazoo.exceptions.KazooException as error:
-            raise _translate(error, f"listing claims under {self.root}") from error
+            raise translate_error(error, f"listing claims under {self.root}") from error
         else:
             return rows
         finally:
@@ -276,7 +276,7 @@ class ZooKeeperCoordinator(Coordinator):
             client.close()
 
     def _read_cluster(self, client: Any) -> int:
-        kazoo = _kazoo()
+        kazoo = kazoo_module()
         try:
             data, _ = client.get(f"{self.root}/cluster-id")
             return int(data.decode("ascii").strip())
@@ -346,7 +346,7 @@ class ZooKeeperClaim(Claim):
 
     # -- Claim hooks --------------------------------------------------------------------------
     def _acquire(self) -> tuple[Mapping[str, int], int]:
-        kazoo = _kazoo()
+        kazoo = kazoo_module()
         coordinator = self._coordinator
         client = self._ensure_client()
         if client.client_id is None or client.client_id[0] != self._session_id:
@@ -371,10 +371,10 @@ class ZooKeeperClaim(Claim):
                         )
                     self._wait_for_pool_change(client, deadline)
         except kazoo.exceptions.KazooException as error:
-            raise _translate(error, "claiming a generator ID") from error
+            raise translate_error(error, "claiming a generator ID") from error
 
     def _try_claim(self, client: Any) -> tuple[int, int] | None:
-        kazoo = _kazoo()
+        kazoo = kazoo_module()
         root = self._coordinator.root
         taken = set(client.get_children(f"{root}/pool"))
         now_ms = self.clock.time_ns() // 1_000_000
@@ -410,7 +410,7 @@ class ZooKeeperClaim(Claim):
         return None
 
     def _is_ours(self, client: Any, path: str) -> bool:
-        kazoo = _kazoo()
+        kazoo = kazoo_module()
         try:
             data, stat = client.get(path)
         except kazoo.exceptions.NoNodeError:
@@ -441,7 +441,7 @@ class ZooKeeperClaim(Claim):
             lock.release()
 
     def _renew(self, ceiling_ms: int) -> bool:
-        kazoo = _kazoo()
+        kazoo = kazoo_module()
         client = self._client
         assert client is not None
         assert self._hwm_path is not None
@@ -463,11 +463,11 @@ class ZooKeeperClaim(Claim):
         except kazoo.exceptions.SessionExpiredError:
             return False
         except kazoo.exceptions.KazooException as error:
-            raise _translate(error, "renewing the claim") from error
+            raise translate_error(error, "renewing the claim") from error
         return True
 
     def _release(self, final_ceiling_ms: int | None) -> None:
-        kazoo = _kazoo()
+        kazoo = kazoo_module()
         client = self._client
         if client is None:
             return
@@ -518,7 +518,7 @@ class _JavaQueueLock:
         self.held = False
 
     def _take_ticket(self) -> str:
-        kazoo = _kazoo()
+        kazoo = kazoo_module()
         while True:
             name = f"nr-{int(time.time() * 1000):014d}-{random.randrange(10000):04d}"
             try:
@@ -528,7 +528,7 @@ class _JavaQueueLock:
             return name
 
     def acquire(self, deadline: float) -> None:
-        kazoo = _kazoo()
+        kazoo = kazoo_module()
         self.ticket = self._take_ticket()
         while True:
             children = sorted(self.client.get_children(self.path))
@@ -562,14 +562,14 @@ class _JavaQueueLock:
                     )
 
     def _drop_ticket(self) -> None:
-        kazoo = _kazoo()
+        kazoo = kazoo_module()
         if self.ticket is not None:
             with suppress(kazoo.exceptions.NoNodeError):
                 self.client.delete(f"{self.path}/{self.ticket}")
             self.ticket = None
 
     def release(self) -> None:
-        kazoo = _kazoo()
+        kazoo = kazoo_module()
         self._drop_ticket()
         if self.held:
             self.held = False
@@ -583,7 +583,7 @@ def _setter(event: threading.Event) -> Any:
 
 def read_mark(client: Any, path: str) -> tuple[HighWaterMark | None, int]:
     """The high-water mark at ``path`` and its version (-1 when absent)."""
-    kazoo = _kazoo()
+    kazoo = kazoo_module()
     try:
         data, stat = client.get(path)
     except kazoo.exceptions.NoNodeError:
@@ -614,9 +614,9 @@ def _holder_of(data: bytes) -> str:
         return "unknown"
 
 
-def _translate(error: Exception, doing: str) -> CoordinationError:
+def translate_error(error: Exception, doing: str) -> CoordinationError:
     """A kazoo exception as the idmint error a caller can act on."""
-    kazoo = _kazoo()
+    kazoo = kazoo_module()
     exceptions = kazoo.exceptions
     name = type(error).__name__
     if isinstance(error, (exceptions.NoAuthError, exceptions.AuthFailedError)) or (

@@ -339,8 +339,10 @@ class TickGenerator(Generic[IdT]):
         """Switch to a newly granted identity (caller holds the lock)."""
         self._set_identity(grant.identity)
         self._retire_tick()
-        # Ticks up to the predecessor's high-water mark are spent for us.
-        self._tick = grant.floor_ms
+        # Ticks up to the predecessor's high-water mark are spent for us, and
+        # so are our own: a changed layout (elastic64's width) must not meet
+        # IDs it already made.
+        self._tick = max(self._tick, grant.floor_ms)
         self._floor_fresh = True
         self._epoch = grant.epoch
 

@@ -75,10 +75,11 @@ def _coordinated(scheme: str, url: str, given: dict[str, Any]) -> TickGenerator[
     reasons = {
         "muid": "a muid's medallion is random per generator",
         "short60": "short60 has no node field",
-        "elastic64": "elastic64 node IDs come from ZooKeeper discovery (idmint.discovery)",
     }
     if scheme in reasons:
         raise ConfigurationError(f"{scheme} generators take no coordinator: {reasons[scheme]}")
+    if scheme == "elastic64":
+        return _elastic64_claimed(url, given)
     coordinator = connect(url)
     if isinstance(coordinator, StaticCoordinator):
         for name in ("generator", "cluster"):
@@ -105,4 +106,30 @@ def _coordinated(scheme: str, url: str, given: dict[str, Any]) -> TickGenerator[
         coordinator.close()
         raise
     generator._closers.extend([coordinator.close, claim.close])
+    return generator
+
+
+def _elastic64_claimed(url: str, given: dict[str, Any]) -> TickGenerator[Any]:
+    """An elastic64 generator on a node ID claimed in ZooKeeper (idmint.discovery)."""
+    from idmint.coordinate.url import parse_url
+    from idmint.discovery.nodes import NodeIdCoordinator
+
+    parsed = parse_url(url)
+    if parsed.scheme not in ("zk", "zookeeper"):
+        raise ConfigurationError(
+            f"elastic64 node IDs are claimed in ZooKeeper; expected zk://..., got {parsed.scheme}://"
+        )
+    for name in ("node", "node_bits"):
+        if name in given:
+            raise ConfigurationError(
+                f"{name} comes from the node-ID claim at {parsed.redacted()}, not from options"
+            )
+    coordinator = NodeIdCoordinator(parsed)
+    claim = coordinator.claim(clock=given.get("clock"))
+    try:
+        generator = Elastic64Generator(claim=claim, **given)
+    except BaseException:
+        claim.close()
+        raise
+    generator._closers.append(claim.close)
     return generator

@@ -168,13 +168,16 @@ class Elastic64Generator(TickGenerator[Elastic64]):
 
     def __init__(
         self,
-        node: int,
+        node: int = 0,
         node_bits: int = e64.MIN_NODE_BITS,
         *,
         max_ahead_ms: int = DEFAULT_ELASTIC64_MAX_AHEAD_MS,
+        claim: Lease | None = None,
         clock: Clock | None = None,
         max_clock_wait_ms: float = DEFAULT_MAX_CLOCK_WAIT_MS,
     ) -> None:
+        """``claim``: take the node ID and width from a node-ID claim (see
+        :mod:`idmint.discovery`), following its width as the fleet grows."""
         width = check_identity_field("node_bits", node_bits, e64.MIN_NODE_BITS, e64.MAX_NODE_BITS)
         super().__init__(
             limit=1 << (e64.LOW_BITS - width),
@@ -182,11 +185,20 @@ class Elastic64Generator(TickGenerator[Elastic64]):
             clock=clock,
             max_clock_wait_ms=max_clock_wait_ms,
             max_ahead_ticks=check_identity_field("max_ahead_ms", max_ahead_ms, 0, 60_000),
+            claim=claim,
         )
         self._node = 0
         self._node_bits = width
         self._make = _make_elastic64
-        self._set_layout(node, width)
+        if claim is None:
+            self._set_layout(node, width)
+        else:
+            grant = claim.wait()
+            with self._lock:
+                self._adopt(grant)
+
+    def _set_identity(self, identity: Mapping[str, int]) -> None:
+        self._set_layout(identity["node"], identity["node_bits"])
 
     @property
     def node(self) -> int:

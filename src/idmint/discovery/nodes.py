@@ -1,0 +1,404 @@
+"""Elastic node IDs in ZooKeeper: claimed in groups, with a width that follows the fleet.
+
+Layout under the discovery root (default ``/discovery``)::
+
+    <root>/nodes/<GG>          persistent group znode; GG = group, 2 upper-case hex digits
+    <root>/nodes/<GG>/<II>     EPHEMERAL: node ID (GG << 8) | II is held; data is JSON
+                               {"width", "switched_ms", "holder", "token"}
+    <root>/nodehwm/<GGII>      persistent high-water mark of node ID GGII (JSON)
+
+Node IDs are 16 bits, in 256 groups of 256 so no znode has thousands of
+children. IDs 0..7 are reserved for services not managed here. A node takes
+the first gap in the first group that is not full by creating an ephemeral
+znode; creation is atomic, so two nodes never hold one ID.
+
+**Width.** The elastic64 node-ID width follows the groups that exist:
+group 0 only -> 8 bits, groups up to 1 -> 9, up to 3 -> 10, up to 7 -> 11 ...
+up to 255 -> 16. The next group is created *ahead of need*, when the last one
+is three-quarters full, and empty trailing groups are removed when the last
+non-empty group is less than half full (the gap between the two stops the
+width flapping). So the width grows before any node needs it.
+
+**No duplicate while the width changes.** Two nodes with IDs ``a`` and ``b``
+using widths ``wa <= wb`` can mint the same 64 bits in the same ms only if
+``b mod 2**wa == a``, which needs ``b >= 2**wa``: only a node whose ID needs a
+wider width than some peer uses is ever at risk. So:
+
+1. Every node publishes in its znode the width it uses (``width``) and the
+   newest tick it minted at the width before (``switched_ms``). Growing, it
+   switches first and then publishes; shrinking, it publishes first and then
+   switches, so the published width is never wider than the one in use.
+2. A node whose ID needs ``k`` bits mints nothing until every live node
+   publishes a width of at least ``k``, and then only at ticks after every
+   peer's ``switched_ms``: a peer's narrower-width IDs all have ticks at or
+   before that.
+3. A node re-reads the groups (after a ``sync``) *after* creating its znode,
+   so a node joining while a group is being added sees it before minting.
+4. A group is removed only when empty (ZooKeeper refuses to delete a znode
+   with children), so no live node's ID ever needs more bits than the width
+   the groups give.
+
+Each node ID claim is its own ZooKeeper session and fences itself exactly like
+a generator-ID claim (deadline, high-water mark; see
+:mod:`idmint.coordinate.base`): it stops on SUSPENDED and claims again on
+LOST.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from idmint.coordinate.base import ClaimOptions, holder_description
+from idmint.coordinate.url import CoordinatorUrl
+from idmint.coordinate.zookeeper import (
+    ZooKeeperClaim,
+    ZooKeeperCoordinator,
+    kazoo_module,
+    read_mark,
+    translate_error,
+)
+from idmint.errors import ClaimLost, ConfigurationError, PoolExhausted
+from idmint.generate.clock import Clock
+from idmint.schemes import elastic64 as e64
+
+__all__ = [
+    "GROUP_COUNT",
+    "RESERVED",
+    "NodeIdClaim",
+    "NodeIdCoordinator",
+    "node_name",
+    "width_for_groups",
+]
+
+log = logging.getLogger("idmint.discovery")
+
+GROUP_COUNT = 256
+GROUP_SIZE = 256
+RESERVED = 8  # node IDs 0..7: for services not managed here
+DEFAULT_ROOT = "/discovery"
+GROW_AT = 0.75  # create the next group when the last one is this full
+SHRINK_BELOW = 0.5  # remove empty trailing groups when the last one is under this
+
+
+def width_for_groups(highest_group: int) -> int:
+    """Node-ID width for groups 0..highest_group: 8 + bits of the highest group."""
+    return e64.MIN_NODE_BITS + highest_group.bit_length()
+
+
+def node_name(node: int) -> tuple[str, str]:
+    """(group, index) znode names of a node ID: 2 upper-case hex digits each."""
+    return f"{node >> 8:02X}", f"{node & 0xFF:02X}"
+
+
+class NodeIdCoordinator(ZooKeeperCoordinator):
+    """A ZooKeeper ensemble handing out elastic node IDs (see the module docs).
+
+    URL: ``zk://[user:password@]hosts[/root]?session_timeout=...&group_size=...``.
+    ``group_size`` (default 256) is for tests only: fewer IDs per group make
+    the width change with a handful of nodes.
+    """
+
+    def __init__(self, url: CoordinatorUrl) -> None:
+        options = dict(url.options)
+        group_size = options.pop("group_size", None)
+        url = dataclasses.replace(url, options=options, path=url.path or DEFAULT_ROOT)
+        super().__init__(url)
+        self.group_size = GROUP_SIZE
+        if group_size is not None:
+            try:
+                self.group_size = int(group_size)
+            except ValueError:
+                raise ConfigurationError(
+                    f"group_size must be an integer, got {group_size!r}"
+                ) from None
+            if not RESERVED < self.group_size <= GROUP_SIZE:
+                raise ConfigurationError(
+                    f"group_size {self.group_size} must be in {RESERVED + 1}..{GROUP_SIZE}"
+                )
+
+    @property
+    def nodes_path(self) -> str:
+        return f"{self.root}/nodes"
+
+    def ensure_node_layout(self, client: Any) -> None:
+        kazoo = kazoo_module()
+        acl = self.acls()["tree"]
+        for path in (self.nodes_path, f"{self.nodes_path}/00", f"{self.root}/nodehwm"):
+            if client.exists(path) is None:
+                with contextlib.suppress(kazoo.exceptions.NodeExistsError):
+                    client.create(path, b"", acl=acl, makepath=True)
+
+    def groups(self, client: Any, *, sync: bool = True) -> list[int]:
+        """The group numbers that exist, ascending (after a sync, so not stale)."""
+        if sync:
+            client.sync(self.nodes_path)
+        return sorted(int(name, 16) for name in client.get_children(self.nodes_path))
+
+    def occupancy(self, client: Any, group: int) -> int:
+        taken = len(client.get_children(f"{self.nodes_path}/{group:02X}"))
+        return taken + (RESERVED if group == 0 else 0)
+
+    def maintain_groups(self, client: Any) -> None:
+        """Create the next group ahead of need; remove empty trailing groups."""
+        kazoo = kazoo_module()
+        groups = self.groups(client)
+        counts = {group: self.occupancy(client, group) for group in groups}
+        base = {0: RESERVED}
+        non_empty = [g for g in groups if counts[g] > base.get(g, 0)] or [0]
+        last = non_empty[-1]
+        fill = counts.get(last, 0) / self.group_size
+        acl = self.acls()["tree"]
+        if fill >= GROW_AT and last + 1 < GROUP_COUNT and last + 1 not in counts:
+            with contextlib.suppress(kazoo.exceptions.NodeExistsError):
+                client.create(f"{self.nodes_path}/{last + 1:02X}", b"", acl=acl)
+        elif fill < SHRINK_BELOW:
+            for group in reversed(groups):
+                if group <= last:
+                    break
+                try:
+                    client.delete(f"{self.nodes_path}/{group:02X}")
+                except (kazoo.exceptions.NotEmptyError, kazoo.exceptions.NoNodeError):
+                    break
+
+    def peers(self, client: Any) -> dict[int, dict[str, Any]]:
+        """Every live node ID with its published data."""
+        kazoo = kazoo_module()
+        client.sync(self.nodes_path)
+        found: dict[int, dict[str, Any]] = {}
+        for group in self.groups(client, sync=False):
+            group_path = f"{self.nodes_path}/{group:02X}"
+            try:
+                names = client.get_children(group_path)
+            except kazoo.exceptions.NoNodeError:
+                continue
+            for name in names:
+                try:
+                    data, _ = client.get(f"{group_path}/{name}")
+                except kazoo.exceptions.NoNodeError:
+                    continue
+                try:
+                    info = json.loads(data or b"{}")
+                except ValueError:
+                    info = {}
+                found[group << 8 | int(name, 16)] = info
+        return found
+
+    def claim(self, *, clock: Clock | None = None, pool: range | None = None) -> NodeIdClaim:
+        claim = NodeIdClaim(self, self._options_template, clock)
+        claim.start()
+        return claim
+
+    def list_nodes(self) -> dict[int, dict[str, Any]]:
+        client, _ = self.client()
+        try:
+            return self.peers(client)
+        finally:
+            client.stop()
+            client.close()
+
+
+class NodeIdClaim(ZooKeeperClaim):
+    """One elastic node ID, its width kept in step with the groups."""
+
+    def __init__(
+        self, coordinator: NodeIdCoordinator, options: ClaimOptions, clock: Clock | None
+    ) -> None:
+        super().__init__(coordinator, options, clock)
+        self.description = f"node ID claim at zk://{coordinator.hosts}{coordinator.root}"
+        self._nodes = coordinator
+        self.node: int | None = None
+        self.width = e64.MIN_NODE_BITS
+        self._switched_ms = -1
+        self._node_path: str | None = None
+        self._node_version = -1
+        self._groups_changed = threading.Event()
+        self._reclaim_listeners: list[Any] = []
+
+    # -- claiming ---------------------------------------------------------------------------
+    def _acquire(self) -> tuple[Mapping[str, int], int]:
+        kazoo = kazoo_module()
+        nodes = self._nodes
+        client = self._ensure_client()
+        deadline = time.monotonic() + self.options.claim_timeout_s
+        try:
+            nodes.ensure_node_layout(client)
+            node = self._create_node(client, deadline)
+            nodes.maintain_groups(client)
+            # Point 3 of the module docs: look at the groups again now that
+            # our znode exists, so a group added meanwhile is not missed.
+            width = max(width_for_groups(nodes.groups(client)[-1]), node.bit_length())
+            width = max(width, e64.MIN_NODE_BITS)
+            self.width = width
+            self._switched_ms = -1
+            self._publish(client)
+            floor = self._wait_for_peers(client, node, deadline)
+            mark, version = read_mark(client, self._hwm_path or "")
+            self._hwm_version = version
+            if mark is not None:
+                floor = max(floor, mark.ceiling_ms)
+            self._watch_groups(client)
+        except kazoo.exceptions.KazooException as error:
+            raise translate_error(error, "claiming a node ID") from error
+        return {"node": node, "node_bits": width}, floor
+
+    def _create_node(self, client: Any, deadline: float) -> int:
+        kazoo = kazoo_module()
+        nodes = self._nodes
+        while True:
+            groups = nodes.groups(client)
+            for group in groups:
+                group_path = f"{nodes.nodes_path}/{group:02X}"
+                try:
+                    taken = {int(name, 16) for name in client.get_children(group_path)}
+                except kazoo.exceptions.NoNodeError:
+                    continue
+                first = RESERVED if group == 0 else 0
+                free = next((i for i in range(first, nodes.group_size) if i not in taken), None)
+                if free is None:
+                    continue
+                node = group << 8 | free
+                path = f"{group_path}/{free:02X}"
+                data = self._node_data(e64.MIN_NODE_BITS, -1)
+                try:
+                    client.create(path, data, acl=nodes.acls()["claim"], ephemeral=True)
+                except (kazoo.exceptions.NodeExistsError, kazoo.exceptions.NoNodeError):
+                    break  # lost a race, or the group went away: look again
+                self.node = node
+                self._node_path = path
+                self._node_version = 0
+                self._hwm_path = f"{nodes.root}/nodehwm/{node:04X}"
+                return node
+            else:
+                last = groups[-1] if groups else -1
+                if last + 1 >= GROUP_COUNT:
+                    raise PoolExhausted(
+                        f"all {GROUP_COUNT * nodes.group_size - RESERVED} node IDs at "
+                        f"{nodes.nodes_path} are held"
+                    )
+                with contextlib.suppress(kazoo.exceptions.NodeExistsError):
+                    client.create(
+                        f"{nodes.nodes_path}/{last + 1:02X}", b"", acl=nodes.acls()["tree"]
+                    )
+            if time.monotonic() >= deadline:
+                raise PoolExhausted(f"no node ID could be claimed at {nodes.nodes_path} in time")
+
+    def _node_data(self, width: int, switched_ms: int) -> bytes:
+        return json.dumps(
+            {
+                "width": width,
+                "switched_ms": switched_ms,
+                "holder": holder_description(),
+                "token": self._token,
+            }
+        ).encode()
+
+    def _publish(self, client: Any) -> None:
+        """Write our width and switch tick into our znode."""
+        assert self._node_path is not None
+        stat = client.set(
+            self._node_path,
+            self._node_data(self.width, self._switched_ms),
+            version=self._node_version,
+        )
+        self._node_version = stat.version
+
+    def _wait_for_peers(self, client: Any, node: int, deadline: float) -> int:
+        """Point 2: wait until every peer uses our width; return the tick to start after."""
+        needed = node.bit_length()
+        while True:
+            peers = self._nodes.peers(client)
+            narrow = sorted(
+                peer
+                for peer, info in peers.items()
+                if peer != node and int(info.get("width", e64.MIN_NODE_BITS)) < needed
+            )
+            if not narrow:
+                if needed <= e64.MIN_NODE_BITS:
+                    return -1
+                return max(
+                    (int(info.get("switched_ms", -1)) for info in peers.values()), default=-1
+                )
+            if time.monotonic() >= deadline:
+                raise ClaimLost(
+                    f"node ID {node} needs {needed}-bit node IDs, but {len(narrow)} live "
+                    f"node(s) still use fewer (e.g. {narrow[0]}); they widen when they see the "
+                    "new group. Check that those nodes are healthy"
+                )
+            time.sleep(0.05)
+
+    # -- following the groups ------------------------------------------------------------
+    def _watch_groups(self, client: Any) -> None:
+        def changed(_event: Any) -> None:
+            # kazoo's callback thread: no blocking calls. The renewal thread
+            # re-reads the groups and re-arms the watch.
+            self._groups_changed.set()
+            self._resume_soon()
+
+        client.get_children(self._nodes.nodes_path, watch=changed)
+
+    def _maintain(self) -> None:
+        if not self._groups_changed.is_set():
+            return
+        self._groups_changed.clear()
+        client = self._client
+        if client is None:
+            return
+        self._watch_groups(client)
+        width = max(width_for_groups(self._nodes.groups(client)[-1]), (self.node or 0).bit_length())
+        if width == self.width:
+            return
+        node = self.node
+        assert node is not None
+        if width > self.width:
+            # Grow: switch first (fences the generators), then publish with the
+            # newest tick minted at the old width.
+            self._update_identity({"node": node, "node_bits": width})
+            self._switched_ms = self._highest_tick_used()
+            self.width = width
+            self._publish(client)
+        else:
+            # Shrink: publish first, then switch.
+            self.width = width
+            self._publish(client)
+            self._update_identity({"node": node, "node_bits": width})
+        log.info("%s: node %d now uses %d-bit node IDs", self, node, width)
+
+    def _reclaim(self) -> None:
+        super()._reclaim()
+        for listener in list(self._reclaim_listeners):
+            try:
+                listener(self)
+            except Exception as error:  # a listener's failure must not stop the claim
+                log.warning("%s: re-registration failed: %s", self, error)
+
+    def on_reclaimed(self, listener: Any) -> None:
+        """Call ``listener(claim)`` after every new claim following a lost session."""
+        self._reclaim_listeners.append(listener)
+
+    @property
+    def client(self) -> Any:
+        """The claim's own kazoo client (its session holds the node znode)."""
+        return self._client
+
+    def _release(self, final_ceiling_ms: int | None) -> None:
+        super()._release(final_ceiling_ms)
+        # Our znode is gone with the session; tidy the groups with a short-lived client.
+        try:
+            client, _ = self._nodes.client()
+        except Exception as error:  # best effort: the next claimant tidies too
+            log.info("%s: could not tidy groups after release: %s", self, error)
+            return
+        try:
+            self._nodes.maintain_groups(client)
+        except Exception as error:  # best effort
+            log.info("%s: could not tidy groups after release: %s", self, error)
+        finally:
+            client.stop()
+            client.close()
