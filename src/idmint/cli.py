@@ -105,7 +105,28 @@ def _add_id_commands(commands: Any) -> None:
 
 
 def _add_fleet_commands(commands: Any) -> None:
-    """claims, discovery: what is held in ZooKeeper or etcd."""
+    """serve, claims, discovery: the server and what is held in ZooKeeper or etcd."""
+    serve = commands.add_parser(
+        "serve",
+        help="run the ID server (HTTP API and web page)",
+        description="Serve IDs over HTTP until SIGTERM/SIGINT, then finish in-flight "
+        "requests and release claims.",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=_integer, default=8000)
+    serve.add_argument("--scheme", choices=list(SCHEMES), default="uid64")
+    serve.add_argument("--coordinator", metavar="URL", help="as for generate")
+    serve.add_argument(
+        "--generators", type=_integer, default=1, metavar="K", help="hold K generator IDs"
+    )
+    serve.add_argument("--token-file", metavar="F", help="require this bearer token on /v1/*")
+    serve.add_argument("--max-count", type=_integer, default=10_000, help="limit of /v1/ids")
+    serve.add_argument(
+        "--discovery", metavar="URL", help="register the server in this zk:// discovery tree"
+    )
+    serve.add_argument("--mode", choices=["spread", "time-sequential"], help="uid64 mode")
+    serve.set_defaults(handler=_cmd_serve)
+
     claims = commands.add_parser("claims", help="inspect claimed generator IDs")
     claims_commands = claims.add_subparsers(
         dest="claims_command", metavar="COMMAND", parser_class=_Parser
@@ -281,6 +302,39 @@ def _cmd_encode(args: argparse.Namespace, out: TextIO) -> int:
 
 def _options(names: Iterable[str]) -> str:
     return ", ".join(f"--{name.replace('_', '-')}" for name in names)
+
+
+def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
+    from idmint.server.run import serve
+
+    token = None
+    if args.token_file is not None:
+        try:
+            with open(args.token_file, encoding="utf-8") as handle:
+                token = handle.read().strip()
+        except OSError as error:
+            raise UsageError(f"idmint serve: cannot read --token-file: {error}") from None
+        if not token:
+            raise UsageError(f"idmint serve: --token-file {args.token_file} is empty")
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"idmint serve: --port must be 0..65535, got {args.port}")
+
+    def announce(port: int) -> None:
+        out.write(f"idmint server for {args.scheme} IDs: open http://{args.host}:{port}/\n")
+        out.flush()
+
+    return serve(
+        host=args.host,
+        port=args.port,
+        scheme=args.scheme,
+        coordinator=args.coordinator,
+        generators=args.generators,
+        token=token,
+        max_count=args.max_count,
+        discovery=args.discovery,
+        options={"mode": args.mode} if args.mode else None,
+        announce=announce,
+    )
 
 
 def _cmd_claims_list(args: argparse.Namespace, out: TextIO) -> int:

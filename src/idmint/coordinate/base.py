@@ -244,6 +244,16 @@ class Claim:
         return self._state
 
     @property
+    def problem(self) -> str:
+        """Why the claim is not ACTIVE (or what last went wrong), for people."""
+        return self._problem
+
+    @property
+    def last_grant(self) -> Grant | None:
+        """The newest grant, usable or not (``grant()`` says whether it is usable)."""
+        return self._grant
+
+    @property
     def identity(self) -> Mapping[str, int] | None:
         grant = self._grant
         return grant.identity if grant else None

@@ -147,14 +147,19 @@ class IdBatch(Sequence[IdT]):
     ``ints()`` and ``texts()`` give the bulk forms without building objects.
     """
 
-    __slots__ = ("_ints", "_make", "_mask")
+    __slots__ = ("_ints", "_make", "_mask", "_text")
 
     def __init__(
-        self, ints: list[int], make: Callable[[int], IdT], mask: int | None = None
+        self,
+        ints: list[int],
+        make: Callable[[int], IdT],
+        mask: int | None = None,
+        text: Callable[[int], str] = str,
     ) -> None:
         self._ints = ints
         self._make = make
         self._mask = mask  # strips bits a scheme keeps above the ID (elastic64's width)
+        self._text = text
 
     def __len__(self) -> int:
         return len(self._ints)
@@ -180,8 +185,8 @@ class IdBatch(Sequence[IdT]):
         return list(self._ints)
 
     def texts(self) -> list[str]:
-        """The IDs in their canonical text form."""
-        return [str(value) for value in self]
+        """The IDs in their canonical text form (no value objects built)."""
+        return list(map(self._text, self.ints()))
 
     def to_list(self) -> list[IdT]:
         return list(self)
@@ -392,8 +397,34 @@ class TickGenerator(Generic[IdT]):
         super().__init_subclass__(**kwargs)
         if "generate" not in cls.__dict__ and "id_type" in cls.__dict__:
             cls.generate = _hot_path(cls.id_type, cls.random_bits)  # type: ignore[method-assign,assignment]
+            cls.generate_nowait = _hot_path(  # type: ignore[method-assign,assignment]
+                cls.id_type, cls.random_bits, wait=False
+            )
 
-    def _generate_slow(self, wasted: int) -> IdT:
+    def generate_nowait(self) -> IdT | None:
+        """Issue one ID if that needs no waiting, else ``None``.
+
+        For event loops: a ``None`` means the tick is used up or the claim is
+        in doubt; ``await agenerate()`` then waits without blocking the loop.
+        """
+        run = self._run
+        try:
+            value = next(run.values)
+        except StopIteration:
+            return self._generate_slow(0, wait=False)
+        if self._now_ns() < run.until_ns:
+            if self._random_bits:
+                value |= getrandbits(self._random_bits)
+            return self._make(value)
+        return self._generate_slow(1, wait=False)
+
+    @overload
+    def _generate_slow(self, wasted: int) -> IdT: ...
+
+    @overload
+    def _generate_slow(self, wasted: int, *, wait: bool) -> IdT | None: ...
+
+    def _generate_slow(self, wasted: int, *, wait: bool = True) -> IdT | None:
         # Kept lean, as it runs for the first ID of every tick: acquire() and
         # release() instead of `with` (half the cost), no IdBatch.
         lock = self._lock
@@ -407,6 +438,8 @@ class TickGenerator(Generic[IdT]):
                 lock.release()
             if type(taken) is list:
                 break
+            if not wait:
+                return None
             self._wait(taken)  # type: ignore[arg-type]
         value = taken[0]
         if self._random_bits:
@@ -424,7 +457,7 @@ class TickGenerator(Generic[IdT]):
         while True:
             wait_until_ns = self._fill(out, count)
             if wait_until_ns is None:
-                return IdBatch(out, self._make, self._int_mask)
+                return IdBatch(out, self._make, self._int_mask, self.id_type.text_of_int)
             self._wait(wait_until_ns)
 
     def _wait(self, until_ns: int) -> None:
@@ -446,7 +479,7 @@ class TickGenerator(Generic[IdT]):
         while True:
             wait_until_ns = self._fill(out, count)
             if wait_until_ns is None:
-                return IdBatch(out, self._make, self._int_mask)
+                return IdBatch(out, self._make, self._int_mask, self.id_type.text_of_int)
             if wait_until_ns == _WAIT_FOR_CLAIM:
                 import asyncio
 
@@ -602,8 +635,10 @@ class TickGenerator(Generic[IdT]):
         self._pending = None
 
 
-def _hot_path(id_type: type[IdValue], random_bits: int) -> Callable[[Any], Any]:
-    """``generate()`` specialised for one scheme's class.
+def _hot_path(
+    id_type: type[IdValue], random_bits: int, *, wait: bool = True
+) -> Callable[[Any], Any]:
+    """``generate()`` (or ``generate_nowait()``) specialised for one scheme's class.
 
     The scheme's type and random width are closed over rather than read from
     ``self``: at ~250 ns per ID, each attribute read and branch saved is a few
@@ -616,12 +651,12 @@ def _hot_path(id_type: type[IdValue], random_bits: int) -> Callable[[Any], Any]:
             try:
                 value = next(run.values)
             except StopIteration:
-                return self._generate_slow(0)
+                return self._generate_slow(0, wait=wait)
             if self._now_ns() < run.until_ns:
                 obj = _new(id_type)
                 obj._int = value | getrandbits(random_bits)
                 return obj
-            return self._generate_slow(1)
+            return self._generate_slow(1, wait=wait)
 
     else:
 
@@ -630,14 +665,16 @@ def _hot_path(id_type: type[IdValue], random_bits: int) -> Callable[[Any], Any]:
             try:
                 value = next(run.values)
             except StopIteration:
-                return self._generate_slow(0)
+                return self._generate_slow(0, wait=wait)
             if self._now_ns() < run.until_ns:
                 obj = _new(id_type)
                 obj._int = value
                 return obj
-            return self._generate_slow(1)
+            return self._generate_slow(1, wait=wait)
 
-    generate.__doc__ = TickGenerator.generate.__doc__
+    template = TickGenerator.generate if wait else TickGenerator.generate_nowait
+    generate.__name__ = template.__name__
+    generate.__doc__ = template.__doc__
     return generate
 
 

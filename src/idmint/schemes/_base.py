@@ -93,6 +93,11 @@ class IdValue:
     def __deepcopy__(self: IdT, memo: object) -> IdT:
         return self
 
+    @classmethod
+    def text_of_int(cls, value: int) -> str:
+        """The canonical text of the ID ``value`` without building a value object."""
+        return str(cls.from_int(value))  # type: ignore[attr-defined]
+
     # Defined last: inside the class body the name `int` means this property.
     @property
     def int(self) -> int:

@@ -157,6 +157,10 @@ class Elastic64(IdValue):
     def __str__(self) -> str:
         return str(self._int)
 
+    @classmethod
+    def text_of_int(cls, value: int) -> str:
+        return str(value)
+
     def __repr__(self) -> str:
         return f"Elastic64({self._int}, node_bits={self._node_bits})"
 

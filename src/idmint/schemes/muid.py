@@ -147,6 +147,10 @@ class Muid(IdValue):
     def __str__(self) -> str:
         return f"{self._int:032X}"
 
+    @classmethod
+    def text_of_int(cls, value: int) -> str:
+        return f"{value:032X}"
+
     def to_dict(self) -> dict[str, Any]:
         timestamp_us = self.timestamp_us
         return {

@@ -184,6 +184,10 @@ class Short60(IdValue):
     def __str__(self) -> str:
         return to_display(self._int)
 
+    @classmethod
+    def text_of_int(cls, value: int) -> str:
+        return to_display(value)
+
     def to_dict(self) -> dict[str, Any]:
         timestamp_ms = self.timestamp_ms
         return {

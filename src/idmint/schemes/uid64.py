@@ -210,6 +210,10 @@ class _EightByteId(IdValue):
     def __str__(self) -> str:
         return f"{self._int:016x}"
 
+    @classmethod
+    def text_of_int(cls, value: int) -> str:
+        return f"{value:016x}"
+
     def to_dict(self) -> dict[str, Any]:
         timestamp_ms = self.timestamp_ms
         return {

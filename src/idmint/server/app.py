@@ -1,0 +1,574 @@
+"""The ID server: a plain ASGI application (no framework), made by :func:`create_app`.
+
+Routes (the OpenAPI document at ``/openapi.json`` is the reference):
+
+==========================  ====================================================
+``GET /v1/id``              one ID, ``text/plain``
+``GET /v1/ids?count=N``     ``{"scheme": ..., "ids": ["...", ...]}``; IDs always as
+                            strings (JavaScript cannot hold 64-bit integers)
+``GET /v1/decode/{id}``     the JSON of ``idmint decode`` (``?scheme=``, ``?node_bits=``)
+``GET /v1/claims``          the identities this server holds
+``GET /v1/services``        the discovery tree, when ``discovery`` is configured
+``GET /healthz``            200 while IDs can be issued, else 503 with the reason
+``GET /metrics``            Prometheus text
+``GET /openapi.json``       the API description
+``GET /``                   the web page (``/static/...`` its files)
+==========================  ====================================================
+
+Errors are JSON ``{"error": ..., "detail": ...}``: 400 malformed request, 401
+missing or wrong bearer token (``/v1/*`` only, when a token is set), 404, 405,
+413 request body not allowed, 422 an ID or count that is not valid, 503 IDs
+cannot be issued now. Nothing a client sends can produce a 500.
+
+The app is written against raw ASGI because the hot route, ``/v1/id``, must
+cost little more than an empty response: a framework's routing and request
+objects would be most of its budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from importlib import resources
+from itertools import cycle
+from typing import Any
+from urllib.parse import parse_qs, unquote
+
+from idmint.coordinate.base import Claim
+from idmint.errors import (
+    ClaimLost,
+    ClockMovedBackwards,
+    ConfigurationError,
+    CoordinationError,
+    GeneratorError,
+    IdmintError,
+    InvalidId,
+)
+from idmint.generate.core import TickGenerator
+from idmint.generate.factory import new_generator
+from idmint.schemes import SCHEMES, parse_id
+from idmint.server.metrics import Metrics
+from idmint.server.openapi import openapi_document
+
+__all__ = ["IdServer", "create_app"]
+
+log = logging.getLogger("idmint.server")
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+Handler = Callable[[Scope], Awaitable[tuple[int, list[Any], bytes]]]
+
+DEFAULT_MAX_COUNT = 10_000
+MAX_ID_LENGTH = 64  # longer than any scheme's text form, dashed muids included
+MAX_BODY_BYTES = 0  # every route is a GET: no body is ever needed
+
+_TEXT = [(b"content-type", b"text/plain; charset=utf-8"), (b"cache-control", b"no-store")]
+_JSON = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
+_STATIC_TYPES = {
+    ".html": b"text/html; charset=utf-8",
+    ".js": b"text/javascript; charset=utf-8",
+    ".css": b"text/css; charset=utf-8",
+    ".svg": b"image/svg+xml",
+}
+
+
+class HttpError(Exception):
+    """A request we answer with a JSON error."""
+
+    def __init__(
+        self, status: int, error: str, detail: str, headers: Iterable[tuple[bytes, bytes]] = ()
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.error = error
+        self.detail = detail
+        self.headers = list(headers)
+
+
+def create_app(
+    *,
+    scheme: str = "uid64",
+    coordinator: str | None = None,
+    generators: int = 1,
+    token: str | None = None,
+    max_count: int = DEFAULT_MAX_COUNT,
+    discovery: str | None = None,
+    advertise: tuple[str, int] | None = None,
+    options: dict[str, Any] | None = None,
+) -> IdServer:
+    """The ASGI app. Nothing is claimed until the app starts (ASGI lifespan)."""
+    return IdServer(
+        scheme=scheme,
+        coordinator=coordinator,
+        generators=generators,
+        token=token,
+        max_count=max_count,
+        discovery=discovery,
+        advertise=advertise,
+        options=options or {},
+    )
+
+
+class IdServer:
+    """See the module docs. Create with :func:`create_app`."""
+
+    def __init__(
+        self,
+        *,
+        scheme: str,
+        coordinator: str | None,
+        generators: int,
+        token: str | None,
+        max_count: int,
+        discovery: str | None,
+        advertise: tuple[str, int] | None,
+        options: dict[str, Any],
+    ) -> None:
+        if scheme not in SCHEMES:
+            raise ConfigurationError(
+                f"unknown scheme {scheme!r}; expected one of {', '.join(SCHEMES)}"
+            )
+        if not isinstance(generators, int) or not 1 <= generators <= 64:
+            raise ConfigurationError(f"generators must be 1..64, got {generators!r}")
+        if not isinstance(max_count, int) or not 1 <= max_count <= 1_000_000:
+            raise ConfigurationError(f"max_count must be 1..1000000, got {max_count!r}")
+        if token is not None and not token.strip():
+            raise ConfigurationError("the bearer token is empty")
+        self.scheme = scheme
+        self.coordinator = coordinator
+        self.generator_count = generators
+        self.max_count = max_count
+        self._token = token.strip().encode() if token else None
+        self._discovery_url = discovery
+        self._advertise = advertise
+        self._options = options
+        self.generators: list[TickGenerator[Any]] = []
+        self._cycle: Any = None
+        self._discovery: Any = None
+        self._registration: Any = None
+        self._started = False
+        self._start_lock = asyncio.Lock()
+        self.metrics = Metrics()
+        self.metrics.gauges.append(self._generator_gauges)
+        self._openapi = json.dumps(openapi_document(max_count)).encode()
+        self._routes: dict[str, Handler] = {
+            "/v1/id": self._one_id,
+            "/v1/ids": self._many_ids,
+            "/v1/claims": self._claims,
+            "/v1/services": self._services,
+            "/healthz": self._healthz,
+            "/metrics": self._metrics,
+            "/openapi.json": self._openapi_json,
+            "/": self._page,
+        }
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def startup(self) -> None:
+        """Make (or claim) the generators; idempotent."""
+        async with self._start_lock:
+            if self._started:
+                return
+            made = await asyncio.to_thread(self._make_generators)
+            self.generators = made
+            self._cycle = cycle(made)
+            if self._discovery_url is not None:
+                await asyncio.to_thread(self._register)
+            self._started = True
+
+    def _make_generators(self) -> list[TickGenerator[Any]]:
+        made: list[TickGenerator[Any]] = []
+        try:
+            for index in range(self.generator_count):
+                made.append(self._make_generator(index))
+        except BaseException:
+            for generator in made:
+                generator.close()
+            raise
+        return made
+
+    def _make_generator(self, index: int) -> TickGenerator[Any]:
+        options = dict(self._options)
+        url = self.coordinator
+        if self.scheme in ("uid64", "uid64-v1") and (url is None or url.startswith("static:")):
+            # K static generators: consecutive generator IDs from the one configured.
+            from idmint.coordinate.url import parse_url
+
+            base = 0
+            if url is not None:
+                base = parse_url(url).integer("generator", 0, low=0, high=2047) or 0
+                cluster = parse_url(url).integer("cluster", 0, low=0, high=15) or 0
+                options["cluster"] = cluster
+            options["generator"] = base + index
+            return new_generator(self.scheme, **options)
+        if url is None and self.scheme == "elastic64" and "node" in options:
+            options["node"] = options["node"] + index
+        return new_generator(self.scheme, coordinator=url, **options)
+
+    def _register(self) -> None:
+        from idmint.discovery import Discovery
+
+        assert self._discovery_url is not None
+        self._discovery = Discovery(self._discovery_url)
+        host, port = self._advertise or ("127.0.0.1", 0)
+        self._registration = self._discovery.register(
+            "idmint",
+            host=host,
+            port=port,
+            endpoints=["ids", f"ids:{self.scheme}"],
+            metadata={"scheme": self.scheme, "generators": str(self.generator_count)},
+        )
+
+    async def shutdown(self) -> None:
+        """Release claims and the discovery registration."""
+        generators, self.generators = self.generators, []
+        for generator in generators:
+            await asyncio.to_thread(generator.close)
+        if self._registration is not None:
+            await asyncio.to_thread(self._registration.close)
+        if self._discovery is not None:
+            await asyncio.to_thread(self._discovery.close)
+        self._started = False
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as error:  # reported to the server, which exits
+                    log.error("idmint server could not start: %s", error)  # noqa: TRY400
+                    await send({"type": "lifespan.startup.failed", "message": str(error)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    # -- ASGI entry point ----------------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        path: str = scope["path"]
+        route = "other"
+        try:
+            handler, route = self._resolve(scope)
+            if path.startswith("/v1/"):
+                self._check_token(scope)
+                if not self._started:
+                    await self.startup()
+            status, headers, body = await handler(scope)
+        except HttpError as error:
+            status, headers, body = self._error(error)
+        except Exception as error:  # last resort: a bug is a 500, but still JSON
+            log.exception("unexpected error on %s", path)
+            status, headers, body = self._error(
+                HttpError(500, "internal error", f"{type(error).__name__}: {error}")
+            )
+        if scope["method"] == "HEAD":
+            body = b""
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        self.metrics.observe(route, status, time.perf_counter() - started)
+
+    def _resolve(self, scope: Scope) -> tuple[Handler, str]:
+        """The handler and metrics label for a request, or an ``HttpError``."""
+        if scope["method"] not in ("GET", "HEAD"):
+            raise HttpError(
+                405,
+                "method not allowed",
+                f"{scope['method']} is not supported; every route answers GET",
+                [(b"allow", b"GET, HEAD")],
+            )
+        self._check_body(scope)
+        path: str = scope["path"]
+        handler = self._routes.get(path)
+        if handler is not None:
+            return handler, path
+        if path.startswith("/v1/decode/"):
+            return self._decode, "/v1/decode"
+        if path.startswith("/static/"):
+            return self._static, "/static"
+        raise HttpError(404, "not found", f"no route {path!r}; see /openapi.json")
+
+    @staticmethod
+    def _error(error: HttpError) -> tuple[int, list[Any], bytes]:
+        body = json.dumps({"error": error.error, "detail": error.detail}).encode()
+        return error.status, [*_JSON, *error.headers], body
+
+    @staticmethod
+    def _check_body(scope: Scope) -> None:
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.strip() not in (b"", b"0"):
+                raise HttpError(
+                    413, "request too large", "requests carry no body; send a plain GET"
+                )
+            if name == b"transfer-encoding":
+                raise HttpError(
+                    413, "request too large", "requests carry no body; send a plain GET"
+                )
+
+    def _check_token(self, scope: Scope) -> None:
+        if self._token is None:
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                scheme, _, credential = value.partition(b" ")
+                if scheme.lower() == b"bearer" and hmac.compare_digest(
+                    credential.strip(), self._token
+                ):
+                    return
+                break
+        raise HttpError(
+            401,
+            "unauthorized",
+            "send the server's token as 'Authorization: Bearer <token>'",
+            [(b"www-authenticate", b'Bearer realm="idmint"')],
+        )
+
+    # -- minting ---------------------------------------------------------------------------------
+    async def _mint_one(self) -> str:
+        generators = self.generators
+        for _ in range(len(generators)):
+            generator = next(self._cycle)
+            value = generator.generate_nowait()
+            if value is not None:
+                return str(value)
+            if self._usable(generator):
+                try:
+                    return str(await generator.agenerate())
+                except GeneratorError as error:
+                    raise _unavailable(error) from error
+        raise HttpError(503, "unavailable", self._why_unavailable())
+
+    async def _mint_many(self, count: int) -> list[str]:
+        usable = [g for g in self.generators if self._usable(g)]
+        if not usable:
+            raise HttpError(503, "unavailable", self._why_unavailable())
+        share, extra = divmod(count, len(usable))
+        counts = [share + (1 if index < extra else 0) for index in range(len(usable))]
+        try:
+            batches = await asyncio.gather(
+                *(g.abatch(n) for g, n in zip(usable, counts, strict=True) if n)
+            )
+        except GeneratorError as error:
+            raise _unavailable(error) from error
+        return [text for batch in batches for text in batch.texts()]
+
+    @staticmethod
+    def _usable(generator: TickGenerator[Any]) -> bool:
+        claim = generator.claim
+        return claim is None or claim.grant() is not None
+
+    def _why_unavailable(self) -> str:
+        reasons = []
+        for generator in self.generators:
+            claim = _claim_of(generator)
+            if claim is not None and claim.grant() is None:
+                reasons.append(f"{claim.description}: {claim.state.value} ({claim.problem})")
+        if not self.generators:
+            return "the server holds no generator (it is starting or stopping)"
+        return "no usable claim: " + "; ".join(reasons) if reasons else "no generator can issue"
+
+    # -- routes -------------------------------------------------------------------------------
+    async def _one_id(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+        text = await self._mint_one()
+        self.metrics.ids_served += 1
+        return 200, _TEXT, text.encode()
+
+    async def _many_ids(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+        query = _query(scope)
+        count = self._count(query.get("count", ["1"]))
+        ids = await self._mint_many(count)
+        self.metrics.ids_served += len(ids)
+        # IDs are hex, decimal or base-64url: nothing to escape.
+        body = '{"scheme":"%s","ids":["%s"]}' % (self.scheme, '","'.join(ids))  # noqa: UP031
+        return 200, _JSON, body.encode()
+
+    def _count(self, values: list[str]) -> int:
+        raw = values[-1].strip()
+        if not raw.isdigit() or len(raw) > 9:
+            raise HttpError(
+                422,
+                "invalid count",
+                f"count must be a whole number 1..{self.max_count}, got {values[-1]!r}",
+            )
+        count = int(raw)
+        if not 1 <= count <= self.max_count:
+            raise HttpError(
+                422,
+                "invalid count",
+                f"count must be 1..{self.max_count} (the server's limit), got {count}",
+            )
+        return count
+
+    async def _decode(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+        raw_path = scope.get("raw_path")
+        text = (
+            unquote(raw_path.decode("latin-1").split("?", 1)[0][len("/v1/decode/") :])
+            if raw_path
+            else scope["path"][len("/v1/decode/") :]
+        )
+        if not text or len(text) > MAX_ID_LENGTH:
+            raise HttpError(
+                422,
+                "invalid ID",
+                f"give an ID of 1 to {MAX_ID_LENGTH} characters after /v1/decode/",
+            )
+        query = _query(scope)
+        scheme = query.get("scheme", [None])[-1] or None
+        node_bits_text = query.get("node_bits", [None])[-1]
+        node_bits = None
+        if node_bits_text:
+            if not node_bits_text.isdigit() or len(node_bits_text) > 2:
+                raise HttpError(
+                    422, "invalid node_bits", f"node_bits must be 8..16, got {node_bits_text!r}"
+                )
+            node_bits = int(node_bits_text)
+        try:
+            value = parse_id(text, scheme, node_bits=node_bits)
+        except InvalidId as error:
+            raise HttpError(422, "invalid ID", str(error)) from None
+        return 200, _JSON, json.dumps(value.to_dict()).encode()
+
+    async def _claims(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+        rows = []
+        for generator in self.generators:
+            claim = _claim_of(generator)
+            row: dict[str, Any] = {"identity": _identity(generator)}
+            if claim is None:
+                row.update(state="static", usable=True)
+            else:
+                grant = claim.last_grant
+                row.update(
+                    state=claim.state.value,
+                    usable=claim.grant() is not None,
+                    high_water_mark_ms=grant.ceiling_ms if grant else None,
+                    coordinator=claim.description,
+                    problem=claim.problem if claim.grant() is None else None,
+                )
+            rows.append(row)
+        body = {"scheme": self.scheme, "coordinator": self.coordinator, "claims": rows}
+        return 200, _JSON, json.dumps(body).encode()
+
+    async def _services(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+        if self._discovery is None:
+            body: dict[str, Any] = {"services": {}, "endpoints": {}, "configured": False}
+        else:
+            try:
+                body = await asyncio.to_thread(self._discovery.snapshot)
+            except IdmintError as error:
+                raise HttpError(503, "discovery unavailable", str(error)) from None
+            body["configured"] = True
+        return 200, _JSON, json.dumps(body).encode()
+
+    async def _healthz(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+        if not self._started:
+            try:
+                await self.startup()
+            except IdmintError as error:
+                raise HttpError(503, "unavailable", str(error)) from None
+        if any(self._usable(g) for g in self.generators):
+            return 200, _JSON, b'{"status":"ok"}'
+        raise HttpError(503, "unavailable", self._why_unavailable())
+
+    async def _metrics(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+        headers = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]
+        return 200, headers, self.metrics.render().encode()
+
+    async def _openapi_json(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+        return 200, _JSON, self._openapi
+
+    async def _page(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+        return await self._static_file("index.html")
+
+    async def _static(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+        name = scope["path"][len("/static/") :]
+        return await self._static_file(name)
+
+    async def _static_file(self, name: str) -> tuple[int, list[Any], bytes]:
+        suffix = name[name.rfind(".") :] if "." in name else ""
+        if "/" in name or name.startswith(".") or suffix not in _STATIC_TYPES:
+            raise HttpError(404, "not found", f"no static file {name!r}")
+        try:
+            data = resources.files("idmint.server").joinpath("static").joinpath(name).read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
+            raise HttpError(404, "not found", f"no static file {name!r}") from None
+        return 200, [(b"content-type", _STATIC_TYPES[suffix])], data
+
+    # -- metrics read on scrape -------------------------------------------------------------------
+    def _generator_gauges(self) -> Iterable[str]:
+        lines = [
+            "# HELP idmint_ids_issued_total IDs issued by the server's generators.",
+            "# TYPE idmint_ids_issued_total counter",
+        ]
+        for generator in self.generators:
+            lines.append(
+                f'idmint_ids_issued_total{{identity="{_identity(generator)}"}} {generator.issued}'
+            )
+        lines += [
+            "# HELP idmint_clock_waits_total Waits for the clock (tick used up or clock behind).",
+            "# TYPE idmint_clock_waits_total counter",
+        ]
+        lines += [
+            f'idmint_clock_waits_total{{identity="{_identity(g)}"}} {g.clock_waits}'
+            for g in self.generators
+        ]
+        lines += [
+            "# HELP idmint_clock_steps_back_total Times the clock was seen behind the newest tick.",
+            "# TYPE idmint_clock_steps_back_total counter",
+        ]
+        lines += [
+            f'idmint_clock_steps_back_total{{identity="{_identity(g)}"}} {g.clock_steps_back}'
+            for g in self.generators
+        ]
+        lines += [
+            "# HELP idmint_claim_usable 1 while the generator's claim lets it issue IDs.",
+            "# TYPE idmint_claim_usable gauge",
+        ]
+        lines += [
+            f'idmint_claim_usable{{identity="{_identity(g)}"}} {int(self._usable(g))}'
+            for g in self.generators
+        ]
+        return lines
+
+
+def _claim_of(generator: TickGenerator[Any]) -> Claim | None:
+    claim = generator.claim
+    return claim if isinstance(claim, Claim) else None
+
+
+def _identity(generator: TickGenerator[Any]) -> str:
+    for name in ("generator", "node", "medallion"):
+        value = getattr(generator, name, None)
+        if value is not None:
+            extra = getattr(generator, "cluster", None)
+            return f"{name} {value}" + (f" cluster {extra}" if extra is not None else "")
+    return type(generator).__name__
+
+
+def _query(scope: Scope) -> dict[str, list[str]]:
+    raw = scope.get("query_string", b"")
+    try:
+        return parse_qs(raw.decode("latin-1"), keep_blank_values=True, strict_parsing=False)
+    except ValueError as error:
+        raise HttpError(400, "bad query", str(error)) from None
+
+
+def _unavailable(error: GeneratorError) -> HttpError:
+    if isinstance(error, ClockMovedBackwards):
+        return HttpError(503, "clock moved backwards", str(error))
+    if isinstance(error, (ClaimLost, CoordinationError)):
+        return HttpError(503, "unavailable", str(error))
+    return HttpError(503, "unavailable", str(error))
