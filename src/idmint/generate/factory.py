@@ -78,9 +78,14 @@ def _coordinated(scheme: str, url: str, given: dict[str, Any]) -> TickGenerator[
     }
     if scheme in reasons:
         raise ConfigurationError(f"{scheme} generators take no coordinator: {reasons[scheme]}")
-    if scheme == "elastic64":
+    if scheme == "elastic64" and not url.startswith("static:"):
         return _elastic64_claimed(url, given)
     coordinator = connect(url)
+    if scheme == "elastic64":
+        fixed = {"node": coordinator.node, "node_bits": coordinator.node_bits}
+        return new_generator(
+            scheme, **{**{k: v for k, v in fixed.items() if v is not None}, **given}
+        )
     if isinstance(coordinator, StaticCoordinator):
         for name in ("generator", "cluster"):
             if name in given and given[name] != getattr(coordinator, name):

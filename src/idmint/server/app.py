@@ -194,19 +194,24 @@ class IdServer:
     def _make_generator(self, index: int) -> TickGenerator[Any]:
         options = dict(self._options)
         url = self.coordinator
-        if self.scheme in ("uid64", "uid64-v1") and (url is None or url.startswith("static:")):
-            # K static generators: consecutive generator IDs from the one configured.
+        if url is not None and not url.startswith("static:"):
+            return new_generator(self.scheme, coordinator=url, **options)
+        if self.scheme in ("uid64", "uid64-v1", "elastic64"):
+            # K static generators: consecutive identities from the one configured.
+            from idmint.coordinate.static import StaticCoordinator
             from idmint.coordinate.url import parse_url
 
-            base = 0
-            if url is not None:
-                base = parse_url(url).integer("generator", 0, low=0, high=2047) or 0
-                cluster = parse_url(url).integer("cluster", 0, low=0, high=15) or 0
-                options["cluster"] = cluster
-            options["generator"] = base + index
+            static = StaticCoordinator(parse_url(url or "static://"))
+            if self.scheme == "elastic64":
+                if static.node is None:
+                    raise ConfigurationError(
+                        "an elastic64 server needs node IDs: --coordinator "
+                        "'static://?node=N&node_bits=W' or a zk:// discovery URL"
+                    )
+                options.update(node=static.node + index, node_bits=static.node_bits or 8)
+            else:
+                options.update(generator=static.generator + index, cluster=static.cluster)
             return new_generator(self.scheme, **options)
-        if url is None and self.scheme == "elastic64" and "node" in options:
-            options["node"] = options["node"] + index
         return new_generator(self.scheme, coordinator=url, **options)
 
     def _register(self) -> None:
