@@ -31,6 +31,7 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from importlib import resources
@@ -69,6 +70,7 @@ MAX_BODY_BYTES = 0  # every route is a GET: no body is ever needed
 
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8"), (b"cache-control", b"no-store")]
 _JSON = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
+_STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
 _STATIC_TYPES = {
     ".html": b"text/html; charset=utf-8",
     ".js": b"text/javascript; charset=utf-8",
@@ -403,7 +405,7 @@ class IdServer:
 
     def _count(self, values: list[str]) -> int:
         raw = values[-1].strip()
-        if not raw.isdigit() or len(raw) > 9:
+        if not (raw.isascii() and raw.isdigit()) or len(raw) > 9:
             raise HttpError(
                 422,
                 "invalid count",
@@ -436,7 +438,10 @@ class IdServer:
         node_bits_text = query.get("node_bits", [None])[-1]
         node_bits = None
         if node_bits_text:
-            if not node_bits_text.isdigit() or len(node_bits_text) > 2:
+            if (
+                not (node_bits_text.isascii() and node_bits_text.isdigit())
+                or len(node_bits_text) > 2
+            ):
                 raise HttpError(
                     422, "invalid node_bits", f"node_bits must be 8..16, got {node_bits_text!r}"
                 )
@@ -452,6 +457,9 @@ class IdServer:
         for generator in self.generators:
             claim = _claim_of(generator)
             row: dict[str, Any] = {"identity": _identity(generator)}
+            node_bits = getattr(generator, "node_bits", None)
+            if node_bits is not None:
+                row["node_bits"] = node_bits  # needed to decode elastic64 IDs
             if claim is None:
                 row.update(state="static", usable=True)
             else:
@@ -504,7 +512,7 @@ class IdServer:
 
     async def _static_file(self, name: str) -> tuple[int, list[Any], bytes]:
         suffix = name[name.rfind(".") :] if "." in name else ""
-        if "/" in name or name.startswith(".") or suffix not in _STATIC_TYPES:
+        if not _STATIC_NAME.fullmatch(name) or suffix not in _STATIC_TYPES:
             raise HttpError(404, "not found", f"no static file {name!r}")
         try:
             data = resources.files("idmint.server").joinpath("static").joinpath(name).read_bytes()

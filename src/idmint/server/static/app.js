@@ -1,0 +1,685 @@
+// The idmint server's web page: decode IDs (fields and a picture of their bits),
+// mint a few, and show what the server holds. Plain browser JavaScript, no build.
+"use strict";
+
+(() => {
+  const TOKEN_KEY = "idmint.token";
+
+  // -- bit layouts, most significant field first -----------------------------------------
+  // `field` names the colour (and the data-field of the cells); generator bits of
+  // uid64 are split around the mode bit, so two segments share the colour.
+  const seg = (key, width, label, colour) => ({ key, width, label, colour: colour || key });
+
+  const LAYOUTS = {
+    uid64: () => [
+      seg("timestamp", 42, "timestamp"),
+      seg("sequence", 6, "sequence"),
+      seg("generator-high", 3, "generator bits 10–8", "generator"),
+      seg("mode", 1, "mode"),
+      seg("generator-low", 8, "generator bits 7–0", "generator"),
+      seg("cluster", 4, "cluster"),
+    ],
+    "uid64-v1": () => [
+      seg("timestamp", 42, "timestamp"),
+      seg("sequence", 6, "sequence"),
+      seg("reserved", 6, "reserved"),
+      seg("generator", 6, "generator"),
+      seg("cluster", 4, "cluster"),
+    ],
+    elastic64: (nodeBits) =>
+      [
+        seg("timestamp", 48, "timestamp"),
+        seg("burst", 16 - nodeBits, "burst"),
+        seg("node", nodeBits, "node"),
+      ].filter((s) => s.width > 0),
+    muid: () => [
+      seg("timestamp", 56, "timestamp"),
+      seg("medallion", 52, "medallion"),
+      seg("offset", 20, "offset"),
+    ],
+    short60: () => [
+      seg("timestamp", 42, "timestamp"),
+      seg("sequence", 9, "sequence"),
+      seg("random", 9, "random"),
+    ],
+  };
+
+  const SUMMARIES = {
+    uid64:
+      "java-uniqueid’s eight-byte ID: a 42-bit millisecond timestamp (bit-reversed in spread " +
+      "mode), a 6-bit sequence, an 11-bit generator split around the mode bit and a 4-bit cluster.",
+    "uid64-v1":
+      "java-uniqueid’s original layout: a 42-bit bit-reversed timestamp, a 6-bit sequence, " +
+      "6 reserved zero bits, a 6-bit generator and a 4-bit cluster.",
+    elastic64:
+      "A 48-bit millisecond timestamp, then 16 bits shared by a burst counter and a node ID " +
+      "whose width (node_bits) is not stored in the ID.",
+    muid:
+      "128 bits: a 56-bit microsecond timestamp, a 52-bit medallion naming the node and a " +
+      "20-bit offset within a transaction.",
+    short60:
+      "60 bits: 42 bits of milliseconds since 2018-03-01, a 9-bit sequence and 9 random bits, " +
+      "shown as rotated base 64.",
+  };
+
+  const ABOUT = {
+    scheme: "the ID’s scheme",
+    id: "canonical text form",
+    time: "when it was minted (UTC)",
+    timestamp_ms: "milliseconds since 1970-01-01 UTC",
+    timestamp_us: "microseconds since 1970-01-01 UTC",
+    sequence: "position within its millisecond",
+    generator: "the generator that minted it",
+    cluster: "the generator’s cluster",
+    burst: "position within its millisecond on that node",
+    node: "the node that minted it",
+    node_bits: "node-ID width used to decode",
+    medallion: "the node that minted it",
+    offset: "position within its transaction (0 = the transaction)",
+    random: "random bits",
+    int: "the 60 bits as an integer",
+  };
+
+  const BITS = { uid64: 64, "uid64-v1": 64, elastic64: 64, muid: 128, short60: 60 };
+  const SHORT60_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  const SHORT60_EPOCH_MS = 1519862400000n;
+
+  // -- helpers ---------------------------------------------------------------------------
+  const $ = (id) => document.getElementById(id);
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs || {})) {
+      if (value === undefined || value === null || value === false) continue;
+      if (name === "class") node.className = value;
+      else if (name === "text") node.textContent = value;
+      else if (name === "style") node.style.cssText = value; // CSSOM: fine under a strict CSP
+      else node.setAttribute(name, value === true ? "" : String(value));
+    }
+    for (const child of children) {
+      if (child === null || child === undefined) continue;
+      node.append(child instanceof Node ? child : String(child));
+    }
+    return node;
+  }
+
+  /** JSON.parse that keeps integers beyond 2**53 exact (as strings): a short60's `int`
+   * and a muid's timestamp can be larger than a JavaScript number holds. */
+  function parseJsonExact(text) {
+    const quoted = text.replace(/("(?:[^"\\]|\\.)*")|(?<![\w.+-])(-?\d{16,})(?![\d.eE])/g, (match, str, num) =>
+      str !== undefined ? str : `"${num}"`,
+    );
+    return JSON.parse(quoted);
+  }
+
+  class ApiError extends Error {
+    constructor(status, error, detail) {
+      super(detail);
+      this.status = status;
+      this.error = error;
+      this.detail = detail;
+    }
+  }
+
+  function token() {
+    try {
+      return sessionStorage.getItem(TOKEN_KEY) || "";
+    } catch {
+      return "";
+    }
+  }
+
+  async function api(path) {
+    const headers = { Accept: "application/json" };
+    const bearer = token();
+    if (bearer) headers.Authorization = `Bearer ${bearer}`;
+    let response;
+    try {
+      response = await fetch(path, { headers, cache: "no-store" });
+    } catch (error) {
+      throw new ApiError(0, "server unreachable", `could not reach the server (${error.message})`);
+    }
+    const text = await response.text();
+    let body = null;
+    try {
+      body = parseJsonExact(text);
+    } catch {
+      body = null;
+    }
+    if (!response.ok) {
+      if (response.status === 401) openTokenPanel();
+      const error = body && typeof body === "object" && body.error ? body.error : response.statusText;
+      const detail = body && typeof body === "object" && body.detail ? body.detail : text.trim();
+      throw new ApiError(response.status, error || "error", detail || "");
+    }
+    if (body === null) throw new ApiError(response.status, "bad response", "the server did not send JSON");
+    return body;
+  }
+
+  function showError(box, error) {
+    box.replaceChildren();
+    if (!error) {
+      box.hidden = true;
+      return;
+    }
+    const title = error instanceof ApiError ? error.error : "error";
+    const status = error instanceof ApiError && error.status ? ` (HTTP ${error.status})` : "";
+    box.append(el("strong", { class: "error-title" }, title), el("span", { class: "muted" }, status));
+    box.append(el("p", { class: "error-detail" }, error.detail || error.message));
+    if (error instanceof ApiError && error.status === 401) {
+      box.append(el("p", { class: "hint" }, "Enter the server’s token under “Access token” at the top."));
+    }
+    box.hidden = false;
+  }
+
+  // -- ID text -> bits ------------------------------------------------------------------
+  function idToBigInt(scheme, text) {
+    const t = text.trim();
+    if (scheme === "uid64" || scheme === "uid64-v1") {
+      if (!/^[0-9a-fA-F]{16}$/.test(t)) throw new Error(`not 16 hex digits: ${t}`);
+      return BigInt(`0x${t}`);
+    }
+    if (scheme === "muid") {
+      const hex = t.replace(/-/g, "");
+      if (!/^[0-9a-fA-F]{32}$/.test(hex)) throw new Error(`not 32 hex digits: ${t}`);
+      return BigInt(`0x${hex}`);
+    }
+    if (scheme === "elastic64") {
+      if (!/^\d{1,20}$/.test(t)) throw new Error(`not decimal digits: ${t}`);
+      return BigInt(t);
+    }
+    if (scheme === "short60") {
+      // The display form is the base-64 digits with the last two moved to the front.
+      const digits = t.length > 2 ? t.slice(2) + t.slice(0, 2) : t;
+      let value = 0n;
+      for (const char of digits) {
+        const digit = SHORT60_ALPHABET.indexOf(char);
+        if (digit < 0) throw new Error(`not a base-64 digit: ${char}`);
+        value = value * 64n + BigInt(digit);
+      }
+      return value;
+    }
+    throw new Error(`unknown scheme ${scheme}`);
+  }
+
+  function reverse42(value) {
+    let out = 0n;
+    for (let i = 0; i < 42; i += 1) out = (out << 1n) | ((value >> BigInt(i)) & 1n);
+    return out;
+  }
+
+  /** Cut `value` into the segments of `layout`: [{...segment, high, low, value}]. */
+  function cut(value, layout, totalBits) {
+    let high = totalBits - 1;
+    return layout.map((s) => {
+      const low = high - s.width + 1;
+      const part = (value >> BigInt(low)) & ((1n << BigInt(s.width)) - 1n);
+      const piece = { ...s, high, low, value: part };
+      high = low - 1;
+      return piece;
+    });
+  }
+
+  /** The fields the server reports, recomputed here from the bits (to cross-check). */
+  function derive(scheme, parts, value, nodeBits) {
+    const p = Object.fromEntries(parts.map((s) => [s.key, s.value]));
+    switch (scheme) {
+      case "uid64":
+      case "uid64-v1": {
+        const mode = scheme === "uid64" ? p.mode : 0n;
+        const generator = scheme === "uid64" ? (p["generator-high"] << 8n) | p["generator-low"] : p.generator;
+        return {
+          timestamp_ms: mode ? p.timestamp : reverse42(p.timestamp),
+          sequence: p.sequence,
+          generator,
+          cluster: p.cluster,
+          mode: mode ? "time-sequential" : "spread",
+        };
+      }
+      case "elastic64":
+        return { timestamp_ms: p.timestamp, burst: p.burst ?? 0n, node: p.node, node_bits: BigInt(nodeBits) };
+      case "muid":
+        return { timestamp_us: p.timestamp, medallion: p.medallion, offset: p.offset };
+      case "short60":
+        return {
+          timestamp_ms: p.timestamp + SHORT60_EPOCH_MS,
+          sequence: p.sequence,
+          random: p.random,
+          int: value,
+        };
+      default:
+        return {};
+    }
+  }
+
+  function meaning(scheme, piece, data) {
+    switch (piece.key) {
+      case "timestamp":
+        if (scheme === "uid64" || scheme === "uid64-v1") {
+          return data.mode === "time-sequential"
+            ? `${data.timestamp_ms} ms, stored as is`
+            : `bit-reversed: ${data.timestamp_ms} ms`;
+        }
+        if (scheme === "short60") return `ms since 2018-03-01 → ${data.timestamp_ms} ms`;
+        if (scheme === "muid") return `µs since 1970 → ${data.time}`;
+        return `ms since 1970 → ${data.time}`;
+      case "generator-high":
+        return `generator ${data.generator} = ${piece.value} × 256 + low bits`;
+      case "generator-low":
+        return `low 8 bits of generator ${data.generator}`;
+      case "mode":
+        return piece.value ? "1 = time-sequential" : "0 = spread";
+      case "reserved":
+        return "always zero";
+      case "sequence":
+        return "position within the millisecond";
+      case "burst":
+        return `${16 - Number(data.node_bits)} bits: position within the millisecond`;
+      case "node":
+        return `${data.node_bits}-bit node ID`;
+      case "offset":
+        return piece.value ? "object in a transaction" : "the transaction itself";
+      default:
+        return ABOUT[piece.key] || "";
+    }
+  }
+
+  // -- decoding ---------------------------------------------------------------------------
+  const form = $("decode-form");
+  const idInput = $("id-input");
+  const schemeSelect = $("scheme-select");
+  const nodeBitsInput = $("node-bits");
+  let decoded = false; // a result (or error) is showing: re-decode when options change
+
+  function syncNodeBits() {
+    const scheme = schemeSelect.value;
+    const usable = scheme === "" || scheme === "elastic64";
+    nodeBitsInput.disabled = !usable;
+    nodeBitsInput.closest(".field").classList.toggle("is-disabled", !usable);
+    nodeBitsInput.required = scheme === "elastic64";
+  }
+
+  async function decode() {
+    const text = idInput.value.trim();
+    const scheme = schemeSelect.value;
+    const nodeBits = nodeBitsInput.value.trim();
+    const errorBox = $("decode-error");
+    if (!text) {
+      $("decode-result").hidden = true;
+      showError(errorBox, new ApiError(0, "nothing to decode", "Paste or type an ID first."));
+      idInput.focus();
+      return;
+    }
+    const query = new URLSearchParams();
+    if (scheme) query.set("scheme", scheme);
+    // Guessing reads decimal digits as elastic64 only when a width is given.
+    if (nodeBits && (scheme === "elastic64" || (scheme === "" && /^\d+$/.test(text)))) {
+      query.set("node_bits", nodeBits);
+    }
+    const qs = query.toString();
+    $("decode-button").disabled = true;
+    form.setAttribute("aria-busy", "true");
+    try {
+      const data = await api(`v1/decode/${encodeURIComponent(text)}${qs ? `?${qs}` : ""}`);
+      showError(errorBox, null);
+      render(data);
+      $("decode-status").textContent = `Decoded ${data.id} as ${data.scheme}.`;
+    } catch (error) {
+      $("decode-result").hidden = true;
+      showError(errorBox, error);
+      $("decode-status").textContent = "";
+    } finally {
+      decoded = true;
+      $("decode-button").disabled = false;
+      form.removeAttribute("aria-busy");
+      markSelectedMinted();
+    }
+  }
+
+  function render(data) {
+    const scheme = data.scheme;
+    const totalBits = BITS[scheme];
+    const nodeBits = Number(data.node_bits || 0);
+    const value = idToBigInt(scheme, String(data.id));
+    const layout = LAYOUTS[scheme](nodeBits);
+    const parts = cut(value, layout, totalBits);
+    const width = Math.ceil(totalBits / 4);
+
+    $("result-title").textContent = String(data.id);
+    $("result-summary").textContent = SUMMARIES[scheme];
+
+    // Fields table: exactly what the server said.
+    const rows = Object.entries(data).map(([name, fieldValue]) =>
+      el(
+        "tr",
+        { "data-field": name },
+        el("th", { scope: "row" }, name),
+        el("td", { class: "value mono" }, String(fieldValue)),
+        el("td", { class: "about" }, name === "mode" ? modeAbout(fieldValue) : ABOUT[name] || ""),
+      ),
+    );
+    $("fields").tBodies[0].replaceChildren(...rows);
+
+    // Cross-check the server's fields against the bits.
+    const ours = derive(scheme, parts, value, nodeBits);
+    const disagree = Object.entries(ours)
+      .filter(([name, mine]) => name in data && String(data[name]) !== String(mine))
+      .map(([name, mine]) => `${name}: server ${data[name]}, bits ${mine}`);
+    const warning = $("decode-warning");
+    warning.hidden = disagree.length === 0;
+    warning.textContent = disagree.length ? `The bits and the server disagree on ${disagree.join("; ")}.` : "";
+
+    // Bit picture: groups of 8 bits counted from bit 0, most significant first.
+    const bits = value.toString(2).padStart(totalBits, "0");
+    const fieldOf = new Array(totalBits);
+    for (const piece of parts) for (let b = piece.low; b <= piece.high; b += 1) fieldOf[b] = piece;
+    const groups = [];
+    for (let top = totalBits - 1, bottom; top >= 0; top = bottom - 1) {
+      bottom = top - (top % 8);
+      // A short top group (short60's bits 59..56) sits in the low columns.
+      const firstColumn = 8 - (top - bottom);
+      const cells = [];
+      for (let b = top; b >= bottom; b -= 1) {
+        const piece = fieldOf[b];
+        const bit = bits[totalBits - 1 - b];
+        const classes = ["bit", `f-${piece.colour}`, bit === "1" ? "one" : "zero"];
+        if (b === piece.high) classes.push("field-start");
+        if (b === top) classes.push("first");
+        if (b === bottom) classes.push("last");
+        cells.push(
+          el("span", {
+            class: classes.join(" "),
+            style: `grid-column: ${firstColumn + (top - b)}`,
+            "data-bit": b,
+            "data-field": piece.key,
+            title: `bit ${b}: ${piece.label} = ${bit}`,
+            text: bit,
+          }),
+        );
+      }
+      groups.push(
+        el(
+          "div",
+          { class: "byte" },
+          el("span", { class: "byte-index", style: `grid-column: ${firstColumn}` }, top),
+          el("span", { class: "byte-index low" }, bottom),
+          ...cells,
+        ),
+      );
+    }
+    const picture = $("bits");
+    picture.replaceChildren(...groups);
+    picture.setAttribute("role", "img");
+    picture.setAttribute(
+      "aria-label",
+      `${totalBits} bits, most significant first: ` +
+        parts.map((s) => `${s.label} bits ${s.high} to ${s.low} = ${s.value}`).join("; "),
+    );
+    $("bits-caption").replaceChildren(
+      el("strong", {}, `${totalBits} bits`),
+      " · 0x",
+      el("span", { class: "mono" }, value.toString(16).padStart(width, "0")),
+      " · ",
+      el("span", { class: "mono" }, value.toString(10)),
+    );
+
+    // Legend: one row per segment.
+    const legendRows = parts.map((s) =>
+      el(
+        "tr",
+        { "data-field": s.key },
+        el(
+          "th",
+          { scope: "row" },
+          el(
+            "span",
+            { class: "legend-name" },
+            el("span", { class: `swatch f-${s.colour}`, "aria-hidden": "true" }),
+            el("span", {}, s.label),
+          ),
+        ),
+        el("td", { class: "mono nowrap" }, s.width === 1 ? `${s.high}` : `${s.high}–${s.low}`, el("span", { class: "muted" }, ` (${s.width})`)),
+        el("td", { class: "value mono" }, s.value.toString()),
+        el("td", { class: "about" }, meaning(scheme, s, data)),
+      ),
+    );
+    $("legend").tBodies[0].replaceChildren(...legendRows);
+    $("decode-result").hidden = false;
+  }
+
+  function modeAbout(mode) {
+    return mode === "spread"
+      ? "timestamp bit-reversed: consecutive IDs spread over the key space"
+      : "timestamp as is: IDs sort by time";
+  }
+
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    decode();
+  });
+  schemeSelect.addEventListener("change", () => {
+    syncNodeBits();
+    if (decoded && idInput.value.trim()) decode();
+  });
+  nodeBitsInput.addEventListener("change", () => {
+    if (decoded && idInput.value.trim()) decode();
+  });
+
+  // -- minting ----------------------------------------------------------------------------
+  let mintedScheme = null;
+
+  function markSelectedMinted() {
+    const current = idInput.value.trim();
+    for (const button of document.querySelectorAll("#minted button")) {
+      button.setAttribute("aria-current", button.dataset.id === current ? "true" : "false");
+    }
+  }
+
+  async function mint() {
+    const countInput = $("mint-count");
+    const count = countInput.value.trim() || "1";
+    const errorBox = $("mint-error");
+    $("mint-button").disabled = true;
+    try {
+      const data = await api(`v1/ids?count=${encodeURIComponent(count)}`);
+      showError(errorBox, null);
+      mintedScheme = data.scheme;
+      showServerScheme(data.scheme);
+      const items = data.ids.map((id) =>
+        el(
+          "li",
+          {},
+          el("button", { type: "button", class: "id-button mono", "data-id": id, title: `Decode ${id}` }, id),
+        ),
+      );
+      $("minted").replaceChildren(...items);
+      const n = data.ids.length;
+      $("mint-summary").textContent = `${n} ${data.scheme} ID${n === 1 ? "" : "s"}: choose one to decode it.`;
+      markSelectedMinted();
+    } catch (error) {
+      showError(errorBox, error);
+      if (error instanceof ApiError && error.status === 503) refreshHealth();
+    } finally {
+      $("mint-button").disabled = false;
+    }
+  }
+
+  $("mint-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    mint();
+  });
+  $("minted").addEventListener("click", (event) => {
+    const button = event.target.closest("button[data-id]");
+    if (!button) return;
+    idInput.value = button.dataset.id;
+    if (mintedScheme) schemeSelect.value = mintedScheme;
+    syncNodeBits();
+    decode().then(() => {
+      // In the one-column layout the result is far above the list: bring it into view.
+      const card = document.querySelector(".decode-card");
+      const top = card.getBoundingClientRect().top;
+      if (top < 0 || top > window.innerHeight * 0.6) card.scrollIntoView({ block: "start" });
+    });
+  });
+
+  // -- server state ---------------------------------------------------------------------------
+  function showServerScheme(scheme) {
+    const badge = $("server-scheme");
+    badge.textContent = scheme;
+    badge.hidden = !scheme;
+  }
+
+  async function refreshHealth() {
+    const pill = $("health");
+    const label = $("health-text");
+    try {
+      await api("healthz");
+      pill.className = "pill pill-ok";
+      label.textContent = "healthy";
+      pill.title = "GET /healthz: 200 ok";
+    } catch (error) {
+      pill.className = "pill pill-bad";
+      label.textContent = error.status ? `unavailable: ${error.detail}` : "unreachable";
+      pill.title = error.detail || "";
+    }
+  }
+
+  function formatMs(ms) {
+    if (ms === null || ms === undefined) return "—";
+    const date = new Date(Number(ms));
+    return Number.isNaN(date.getTime()) ? String(ms) : date.toISOString().replace(".000Z", "Z");
+  }
+
+  async function refreshClaims() {
+    const data = await api("v1/claims");
+    showServerScheme(data.scheme);
+    if (!mintedScheme) mintedScheme = data.scheme;
+    const coordinator = $("coordinator");
+    coordinator.replaceChildren(
+      "Coordinator: ",
+      data.coordinator ? el("code", {}, data.coordinator) : el("span", { class: "muted" }, "none (a static identity)"),
+    );
+    // An elastic64 static coordinator names its width: use it to decode minted IDs.
+    const width = /[?&]node_bits=(\d+)/.exec(data.coordinator || "");
+    if (data.scheme === "elastic64" && width && !nodeBitsInput.value) nodeBitsInput.value = width[1];
+    const rows = data.claims.map((claim) => {
+      const usable = claim.usable ? "yes" : "no";
+      const state = el("td", {}, claim.state);
+      if (claim.problem) state.append(el("div", { class: "problem" }, claim.problem));
+      return el(
+        "tr",
+        { class: claim.usable ? "" : "unusable" },
+        el("th", { scope: "row", class: "mono" }, claim.identity),
+        state,
+        el("td", {}, el("span", { class: `tag ${claim.usable ? "tag-ok" : "tag-bad"}` }, usable)),
+        el("td", { class: "mono small-text", title: claim.coordinator || "" }, claim.state === "static" ? "—" : formatMs(claim.high_water_mark_ms)),
+      );
+    });
+    $("claims").tBodies[0].replaceChildren(...rows);
+  }
+
+  async function refreshServices() {
+    const data = await api("v1/services");
+    const box = $("services");
+    if (!data.configured) {
+      box.replaceChildren(
+        el("p", { class: "muted small-text" }, "No discovery tree configured (start the server with ", el("code", {}, "--discovery zk://…"), ")."),
+      );
+      return;
+    }
+    const names = Object.keys(data.services || {});
+    if (!names.length) {
+      box.replaceChildren(el("p", { class: "muted small-text" }, "No services are registered."));
+      return;
+    }
+    const sections = names.sort().map((name) => {
+      const rows = data.services[name].map((instance) =>
+        el(
+          "tr",
+          {},
+          el("th", { scope: "row", class: "mono" }, String(instance.node)),
+          el("td", { class: "mono" }, instance.host ? `${instance.host}:${instance.port ?? "?"}` : "—"),
+          el("td", { class: "mono small-text" }, (instance.endpoints || []).join(", ") || "—"),
+          el(
+            "td",
+            { class: "small-text" },
+            Object.entries(instance.metadata || {})
+              .map(([k, v]) => `${k}=${v}`)
+              .join(", ") || "—",
+          ),
+        ),
+      );
+      return el(
+        "div",
+        { class: "table-wrap service" },
+        el(
+          "table",
+          { class: "compact" },
+          el("caption", {}, name, el("span", { class: "muted" }, ` · ${rows.length} instance${rows.length === 1 ? "" : "s"}`)),
+          el(
+            "thead",
+            {},
+            el("tr", {}, el("th", { scope: "col" }, "Node"), el("th", { scope: "col" }, "Address"), el("th", { scope: "col" }, "Endpoints"), el("th", { scope: "col" }, "Metadata")),
+          ),
+          el("tbody", {}, ...rows),
+        ),
+      );
+    });
+    box.replaceChildren(...sections);
+  }
+
+  async function refreshServer() {
+    const button = $("refresh");
+    button.disabled = true;
+    const errors = [];
+    await Promise.all([
+      refreshHealth(),
+      refreshClaims().catch((error) => errors.push(error)),
+      refreshServices().catch((error) => errors.push(error)),
+    ]);
+    showError($("server-error"), errors[0] || null);
+    $("refreshed").textContent = `Updated ${new Date().toLocaleTimeString()}`;
+    button.disabled = false;
+  }
+
+  $("refresh").addEventListener("click", refreshServer);
+
+  // -- token ---------------------------------------------------------------------------------
+  function openTokenPanel() {
+    $("token-panel").open = true;
+  }
+
+  function showTokenState() {
+    $("token-state").textContent = token() ? "(set)" : "(none)";
+  }
+
+  $("token-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const value = $("token-input").value.trim();
+    try {
+      if (value) sessionStorage.setItem(TOKEN_KEY, value);
+      else sessionStorage.removeItem(TOKEN_KEY);
+    } catch {
+      // storage disabled: nothing to keep
+    }
+    $("token-input").value = "";
+    showTokenState();
+    $("token-panel").open = false;
+    refreshServer();
+  });
+  $("token-clear").addEventListener("click", () => {
+    try {
+      sessionStorage.removeItem(TOKEN_KEY);
+    } catch {
+      // storage disabled
+    }
+    $("token-input").value = "";
+    showTokenState();
+    refreshServer();
+  });
+
+  // -- start ---------------------------------------------------------------------------------
+  syncNodeBits();
+  showTokenState();
+  refreshServer();
+})();

@@ -1,0 +1,381 @@
+"""The server's web page, driven in Debian's Chromium by Playwright against a real server.
+
+Playwright never downloads a browser here: it launches the system Chromium
+(``/usr/bin/chromium``, or ``$IDMINT_CHROMIUM``); without either the tests skip.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from idmint import parse_id
+from idmint.errors import InvalidId
+from idmint.schemes import Muid, Uid64
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright")
+
+CHROMIUM = os.environ.get("IDMINT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
+SCREENSHOT = ROOT / "artifacts" / "web-page.png"
+TIMEOUT_MS = 5_000
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}")
+
+
+# -- fixtures ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A fresh tab (own sessionStorage); fails the test on any uncaught script error."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(TIMEOUT_MS)
+    tab = context.new_page()
+    script_errors: list[str] = []
+    tab.on("pageerror", lambda error: script_errors.append(str(error)))
+    yield tab
+    context.close()
+    assert script_errors == []
+
+
+def golden(name: str) -> list[dict[str, str]]:
+    with (DATA / name).open(newline="") as handle:
+        return list(csv.DictReader(line for line in handle if not line.startswith("#")))
+
+
+def expected_fields(text: str, scheme: str | None = None, **options: Any) -> dict[str, str]:
+    """What ``idmint decode`` prints for ``text``, as the page shows it (text)."""
+    return {k: str(v) for k, v in parse_id(text, scheme, **options).to_dict().items()}
+
+
+def shown_fields(tab: Any) -> dict[str, str]:
+    rows = tab.locator("#fields tbody tr")
+    return {
+        row.get_attribute("data-field"): row.locator("td.value").inner_text() for row in rows.all()
+    }
+
+
+def bit_cells(tab: Any, field: str | None = None) -> list[tuple[int, str]]:
+    """(bit number, shown digit) of the picture's cells, optionally of one field."""
+    selector = "#bits .bit" + (f'[data-field="{field}"]' if field else "")
+    cells = tab.eval_on_selector_all(
+        selector, "cells => cells.map(c => [Number(c.dataset.bit), c.textContent])"
+    )
+    return [(int(bit), str(digit)) for bit, digit in cells]
+
+
+def field_bits(tab: Any, field: str) -> str:
+    return "".join(digit for _, digit in bit_cells(tab, field))
+
+
+def decode_text(tab: Any, text: str, scheme: str = "", node_bits: int | None = None) -> None:
+    """Type an ID and press Enter (the form is keyboard-driven)."""
+    tab.fill("#id-input", text)
+    tab.select_option("#scheme-select", scheme)
+    if node_bits is not None:
+        tab.fill("#node-bits", str(node_bits))
+    tab.press("#id-input", "Enter")
+
+
+def wait_for_result(tab: Any, canonical: str) -> None:
+    sync_api.expect(tab.locator("#result-title")).to_have_text(canonical)
+    sync_api.expect(tab.locator("#decode-result")).to_be_visible()
+
+
+def mint(tab: Any, count: int) -> list[str]:
+    tab.fill("#mint-count", str(count))
+    tab.click("#mint-button")
+    sync_api.expect(tab.locator("#minted button")).to_have_count(count)
+    return [str(text) for text in tab.locator("#minted button").all_inner_texts()]
+
+
+def answer_with(body: dict[str, Any]) -> Callable[[Any], None]:
+    """A Playwright route handler answering 200 with ``body`` as JSON."""
+
+    def handle(route: Any) -> None:
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+
+    return handle
+
+
+# -- tests -------------------------------------------------------------------------------------
+def test_page_and_its_files_are_served_without_external_resources(server_url: str) -> None:
+    kinds = {
+        "": "text/html",
+        "static/index.html": "text/html",
+        "static/app.js": "text/javascript",
+        "static/style.css": "text/css",
+    }
+    for path, kind in kinds.items():
+        with urllib.request.urlopen(server_url + path, timeout=5) as response:
+            assert response.headers["content-type"].startswith(kind)
+            body = response.read().decode()
+        # No CDN, web font or absolute API URL: the page works offline and behind a prefix.
+        assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", body), path
+        assert not re.search(r"""url\(\s*["']?(?:https?:)?//|@import|fetch\(\s*["'`]/""", body)
+
+
+def test_mint_then_decode_a_minted_id(page: Any, server_url: str) -> None:
+    page.goto(server_url)
+    sync_api.expect(page.locator("#server-scheme")).to_have_text("uid64")
+    ids = mint(page, 4)
+    assert len(set(ids)) == 4
+    assert all(re.fullmatch(r"[0-9a-f]{16}", text) for text in ids)
+
+    chosen = ids[2]
+    button = page.locator(f'#minted button[data-id="{chosen}"]')
+    button.focus()
+    page.keyboard.press("Enter")  # a real button: works from the keyboard
+    wait_for_result(page, chosen)
+    sync_api.expect(button).to_have_attribute("aria-current", "true")
+    assert page.input_value("#scheme-select") == "uid64"
+    assert page.input_value("#id-input") == chosen
+
+    expected = expected_fields(chosen, "uid64")
+    assert shown_fields(page) == expected
+    assert page.locator("#decode-warning").is_hidden()
+
+    # The picture: 64 cells, bit 63 first, spelling the ID's bits.
+    value = Uid64(chosen)
+    cells = bit_cells(page)
+    assert [bit for bit, _ in cells] == list(range(63, -1, -1))
+    assert "".join(digit for _, digit in cells) == f"{int(value):064b}"
+    # Each field where the layout puts it; the 11-bit generator is split by the mode bit.
+    layout = {
+        "timestamp": (63, 22),
+        "sequence": (21, 16),
+        "generator-high": (15, 13),
+        "mode": (12, 12),
+        "generator-low": (11, 4),
+        "cluster": (3, 0),
+    }
+    for field, (high, low) in layout.items():
+        assert [bit for bit, _ in bit_cells(page, field)] == list(range(high, low - 1, -1))
+    assert field_bits(page, "sequence") == f"{value.sequence:06b}"
+    assert field_bits(page, "generator-high") + field_bits(page, "generator-low") == (
+        f"{value.generator:011b}"
+    )
+    assert field_bits(page, "mode") == "0"  # spread, the server's default
+    assert field_bits(page, "cluster") == f"{value.cluster:04b}"
+    legend = page.locator('#legend tr[data-field="sequence"] td.value')
+    sync_api.expect(legend).to_have_text(str(value.sequence))
+
+
+def test_decode_a_pasted_muid(page: Any, server_url: str) -> None:
+    row = golden("muid.csv")[0]
+    dashed = Muid(row["hex"]).dashed
+    page.goto(server_url)
+    decode_text(page, dashed)  # scheme guessed from the dashed 14-13-5 shape
+    wait_for_result(page, row["hex"])
+
+    shown = shown_fields(page)
+    assert shown == expected_fields(dashed)
+    for name in ("timestamp_us", "medallion", "offset"):
+        assert shown[name] == row[name]
+    assert len(bit_cells(page)) == 128
+    assert field_bits(page, "timestamp") == f"{int(row['timestamp_us']):056b}"
+    assert field_bits(page, "medallion") == f"{int(row['medallion']):052b}"
+    assert field_bits(page, "offset") == f"{int(row['offset']):020b}"
+
+
+def test_decode_a_pasted_short60_beyond_javascript_numbers(page: Any, server_url: str) -> None:
+    # An odd int above 2**53: JSON.parse alone would round it.
+    row = next(r for r in golden("short60.csv") if int(r["int"]) > 2**53 and int(r["int"]) % 2)
+    page.goto(server_url)
+    decode_text(page, row["display"], "short60")
+    wait_for_result(page, row["display"])
+
+    shown = shown_fields(page)
+    assert shown == expected_fields(row["display"], "short60")
+    assert shown["int"] == row["int"]
+    assert (shown["sequence"], shown["random"]) == (row["sequence"], row["random"])
+    cells = bit_cells(page)
+    assert len(cells) == 60
+    assert cells[0][0] == 59
+    assert "".join(digit for _, digit in cells) == f"{int(row['int']):060b}"
+    assert field_bits(page, "sequence") == f"{int(row['sequence']):09b}"
+    assert field_bits(page, "random") == f"{int(row['random']):09b}"
+
+
+def test_decode_elastic64_with_its_node_bits(page: Any, server_url: str) -> None:
+    row = next(
+        r
+        for r in golden("elastic64.csv")
+        if r["node_bits"] == "11" and r["burst"] != "0" and r["timestamp_ms"] != "0"
+    )
+    page.goto(server_url)
+    decode_text(page, row["id"], "elastic64", node_bits=11)
+    wait_for_result(page, row["id"])
+    assert shown_fields(page) == expected_fields(row["id"], "elastic64", node_bits=11)
+    assert field_bits(page, "burst") == f"{int(row['burst']):05b}"
+    assert field_bits(page, "node") == f"{int(row['node']):011b}"
+
+    # Another width re-decodes at once and moves the burst/node boundary.
+    page.fill("#node-bits", "13")
+    page.press("#node-bits", "Tab")
+    sync_api.expect(page.locator('#fields tr[data-field="node_bits"] td.value')).to_have_text("13")
+    assert shown_fields(page) == expected_fields(row["id"], "elastic64", node_bits=13)
+    assert len(bit_cells(page, "burst")) == 3
+    assert len(bit_cells(page, "node")) == 13
+
+
+@pytest.mark.parametrize(
+    ("text", "scheme"),
+    [("not*an*id", ""), ("1234567890123456", ""), ("ffffffffffffffff", "uid64-v1")],
+    ids=["shape", "ambiguous", "reserved-bits"],
+)
+def test_invalid_id_shows_the_servers_error(
+    page: Any, server_url: str, text: str, scheme: str
+) -> None:
+    with pytest.raises(InvalidId) as raised:
+        parse_id(text, scheme or None)
+    page.goto(server_url)
+    decode_text(page, text, scheme)
+    error = page.locator("#decode-error")
+    sync_api.expect(error).to_be_visible()
+    sync_api.expect(error.locator(".error-title")).to_have_text("invalid ID")
+    sync_api.expect(error).to_contain_text("HTTP 422")
+    sync_api.expect(error.locator(".error-detail")).to_have_text(str(raised.value))
+    assert page.locator("#decode-result").is_hidden()
+
+
+def test_empty_input_asks_for_an_id(page: Any, server_url: str) -> None:
+    page.goto(server_url)
+    page.click("#decode-button")
+    sync_api.expect(page.locator("#decode-error")).to_contain_text("Paste or type an ID")
+    assert page.evaluate("document.activeElement.id") == "id-input"
+
+
+def test_server_panel_shows_health_claims_and_services(page: Any, server_url: str) -> None:
+    page.goto(server_url)
+    sync_api.expect(page.locator("#health")).to_have_text("healthy")
+    sync_api.expect(page.locator("#claims tbody tr")).to_have_count(1)
+    sync_api.expect(page.locator("#claims tbody th")).to_have_text("generator 0 cluster 0")
+    sync_api.expect(page.locator("#coordinator")).to_contain_text("none")
+    sync_api.expect(page.locator("#services")).to_contain_text("No discovery tree configured")
+
+    # A server with a coordinator and discovery: the same page, answers stubbed.
+    claims = {
+        "scheme": "uid64",
+        "coordinator": "zk://zk1:2181/idmint",
+        "claims": [
+            {
+                "identity": "generator 7 cluster 2",
+                "state": "held",
+                "usable": True,
+                "high_water_mark_ms": 1767225600000,
+                "coordinator": "zk://zk1:2181/idmint",
+                "problem": None,
+            },
+            {
+                "identity": "generator 8 cluster 2",
+                "state": "suspended",
+                "usable": False,
+                "high_water_mark_ms": None,
+                "coordinator": "zk://zk1:2181/idmint",
+                "problem": "connection lost",
+            },
+        ],
+    }
+    services = {
+        "services": {
+            "idmint": [
+                {
+                    "node": 3,
+                    "host": "10.0.0.5",
+                    "port": 8000,
+                    "endpoints": ["ids", "ids:uid64"],
+                    "metadata": {"scheme": "uid64"},
+                }
+            ]
+        },
+        "endpoints": {"ids": {"_": [3]}},
+        "configured": True,
+    }
+    page.route("**/v1/claims", answer_with(claims))
+    page.route("**/v1/services", answer_with(services))
+    page.click("#refresh")
+    rows = page.locator("#claims tbody tr")
+    sync_api.expect(rows).to_have_count(2)
+    sync_api.expect(rows.nth(0)).to_contain_text("2026-01-01T00:00:00Z")
+    sync_api.expect(rows.nth(1)).to_contain_text("connection lost")
+    sync_api.expect(rows.nth(1)).to_have_class(re.compile("unusable"))
+    sync_api.expect(page.locator("#coordinator")).to_contain_text("zk://zk1:2181/idmint")
+    service = page.locator("#services table")
+    sync_api.expect(service).to_contain_text("idmint")
+    sync_api.expect(service).to_contain_text("10.0.0.5:8000")
+    sync_api.expect(service).to_contain_text("ids:uid64")
+
+
+def test_bearer_token_is_asked_for_kept_and_sent(
+    page: Any, start_idmint_server: Callable[..., str], tmp_path: Path
+) -> None:
+    token = "s3cret-token"
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    url = start_idmint_server("--scheme", "muid", "--token-file", str(token_file))
+
+    page.goto(url)
+    sync_api.expect(page.locator("#server-error")).to_contain_text("unauthorized")
+    sync_api.expect(page.locator("#health")).to_have_text("healthy")  # /healthz is open
+    page.click("#mint-button")
+    sync_api.expect(page.locator("#mint-error")).to_contain_text("HTTP 401")
+    assert page.locator("#token-panel").get_attribute("open") is not None
+
+    page.fill("#token-input", token)
+    with page.expect_request("**/v1/claims") as request:
+        page.press("#token-input", "Enter")
+    assert request.value.headers["authorization"] == f"Bearer {token}"
+    sync_api.expect(page.locator("#server-error")).to_be_hidden()
+    sync_api.expect(page.locator("#token-state")).to_have_text("(set)")
+    assert page.evaluate("sessionStorage.getItem('idmint.token')") == token
+
+    ids = mint(page, 2)
+    page.locator("#minted button").first.click()
+    wait_for_result(page, ids[0])
+    assert shown_fields(page) == expected_fields(ids[0], "muid")
+    assert len(bit_cells(page)) == 128
+
+    page.click("#token-panel summary")  # saving closed the panel
+    page.click("#token-clear")
+    assert page.evaluate("sessionStorage.getItem('idmint.token')") is None
+    sync_api.expect(page.locator("#server-error")).to_contain_text("unauthorized")
+
+
+def test_screenshot(page: Any, server_url: str) -> None:
+    page.goto(server_url)
+    ids = mint(page, 6)
+    page.locator("#minted button").nth(1).click()
+    wait_for_result(page, ids[1])
+    sync_api.expect(page.locator("#health")).to_have_text("healthy")
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    data = SCREENSHOT.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    assert len(data) > 10_000
