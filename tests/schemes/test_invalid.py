@@ -260,9 +260,9 @@ FORM_CASES = [
     ),
     case(
         "e64-width-none",
-        lambda: Elastic64(1, None),  # type: ignore[arg-type]
+        lambda: Elastic64(1, None),
         "elastic64",
-        "type",
+        "node_bits",
         "node_bits",
     ),
     case(

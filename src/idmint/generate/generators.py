@@ -6,6 +6,7 @@ import secrets
 import threading
 from collections.abc import Mapping
 from types import TracebackType
+from typing import ClassVar
 
 from idmint.errors import ConfigurationError, GeneratorForked, TransactionFull
 from idmint.generate.clock import Clock
@@ -21,6 +22,7 @@ from idmint.schemes import elastic64 as e64
 from idmint.schemes import muid as mu
 from idmint.schemes import short60 as s60
 from idmint.schemes import uid64 as u64
+from idmint.schemes._base import IdValue
 from idmint.schemes.elastic64 import Elastic64
 from idmint.schemes.muid import Muid
 from idmint.schemes.short60 import Short60
@@ -47,7 +49,7 @@ class Uid64Generator(TickGenerator[Uid64]):
     """
 
     __slots__ = ("_cluster", "_generator", "_identity", "_mode", "_spread")
-    id_type = Uid64
+    id_type: ClassVar[type[IdValue]] = Uid64
     _max_generator = u64.MAX_GENERATOR
 
     def __init__(

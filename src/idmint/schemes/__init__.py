@@ -113,12 +113,5 @@ def parse_id(text: str, scheme: str | None = None, *, node_bits: int | None = No
             problem="node_bits",
         )
     if cls is Elastic64:
-        if node_bits is None:
-            raise InvalidId(
-                "elastic64",
-                "decoding needs the node-ID width (node_bits, 8..16) the ID was made with",
-                problem="node_bits",
-            )
         return Elastic64.from_text(text, node_bits)
-    result: IdValue = cls.from_text(text)  # type: ignore[attr-defined]
-    return result
+    return cls.from_text(text)

@@ -34,6 +34,59 @@ class IdValue:
 
     scheme: ClassVar[str]
     """The scheme name as the CLI and server spell it, e.g. ``"uid64"``."""
+    _forms: ClassVar[str]
+    """How IDs of the scheme can be given, for error messages."""
+    _byte_length: ClassVar[int]
+    _max_int: ClassVar[int]
+    _family: ClassVar[type[IdValue]]
+    """The scheme's root type: its instances convert into each other (uid64, uid64-v1)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._family = next(c for c in cls.__mro__ if IdValue in c.__bases__)
+
+    def __new__(cls: type[IdT], value: object) -> IdT:
+        return cls.parse(value)
+
+    # -- reading ---------------------------------------------------------------
+    @classmethod
+    def parse(cls: type[IdT], value: object) -> IdT:
+        """Read an ID from its text form, its bytes, its int, or an ID of the same family."""
+        if isinstance(value, str):
+            return cls.from_text(value)
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return cls.from_bytes(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return cls.from_int(value)
+        if isinstance(value, cls._family):
+            return cls.from_int(value._int)
+        raise reject_type(cls.scheme, value, cls._forms)
+
+    @classmethod
+    def from_text(cls: type[IdT], text: str) -> IdT:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @classmethod
+    def from_bytes(cls: type[IdT], data: bytes | bytearray | memoryview) -> IdT:
+        """Read the big-endian byte form."""
+        return cls.from_int(int_from_bytes(cls.scheme, data, cls._byte_length))
+
+    @classmethod
+    def from_int(cls: type[IdT], value: int) -> IdT:
+        """Read the unsigned int form."""
+        check_field(cls.scheme, "value", value, 0, cls._max_int)
+        return cls._checked(value)
+
+    @classmethod
+    def _checked(cls: type[IdT], value: int) -> IdT:
+        """Build from an int in range; schemes with more rules (uid64-v1) check them here."""
+        return cls._trusted(value)
+
+    @classmethod
+    def _trusted(cls: type[IdT], value: int) -> IdT:
+        obj = object.__new__(cls)
+        obj._int = value
+        return obj
 
     # -- identity ---------------------------------------------------------
     def __int__(self) -> int:
@@ -96,7 +149,7 @@ class IdValue:
     @classmethod
     def text_of_int(cls, value: int) -> str:
         """The canonical text of the ID ``value`` without building a value object."""
-        return str(cls.from_int(value))  # type: ignore[attr-defined]
+        return str(cls.from_int(value))
 
     # Defined last: inside the class body the name `int` means this property.
     @property
@@ -111,13 +164,6 @@ class IdValue:
     @property
     def time(self) -> _dt.datetime:  # pragma: no cover - abstract
         raise NotImplementedError
-
-
-def new_trusted(cls: type[IdT], value: int) -> IdT:
-    """Build an instance from an int the caller has already checked."""
-    obj = object.__new__(cls)
-    obj._int = value
-    return obj
 
 
 # -- parsing helpers ---------------------------------------------------------

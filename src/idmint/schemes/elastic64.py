@@ -56,7 +56,11 @@ class Elastic64(IdValue):
     _node_bits: int
     scheme = "elastic64"
 
-    def __new__(cls, value: int | bytes | bytearray | str | Elastic64, node_bits: int) -> Elastic64:
+    _forms = "decimal digits, 8 bytes or an int, with node_bits"
+    _byte_length = 8
+    _max_int = (1 << 64) - 1
+
+    def __new__(cls, value: object, node_bits: int | None = None) -> Elastic64:
         return cls.parse(value, node_bits)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -66,21 +70,24 @@ class Elastic64(IdValue):
         return (self._int, self._node_bits)
 
     # -- parsing ----------------------------------------------------------
+    # Every reader takes the width: the same 64 bits name different nodes
+    # under different widths. It is optional only in the signature (so the
+    # readers match IdValue's); leaving it out is an InvalidId.
     @classmethod
-    def parse(cls, value: object, node_bits: int) -> Elastic64:
+    def parse(cls, value: object, node_bits: int | None = None) -> Elastic64:
         """Read an ID from its decimal text, its 8 bytes, its int, or an ID value."""
+        if isinstance(value, Elastic64):
+            return cls.from_int(value._int, node_bits)
         if isinstance(value, str):
             return cls.from_text(value, node_bits)
         if isinstance(value, (bytes, bytearray, memoryview)):
             return cls.from_bytes(value, node_bits)
         if isinstance(value, int) and not isinstance(value, bool):
             return cls.from_int(value, node_bits)
-        if isinstance(value, Elastic64):
-            return cls.from_int(value._int, node_bits)
-        raise reject_type(cls.scheme, value, "decimal digits, 8 bytes or an int")
+        raise reject_type(cls.scheme, value, cls._forms)
 
     @classmethod
-    def from_text(cls, text: str, node_bits: int) -> Elastic64:
+    def from_text(cls, text: str, node_bits: int | None = None) -> Elastic64:
         stripped = text.strip()
         if not stripped or len(stripped) > 20:
             raise InvalidId(
@@ -99,13 +106,21 @@ class Elastic64(IdValue):
         return cls.from_int(int(stripped), node_bits)
 
     @classmethod
-    def from_bytes(cls, data: bytes | bytearray | memoryview, node_bits: int) -> Elastic64:
-        return cls.from_int(int_from_bytes(cls.scheme, data, 8), node_bits)
+    def from_bytes(
+        cls, data: bytes | bytearray | memoryview, node_bits: int | None = None
+    ) -> Elastic64:
+        return cls.from_int(int_from_bytes(cls.scheme, data, cls._byte_length), node_bits)
 
     @classmethod
-    def from_int(cls, value: int, node_bits: int) -> Elastic64:
+    def from_int(cls, value: int, node_bits: int | None = None) -> Elastic64:
+        if node_bits is None:
+            raise InvalidId(
+                cls.scheme,
+                "decoding needs the node-ID width (node_bits, 8..16) the ID was made with",
+                problem="node_bits",
+            )
         check_node_bits(node_bits)
-        check_field(cls.scheme, "value", value, 0, (1 << 64) - 1)
+        check_field(cls.scheme, "value", value, 0, cls._max_int)
         if value > MAX_VALUE:
             raise InvalidId(
                 cls.scheme,

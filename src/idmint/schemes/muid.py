@@ -25,10 +25,8 @@ from idmint.errors import InvalidId
 from idmint.schemes._base import (
     IdValue,
     check_field,
-    int_from_bytes,
     int_from_hex,
     iso_us,
-    reject_type,
     time_from_us,
 )
 
@@ -59,22 +57,9 @@ class Muid(IdValue):
 
     __slots__ = ()
     scheme = "muid"
-
-    def __new__(cls, value: int | bytes | bytearray | str | Muid) -> Muid:
-        return cls.parse(value)
-
-    @classmethod
-    def parse(cls, value: object) -> Muid:
-        """Read a muid from its text (32 hex digits, or dashed 14-13-5), 16 bytes or int."""
-        if isinstance(value, str):
-            return cls.from_text(value)
-        if isinstance(value, (bytes, bytearray, memoryview)):
-            return cls.from_bytes(value)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return cls.from_int(value)
-        if isinstance(value, Muid):
-            return value
-        raise reject_type(cls.scheme, value, "32 hex digits, 16 bytes or an int")
+    _forms = "32 hex digits (or 14-13-5 dashed), 16 bytes or an int"
+    _byte_length = 16
+    _max_int = (1 << 128) - 1
 
     @classmethod
     def from_text(cls, text: str) -> Muid:
@@ -93,21 +78,6 @@ class Muid(IdValue):
             int_from_hex(cls.scheme, stripped.replace("-", "0"), 34)
             stripped = "".join(groups)
         return cls._trusted(int_from_hex(cls.scheme, stripped, 32))
-
-    @classmethod
-    def from_bytes(cls, data: bytes | bytearray | memoryview) -> Muid:
-        return cls._trusted(int_from_bytes(cls.scheme, data, 16))
-
-    @classmethod
-    def from_int(cls, value: int) -> Muid:
-        check_field(cls.scheme, "value", value, 0, (1 << 128) - 1)
-        return cls._trusted(value)
-
-    @classmethod
-    def _trusted(cls, value: int) -> Muid:
-        obj = object.__new__(cls)
-        obj._int = value
-        return obj
 
     @classmethod
     def build(cls, *, timestamp_us: int, medallion: int, offset: int = 0) -> Muid:

@@ -26,9 +26,7 @@ from idmint.errors import InvalidId
 from idmint.schemes._base import (
     IdValue,
     check_field,
-    int_from_bytes,
     iso_ms,
-    reject_type,
     time_from_ms,
 )
 
@@ -69,22 +67,9 @@ class Short60(IdValue):
 
     __slots__ = ()
     scheme = "short60"
-
-    def __new__(cls, value: int | bytes | bytearray | str | Short60) -> Short60:
-        return cls.parse(value)
-
-    @classmethod
-    def parse(cls, value: object) -> Short60:
-        """Read an ID from its display string, its 8 bytes or its int."""
-        if isinstance(value, str):
-            return cls.from_text(value)
-        if isinstance(value, (bytes, bytearray, memoryview)):
-            return cls.from_bytes(value)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return cls.from_int(value)
-        if isinstance(value, Short60):
-            return value
-        raise reject_type(cls.scheme, value, "a display string, 8 bytes or an int")
+    _forms = "a display string, 8 bytes or an int"
+    _byte_length = 8
+    _max_int = MAX_VALUE
 
     @classmethod
     def from_text(cls, text: str) -> Short60:
@@ -130,21 +115,6 @@ class Short60(IdValue):
         for char in base64:
             value = value * 64 + _DIGIT_VALUES[char]
         return value
-
-    @classmethod
-    def from_bytes(cls, data: bytes | bytearray | memoryview) -> Short60:
-        return cls.from_int(int_from_bytes(cls.scheme, data, 8))
-
-    @classmethod
-    def from_int(cls, value: int) -> Short60:
-        check_field(cls.scheme, "value", value, 0, MAX_VALUE)
-        return cls._trusted(value)
-
-    @classmethod
-    def _trusted(cls, value: int) -> Short60:
-        obj = object.__new__(cls)
-        obj._int = value
-        return obj
 
     @classmethod
     def build(cls, *, timestamp_ms: int, sequence: int = 0, random: int = 0) -> Short60:

@@ -33,10 +33,8 @@ from idmint.errors import InvalidId
 from idmint.schemes._base import (
     IdValue,
     check_field,
-    int_from_bytes,
     int_from_hex,
     iso_ms,
-    reject_type,
     time_from_ms,
 )
 
@@ -129,45 +127,14 @@ class _EightByteId(IdValue):
     __slots__ = ()
 
     _max_generator: int = MAX_GENERATOR
-
-    def __new__(cls, value: int | bytes | bytearray | str | _EightByteId) -> Any:
-        return cls.parse(value)
-
-    # -- parsing ----------------------------------------------------------
-    @classmethod
-    def parse(cls, value: object) -> Any:
-        """Read an ID from its text form, its 8 bytes, its int, or an ID value."""
-        if isinstance(value, str):
-            return cls.from_text(value)
-        if isinstance(value, (bytes, bytearray, memoryview)):
-            return cls.from_bytes(value)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return cls.from_int(value)
-        if isinstance(value, _EightByteId):
-            return cls.from_int(value._int)
-        raise reject_type(cls.scheme, value, "16 hex digits, 8 bytes or an int")
+    _forms = "16 hex digits, 8 bytes or an int"
+    _byte_length = 8
+    _max_int = (1 << 64) - 1
 
     @classmethod
     def from_text(cls, text: str) -> Any:
         """Read the 16-hex-digit text form (either case)."""
         return cls._checked(int_from_hex(cls.scheme, text.strip(), 16))
-
-    @classmethod
-    def from_bytes(cls, data: bytes | bytearray | memoryview) -> Any:
-        """Read the 8-byte big-endian form java-uniqueid produces."""
-        return cls._checked(int_from_bytes(cls.scheme, data, 8))
-
-    @classmethod
-    def from_int(cls, value: int) -> Any:
-        """Read an unsigned 64-bit int. Java's signed longs: add 2**64 to negatives first."""
-        check_field(cls.scheme, "value", value, 0, (1 << 64) - 1)
-        return cls._checked(value)
-
-    @classmethod
-    def _checked(cls, value: int) -> Any:
-        obj = object.__new__(cls)
-        obj._int = value
-        return obj
 
     # -- fields -------------------------------------------------------------
     @property
