@@ -503,6 +503,20 @@ class Coordinator:
     """A connection to a coordination service, made by :func:`idmint.coordinate.connect`."""
 
     url: str
+    _options_template: ClaimOptions
+
+    def _options_for(self, pool: range | None) -> ClaimOptions:
+        """The URL's claim options, with the pool narrowed to what the scheme can hold."""
+        options = self._options_template
+        if pool is None:
+            return options
+        narrowed = range(max(pool.start, options.pool.start), min(pool.stop, options.pool.stop))
+        if not narrowed:
+            raise ConfigurationError(
+                f"{self.url}: generators={options.pool.start}-{options.pool.stop - 1} "
+                f"leaves nothing this scheme can use ({pool.start}-{pool.stop - 1})"
+            )
+        return replace(options, pool=narrowed)
 
     def claim(self, *, clock: Clock | None = None) -> Claim:
         """Claim an identity from the pool (blocking); the claim renews itself."""

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import dataclasses
 import json
 import logging
 import random
@@ -340,16 +339,7 @@ class EtcdCoordinator(Coordinator):
         return clusters
 
     def claim(self, *, clock: Clock | None = None, pool: range | None = None) -> EtcdClaim:
-        options = self._options_template
-        if pool is not None:
-            narrowed = range(max(pool.start, options.pool.start), min(pool.stop, options.pool.stop))
-            if not narrowed:
-                raise ConfigurationError(
-                    f"{self.url}: generators={options.pool.start}-{options.pool.stop - 1} "
-                    f"leaves nothing this scheme can use ({pool.start}-{pool.stop - 1})"
-                )
-            options = dataclasses.replace(options, pool=narrowed)
-        claim = EtcdClaim(self, options, clock)
+        claim = EtcdClaim(self, self._options_for(pool), clock)
         claim.start()
         return claim
 

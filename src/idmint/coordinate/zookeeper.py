@@ -51,7 +51,6 @@ readable and writable by that user only.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import random
@@ -225,16 +224,7 @@ class ZooKeeperCoordinator(Coordinator):
 
     # -- the Coordinator interface ---------------------------------------------------------
     def claim(self, *, clock: Clock | None = None, pool: range | None = None) -> ZooKeeperClaim:
-        options = self._options_template
-        if pool is not None:
-            narrowed = range(max(pool.start, options.pool.start), min(pool.stop, options.pool.stop))
-            if not narrowed:
-                raise ConfigurationError(
-                    f"{self.url}: generators={options.pool.start}-{options.pool.stop - 1} "
-                    f"leaves nothing this scheme can use ({pool.start}-{pool.stop - 1})"
-                )
-            options = dataclasses.replace(options, pool=narrowed)
-        claim = ZooKeeperClaim(self, options, clock)
+        claim = ZooKeeperClaim(self, self._options_for(pool), clock)
         claim.start()
         return claim
 
