@@ -231,7 +231,10 @@ class Claim:
         self._grant: Grant | None = None
         self._epoch = 0
         self._problem = "the claim has not been made yet"
-        self._generators: weakref.WeakSet[Any] = weakref.WeakSet()
+        # Strong references: the final high-water mark must cover every tick any
+        # generator of this claim used, so none may vanish unaccounted for.
+        self._generators: set[Any] = set()
+        self._detached_highest = -1
         self._wake = threading.Event()
         self._closing = False
         self._thread: threading.Thread | None = None
@@ -299,7 +302,10 @@ class Claim:
         self._generators.add(generator)
 
     def detach(self, generator: Fenceable) -> None:
-        self._generators.discard(generator)
+        """Forget a generator, remembering the newest tick it used."""
+        if generator in self._generators:
+            self._detached_highest = max(self._detached_highest, generator._highest_tick())
+            self._generators.discard(generator)
 
     def _timeout_error(self, waited_s: float) -> CoordinationError:
         state = self._state
@@ -318,7 +324,15 @@ class Claim:
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> Claim:
         """Make the first claim (blocking) and start renewing it."""
-        self._claim_and_record()
+        try:
+            self._claim_and_record()
+        except BaseException:
+            # Give back whatever was taken (a session, a lease, a half-made claim).
+            with self._cond:
+                self._set_state(ClaimState.RELEASED, "the claim could not be made")
+            with contextlib.suppress(Exception):
+                self._release(None)
+            raise
         self._thread = threading.Thread(
             target=self._renewal_loop, name=f"idmint-claim {self.description}", daemon=True
         )
@@ -393,8 +407,9 @@ class Claim:
             self._cond.notify_all()
 
     def _highest_tick_used(self) -> int:
-        """The newest tick any attached generator has used (-1 if none)."""
-        return max((g._highest_tick() for g in list(self._generators)), default=-1)
+        """The newest tick any generator of this claim has used (-1 if none)."""
+        ticks: list[int] = [g._highest_tick() for g in list(self._generators)]
+        return max([self._detached_highest, *ticks])
 
     def _maintain(self) -> None:
         """Driver work done in the renewal thread after each renewal (default: none)."""
@@ -444,14 +459,18 @@ class Claim:
         return True
 
     def _renewal_loop(self) -> None:
+        retry_soon = False
         while not self._closing:
-            self._wake.wait(self.renew_every_s)
+            if not retry_soon:
+                self._wake.wait(self.renew_every_s)
             self._wake.clear()
+            retry_soon = False
             if self._closing:
                 return
             state = self._state
             try:
-                if state is ClaimState.LOST:
+                # CLAIMING here means a new claim after a loss failed: try again.
+                if state in (ClaimState.LOST, ClaimState.CLAIMING):
                     self._reclaim()
                 elif state in (ClaimState.ACTIVE, ClaimState.SUSPENDED):
                     if self._renew_once():
@@ -464,11 +483,13 @@ class Claim:
                 self._problem = str(error)
                 log.info("%s: renewal failed: %s", self, error)
                 self._backoff()
+                retry_soon = True
             except Exception as error:  # keep the thread alive; the deadline fences
                 self.renewal_failures += 1
                 self._problem = f"coordinator unreachable: {error}"
                 log.info("%s: renewal failed: %s", self, error)
                 self._backoff()
+                retry_soon = True
 
     def _backoff(self) -> None:
         # Retry soon, but not in a tight loop against a dead server.

@@ -136,8 +136,14 @@ class ZooKeeperCoordinator(Coordinator):
         self._options_template = url.claim_options(pool_size=2048, ttl_s=self.session_timeout_s)
 
     # -- connections -----------------------------------------------------------------
-    def client(self, *, listener: Any = None) -> tuple[Any, _NegotiatedTimeout]:
-        """A started KazooClient (its own session), and its negotiated-timeout spy."""
+    def client(
+        self, *, listener: Any = None, owner: str | None = None
+    ) -> tuple[Any, _NegotiatedTimeout]:
+        """A started KazooClient (its own session), and its negotiated-timeout spy.
+
+        ``owner``: a claim's own digest credential (see :meth:`owned_acl`),
+        added to the session's identities.
+        """
         kazoo = kazoo_module()
         from kazoo.client import KazooClient
         from kazoo.handlers.threading import KazooTimeoutError
@@ -147,7 +153,7 @@ class ZooKeeperCoordinator(Coordinator):
         client = KazooClient(
             hosts=self.hosts,
             timeout=self.session_timeout_s,
-            auth_data=[("digest", self.credentials)] if self.credentials else None,
+            auth_data=[("digest", c) for c in (self.credentials, owner) if c] or None,
             # Reconnect quickly and for ever: within the session timeout a
             # reconnect keeps the session (and the claim) alive.
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0),
@@ -187,6 +193,23 @@ class ZooKeeperCoordinator(Coordinator):
             "pool": acl(read=True, create=True),
             "claim": acl(read=True),
         }
+
+    def owned_acl(self, owner: str | None) -> list[Any]:
+        """ACL for a node only its claimant may change: the shared user reads it, the
+        claim's own random digest identity (``owner``, held only by its session)
+        has every right. Open without credentials."""
+        from kazoo.security import make_digest_acl
+
+        if self.credentials is None or owner is None:
+            return list(self.acls()["claim"])
+        owner_user, _, owner_password = owner.partition(":")
+        return [*self.acls()["claim"], make_digest_acl(owner_user, owner_password, all=True)]
+
+    def new_owner(self) -> str | None:
+        """A fresh digest credential for one claim (None without credentials)."""
+        if self.credentials is None:
+            return None
+        return f"idmint-claim-{uuid.uuid4().hex}:{uuid.uuid4().hex}"
 
     def ensure_layout(self, client: Any, cluster: int | None) -> int:
         """Create root, queue, pool, hwm and cluster-id as needed; return the cluster ID."""
@@ -297,12 +320,15 @@ class ZooKeeperClaim(Claim):
         self._hwm_path: str | None = None
         self._hwm_version = -1
         self._token = uuid.uuid4().hex
+        self._owner = coordinator.new_owner()
         self._connected = threading.Event()
 
     # -- connection and its events --------------------------------------------------------
     def _ensure_client(self) -> Any:
         if self._client is None:
-            self._client, self._spy = self._coordinator.client(listener=self._on_state)
+            self._client, self._spy = self._coordinator.client(
+                listener=self._on_state, owner=self._owner
+            )
             self._connected.set()
             self._adopt_negotiated_timeout()
         return self._client
@@ -335,10 +361,20 @@ class ZooKeeperClaim(Claim):
             self._resume_soon()
 
     # -- Claim hooks --------------------------------------------------------------------------
+    def _connected_client(self) -> Any:
+        """The client, once connected (after a lost session kazoo reconnects by itself)."""
+        client = self._ensure_client()
+        timeout = self.options.connect_timeout_s
+        if not self._connected.wait(timeout):
+            raise CoordinatorUnavailable(
+                f"{self.description}: not reconnected to ZooKeeper within {timeout:g} s"
+            )
+        return client
+
     def _acquire(self) -> tuple[Mapping[str, int], int]:
         kazoo = kazoo_module()
         coordinator = self._coordinator
-        client = self._ensure_client()
+        client = self._connected_client()
         if client.client_id is None or client.client_id[0] != self._session_id:
             self._session_id = client.client_id[0] if client.client_id else None
         deadline = time.monotonic() + self.options.claim_timeout_s
@@ -380,7 +416,7 @@ class ZooKeeperClaim(Claim):
                 {"holder": holder_description(), "since_ms": now_ms, "token": self._token}
             ).encode()
             try:
-                client.create(path, data, acl=self._coordinator.acls()["claim"], ephemeral=True)
+                client.create(path, data, acl=self.owned_acl, ephemeral=True)
             except kazoo.exceptions.NodeExistsError:
                 if not self._is_ours(client, path):
                     continue
@@ -398,6 +434,11 @@ class ZooKeeperClaim(Claim):
             self._hwm_version = version
             return generator, mark.ceiling_ms if mark else -1
         return None
+
+    @property
+    def owned_acl(self) -> list[Any]:
+        """ACL for nodes only this claim may change (its claim node, registrations)."""
+        return self._coordinator.owned_acl(self._owner)
 
     def _is_ours(self, client: Any, path: str) -> bool:
         kazoo = kazoo_module()

@@ -129,8 +129,12 @@ class NodeIdCoordinator(ZooKeeperCoordinator):
 
     def ensure_node_layout(self, client: Any) -> None:
         kazoo = kazoo_module()
-        acl = self.acls()["tree"]
-        for path in (self.nodes_path, f"{self.nodes_path}/00", f"{self.root}/nodehwm"):
+        acls = self.acls()
+        for path, acl in (
+            (self.nodes_path, acls["tree"]),
+            (f"{self.root}/nodehwm", acls["tree"]),
+            (f"{self.nodes_path}/00", acls["pool"]),
+        ):
             if client.exists(path) is None:
                 with contextlib.suppress(kazoo.exceptions.NodeExistsError):
                     client.create(path, b"", acl=acl, makepath=True)
@@ -154,7 +158,8 @@ class NodeIdCoordinator(ZooKeeperCoordinator):
         non_empty = [g for g in groups if counts[g] > base.get(g, 0)] or [0]
         last = non_empty[-1]
         fill = counts.get(last, 0) / self.group_size
-        acl = self.acls()["tree"]
+        # Groups grant CREATE but not DELETE: a node's znode goes only with its session.
+        acl = self.acls()["pool"]
         if fill >= GROW_AT and last + 1 < GROUP_COUNT and last + 1 not in counts:
             with contextlib.suppress(kazoo.exceptions.NodeExistsError):
                 client.create(f"{self.nodes_path}/{last + 1:02X}", b"", acl=acl)
@@ -225,25 +230,29 @@ class NodeIdClaim(ZooKeeperClaim):
     def _acquire(self) -> tuple[Mapping[str, int], int]:
         kazoo = kazoo_module()
         nodes = self._nodes
-        client = self._ensure_client()
+        client = self._connected_client()
         deadline = time.monotonic() + self.options.claim_timeout_s
         try:
             nodes.ensure_node_layout(client)
             node = self._create_node(client, deadline)
             nodes.maintain_groups(client)
-            # Point 3 of the module docs: look at the groups again now that
-            # our znode exists, so a group added meanwhile is not missed.
-            width = max(width_for_groups(nodes.groups(client)[-1]), node.bit_length())
-            width = max(width, e64.MIN_NODE_BITS)
+            # Point 3 of the module docs: now that our znode exists, arm the
+            # groups watch and read the groups with it, so a group added at any
+            # moment from here on reaches us (through _maintain) before or
+            # while we mint.
+            self._groups_changed.clear()
+            width = self._width_for(self._watch_groups(client))
             self.width = width
             self._switched_ms = -1
             self._publish(client)
-            floor = self._wait_for_peers(client, node, deadline)
+            floor = max(
+                self._wait_for_peers(client, node, deadline),
+                self._departed_ceiling(client, width),
+            )
             mark, version = read_mark(client, self._hwm_path or "")
             self._hwm_version = version
             if mark is not None:
                 floor = max(floor, mark.ceiling_ms)
-            self._watch_groups(client)
         except kazoo.exceptions.KazooException as error:
             raise translate_error(error, "claiming a node ID") from error
         return {"node": node, "node_bits": width}, floor
@@ -260,34 +269,48 @@ class NodeIdClaim(ZooKeeperClaim):
                 except kazoo.exceptions.NoNodeError:
                     continue
                 first = RESERVED if group == 0 else 0
-                free = next((i for i in range(first, nodes.group_size) if i not in taken), None)
-                if free is None:
-                    continue
-                node = group << 8 | free
-                path = f"{group_path}/{free:02X}"
-                data = self._node_data(e64.MIN_NODE_BITS, -1)
-                try:
-                    client.create(path, data, acl=nodes.acls()["claim"], ephemeral=True)
-                except (kazoo.exceptions.NodeExistsError, kazoo.exceptions.NoNodeError):
-                    break  # lost a race, or the group went away: look again
-                self.node = node
-                self._node_path = path
-                self._node_version = 0
-                self._hwm_path = f"{nodes.root}/nodehwm/{node:04X}"
-                return node
-            else:
-                last = groups[-1] if groups else -1
-                if last + 1 >= GROUP_COUNT:
-                    raise PoolExhausted(
-                        f"all {GROUP_COUNT * nodes.group_size - RESERVED} node IDs at "
-                        f"{nodes.nodes_path} are held"
-                    )
-                with contextlib.suppress(kazoo.exceptions.NodeExistsError):
-                    client.create(
-                        f"{nodes.nodes_path}/{last + 1:02X}", b"", acl=nodes.acls()["tree"]
-                    )
+                node = self._take_first_gap(client, group, first, taken)
+                if node is not None:
+                    return node
+            last = groups[-1] if groups else -1
+            if last + 1 >= GROUP_COUNT:
+                raise PoolExhausted(
+                    f"all {GROUP_COUNT * nodes.group_size - RESERVED} node IDs at "
+                    f"{nodes.nodes_path} are held"
+                )
+            with contextlib.suppress(kazoo.exceptions.NodeExistsError):
+                client.create(f"{nodes.nodes_path}/{last + 1:02X}", b"", acl=nodes.acls()["pool"])
             if time.monotonic() >= deadline:
                 raise PoolExhausted(f"no node ID could be claimed at {nodes.nodes_path} in time")
+
+    def _take_first_gap(self, client: Any, group: int, first: int, taken: set[int]) -> int | None:
+        """Create our znode at the first free index of ``group``; None if all are gone.
+
+        A lost race moves on to the next gap of the same listing instead of
+        listing the group again, so many nodes claiming at once do not cost
+        each other a listing per collision.
+        """
+        kazoo = kazoo_module()
+        nodes = self._nodes
+        group_path = f"{nodes.nodes_path}/{group:02X}"
+        data = self._node_data(e64.MIN_NODE_BITS, -1)
+        for index in range(first, nodes.group_size):
+            if index in taken:
+                continue
+            path = f"{group_path}/{index:02X}"
+            try:
+                client.create(path, data, acl=self.owned_acl, ephemeral=True)
+            except kazoo.exceptions.NodeExistsError:
+                continue
+            except kazoo.exceptions.NoNodeError:
+                return None  # the group went away: look at the groups again
+            node = group << 8 | index
+            self.node = node
+            self._node_path = path
+            self._node_version = 0
+            self._hwm_path = f"{nodes.root}/nodehwm/{node:04X}"
+            return node
+        return None
 
     def _node_data(self, width: int, switched_ms: int) -> bytes:
         return json.dumps(
@@ -312,6 +335,8 @@ class NodeIdClaim(ZooKeeperClaim):
     def _wait_for_peers(self, client: Any, node: int, deadline: float) -> int:
         """Point 2: wait until every peer uses our width; return the tick to start after."""
         needed = node.bit_length()
+        if needed <= e64.MIN_NODE_BITS:
+            return -1  # every width holds our ID: no peer can collide with us
         while True:
             peers = self._nodes.peers(client)
             narrow = sorted(
@@ -334,28 +359,64 @@ class NodeIdClaim(ZooKeeperClaim):
             time.sleep(0.05)
 
     # -- following the groups ------------------------------------------------------------
-    def _watch_groups(self, client: Any) -> None:
+    def _watch_groups(self, client: Any) -> list[int]:
+        """Read the groups (after a sync) with a watch that flags any change."""
+
         def changed(_event: Any) -> None:
             # kazoo's callback thread: no blocking calls. The renewal thread
             # re-reads the groups and re-arms the watch.
             self._groups_changed.set()
             self._resume_soon()
 
-        client.get_children(self._nodes.nodes_path, watch=changed)
+        nodes_path = self._nodes.nodes_path
+        client.sync(nodes_path)
+        return sorted(int(name, 16) for name in client.get_children(nodes_path, watch=changed))
+
+    def _width_for(self, groups: list[int]) -> int:
+        return max(
+            width_for_groups(max(groups, default=0)),
+            (self.node or 0).bit_length(),
+            e64.MIN_NODE_BITS,
+        )
+
+    def _departed_ceiling(self, client: Any, width: int) -> int:
+        """The newest tick any node whose ID needs more than ``width`` bits may have used.
+
+        Such nodes are gone (their groups were removed, which needs them empty),
+        but their IDs, at the wider width, can equal ours at ``width``; so we
+        mint at ``width`` only after their recorded high-water marks.
+        """
+        path = f"{self._nodes.root}/nodehwm"
+        highest = -1
+        for name in client.get_children(path):
+            try:
+                node = int(name, 16)
+            except ValueError:
+                continue
+            if node >> width:
+                mark, _ = read_mark(client, f"{path}/{name}")
+                if mark is not None:
+                    highest = max(highest, mark.ceiling_ms)
+        return highest
 
     def _maintain(self) -> None:
         if not self._groups_changed.is_set():
             return
         self._groups_changed.clear()
+        try:
+            self._follow_groups()
+        except BaseException:
+            self._groups_changed.set()  # not done: try again after the next renewal
+            raise
+
+    def _follow_groups(self) -> None:
         client = self._client
-        if client is None:
+        node = self.node
+        if client is None or node is None:
             return
-        self._watch_groups(client)
-        width = max(width_for_groups(self._nodes.groups(client)[-1]), (self.node or 0).bit_length())
+        width = self._width_for(self._watch_groups(client))
         if width == self.width:
             return
-        node = self.node
-        assert node is not None
         if width > self.width:
             # Grow: switch first (fences the generators), then publish with the
             # newest tick minted at the old width.
@@ -364,7 +425,13 @@ class NodeIdClaim(ZooKeeperClaim):
             self.width = width
             self._publish(client)
         else:
-            # Shrink: publish first, then switch.
+            # Shrink: staying wide is always safe, so wait until the clock has
+            # passed every tick the departed wider nodes may have used; then
+            # publish first, and switch.
+            departed = self._departed_ceiling(client, width)
+            if departed >= self.clock.time_ns() // 1_000_000:
+                self._groups_changed.set()  # look again after the next renewal
+                return
             self.width = width
             self._publish(client)
             self._update_identity({"node": node, "node_bits": width})

@@ -75,8 +75,7 @@ class Endpoint:
         _check_name("endpoint", name)
         if colon:
             _check_name("endpoint key", key)
-            if key == NO_KEY:
-                raise ConfigurationError(f"endpoint key {NO_KEY!r} is reserved for 'no key'")
+            # NO_KEY ("_") cannot be given: names start with a letter or digit.
         return cls(name, key if colon else None)
 
     @property
@@ -162,7 +161,7 @@ class Registration:
         with self._lock:
             if self._closed:
                 return
-            self._discovery._write_registration(self.claim.client, self.instance)
+            self._discovery._write_registration(self.claim, self.instance)
 
     def close(self) -> None:
         """Deregister: end the instance's session, which removes its znodes."""
@@ -235,20 +234,23 @@ class Discovery:
             claim.close()
             raise
 
-    def _write_registration(self, client: Any, instance: Instance) -> None:
+    def _write_registration(self, claim: NodeIdClaim, instance: Instance) -> None:
+        """Create the instance's znodes in its claim's session, changeable by it alone."""
         kazoo = kazoo_module()
+        client = claim.client
         acls = self.nodes.acls()
+        owned = claim.owned_acl
         data = json.dumps({"service": instance.service, **instance.to_json()}).encode()
         try:
             self._ensure(client, f"{self.root}/servicetypes/{instance.service}", acls)
             self._create_ephemeral(
-                client, f"{self.root}/servicetypes/{instance.service}/{instance.node}", data, acls
+                client, f"{self.root}/servicetypes/{instance.service}/{instance.node}", data, owned
             )
             for endpoint in instance.endpoints:
                 parent = f"{self.root}/endpoints/{endpoint.name}/{endpoint.znode_key}"
                 self._ensure(client, parent, acls)
                 self._create_ephemeral(
-                    client, f"{parent}/{instance.service}:{instance.node}", b"", acls
+                    client, f"{parent}/{instance.service}:{instance.node}", b"", owned
                 )
         except kazoo.exceptions.KazooException as error:
             raise translate_error(error, f"registering {instance.service}") from error
@@ -266,12 +268,10 @@ class Discovery:
         with contextlib.suppress(kazoo.exceptions.NodeExistsError):
             client.create(path, b"", acl=acls["pool"])
 
-    def _create_ephemeral(
-        self, client: Any, path: str, data: bytes, acls: Mapping[str, Any]
-    ) -> None:
+    def _create_ephemeral(self, client: Any, path: str, data: bytes, acl: list[Any]) -> None:
         kazoo = kazoo_module()
         try:
-            client.create(path, data, acl=acls["claim"], ephemeral=True)
+            client.create(path, data, acl=acl, ephemeral=True)
         except kazoo.exceptions.NodeExistsError:
             _, stat = client.get(path)
             if stat.ephemeralOwner != client.client_id[0]:
@@ -307,12 +307,12 @@ class Discovery:
     def resolve(self, endpoint: str, key: str | None = None) -> list[Instance]:
         """The live instances offering ``endpoint`` (with ``key``, or plain)."""
         wanted = Endpoint.parse(endpoint if key is None else f"{endpoint}:{key}")
+        path = f"{self.root}/endpoints/{wanted.name}/{wanted.znode_key}"
         found = []
-        for ref in self._children(f"{self.root}/endpoints/{wanted.name}/{wanted.znode_key}"):
-            service, _, node = ref.rpartition(":")
-            for instance in self.instances(service):
-                if str(instance.node) == node:
-                    found.append(instance)
+        for ref in self._children(path):
+            instance = self._lookup(None, ref, live_only=True)
+            if instance is not None:
+                found.append(instance)
         return sorted(found, key=lambda instance: (instance.service, instance.node))
 
     def endpoints(self) -> dict[str, dict[str, list[int]]]:
@@ -399,7 +399,7 @@ class Discovery:
             for key in sorted(set(known) - set(current)):
                 callback("leave", known.pop(key))
             for key in sorted(set(current) - set(known)):
-                instance = self._lookup(path, service, current[key])
+                instance = self._lookup(service, current[key])
                 if instance is not None:
                     known[key] = instance
                     callback("join", instance)
@@ -408,14 +408,21 @@ class Discovery:
         ChildrenWatch(client, path, on_children)
         return handle
 
-    def _lookup(self, path: str, service: str | None, name: str) -> Instance | None:
+    def _lookup(
+        self, service: str | None, name: str, *, live_only: bool = False
+    ) -> Instance | None:
+        """The instance a znode name stands for; ``service=None``: an endpoint ref.
+
+        An instance already gone is ``None`` with ``live_only``, else just its
+        service and node (a watch still reports who left).
+        """
         kazoo = kazoo_module()
         if service is None:  # an endpoint ref: <service>:<node>
             service, _, name = name.rpartition(":")
         try:
             data, _ = self._reader().get(f"{self.root}/servicetypes/{service}/{name}")
         except kazoo.exceptions.NoNodeError:
-            return Instance(service=service, node=int(name))
+            return None if live_only else Instance(service=service, node=int(name))
         return Instance.from_json(service, int(name), data)
 
     def close(self) -> None:
