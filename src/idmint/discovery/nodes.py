@@ -37,6 +37,11 @@ wider width than some peer uses is ever at risk. So:
 4. A group is removed only when empty (ZooKeeper refuses to delete a znode
    with children), so no live node's ID ever needs more bits than the width
    the groups give.
+5. A node mints at width ``w`` (joining, or narrowing after a group went)
+   only once its clock has passed the high-water marks of all node IDs that
+   need more than ``w`` bits: those nodes have left, but their last IDs,
+   borrowed ticks included, could equal ours. Until then it stays wide,
+   which point 2 shows is always safe.
 
 Each node ID claim is its own ZooKeeper session and fences itself exactly like
 a generator-ID claim (deadline, high-water mark; see
