@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -456,6 +457,10 @@ _STOP = _GracefulStop()
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    # Libraries (kazoo, etcd3gw) log their retries; with no handler configured
+    # Python would print each WARNING on stderr, and the CLI promises one line.
+    if not logging.getLogger().handlers:
+        logging.getLogger().addHandler(logging.NullHandler())
     parser = _build_parser()
     out = sys.stdout
     previous: dict[int, Any] = {}

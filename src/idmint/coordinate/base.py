@@ -235,6 +235,7 @@ class Claim:
         # generator of this claim used, so none may vanish unaccounted for.
         self._generators: set[Any] = set()
         self._detached_highest = -1
+        self._held_off_since: dict[Any, float] = {}
         self._wake = threading.Event()
         self._closing = False
         self._thread: threading.Thread | None = None
@@ -411,6 +412,24 @@ class Claim:
         ticks: list[int] = [g._highest_tick() for g in list(self._generators)]
         return max([self._detached_highest, *ticks])
 
+    def _held_off(self, key: Any, mark: HighWaterMark | None, now_ms: int) -> bool:
+        """Whether a free identity must not be claimed yet because of its hold-off.
+
+        The hold-off ends when this host's clock passes the mark's ceiling +
+        TTL + skew, or once TTL + skew have really elapsed since we first saw
+        the identity held off, whichever comes first. The second bound keeps a
+        host whose clock runs behind from waiting as long as its clock is off;
+        it may then claim, and its generator refuses or waits on the
+        high-water mark, which is what protects the predecessor's IDs.
+        """
+        if mark is None:
+            return False
+        ttl_ms = round(self.ttl_s * 1000)
+        if mark.holdoff_until_ms(ttl_ms, self.options.skew_ms) <= now_ms:
+            return False
+        first_seen = self._held_off_since.setdefault(key, time.monotonic())
+        return time.monotonic() - first_seen < (ttl_ms + self.options.skew_ms) / 1000
+
     def _maintain(self) -> None:
         """Driver work done in the renewal thread after each renewal (default: none)."""
 
@@ -554,35 +573,6 @@ class Coordinator:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def pick_candidates(
-    *,
-    pool: Sequence[int],
-    taken: set[int],
-    marks: Mapping[int, HighWaterMark],
-    now_ms: int,
-    ttl_ms: int,
-    skew_ms: int,
-) -> tuple[list[int], list[tuple[int, int]]]:
-    """Split the free identities into (ready now, held off until) lists.
-
-    Ready ones are in pool order; held-off ones sorted by when they become
-    ready, as ``(ready_at_ms, identity)``.
-    """
-    ready: list[int] = []
-    held: list[tuple[int, int]] = []
-    for candidate in pool:
-        if candidate in taken:
-            continue
-        mark = marks.get(candidate)
-        until = mark.holdoff_until_ms(ttl_ms, skew_ms) if mark else -1
-        if until <= now_ms:
-            ready.append(candidate)
-        else:
-            held.append((until, candidate))
-    held.sort()
-    return ready, held
 
 
 _OPEN_CLAIMS: weakref.WeakSet[Claim] = weakref.WeakSet()

@@ -67,7 +67,6 @@ from idmint.coordinate.base import (
     Coordinator,
     HighWaterMark,
     holder_description,
-    pick_candidates,
 )
 from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
 from idmint.errors import (
@@ -166,6 +165,7 @@ class EtcdGateway:
             try:
                 result = operation(client)
             except (exceptions.ConnectionFailedError, exceptions.ConnectionTimeoutError) as error:
+                _raise_if_tls(error, self.endpoints[index], what)
                 failures.append(f"{self.endpoints[index]}: {type(error).__name__}")
                 continue
             except exceptions.Etcd3Exception as error:
@@ -194,6 +194,7 @@ class EtcdGateway:
                         json={"name": self.username, "password": self.password},
                     )
                 except (exceptions.ConnectionFailedError, exceptions.ConnectionTimeoutError) as e:
+                    _raise_if_tls(e, self.endpoints[index], "authenticating to etcd")
                     failures.append(f"{self.endpoints[index]}: {type(e).__name__}")
                     continue
                 except exceptions.Etcd3Exception as error:
@@ -297,7 +298,8 @@ class EtcdCoordinator(Coordinator):
             try:
                 self.gateway.get(f"{self.prefix}/cluster-id")
             except CoordinatorUnavailable as error:
-                if time.monotonic() >= deadline or "refused user" in str(error):
+                final = "refused user" in str(error) or "TLS handshake" in str(error)
+                if time.monotonic() >= deadline or final:
                     raise CoordinatorUnavailable(
                         f"could not reach etcd at {self.description} within "
                         f"{self._options_template.connect_timeout_s:g} s: {error}"
@@ -422,14 +424,16 @@ class EtcdClaim(Claim):
             marks = coordinator.read_marks()
             now_ms = self.clock.time_ns() // 1_000_000
             for cluster in clusters:
-                ready, _held = pick_candidates(
-                    pool=self.options.pool,
-                    taken={g for c, g in taken if c == cluster},
-                    marks={g: m for (c, g), (m, _) in marks.items() if c == cluster},
-                    now_ms=now_ms,
-                    ttl_ms=round(self.ttl_s * 1000),
-                    skew_ms=self.options.skew_ms,
-                )
+                ready = [
+                    generator
+                    for generator in self.options.pool
+                    if (cluster, generator) not in taken
+                    and not self._held_off(
+                        (cluster, generator),
+                        marks.get((cluster, generator), (None, 0))[0],
+                        now_ms,
+                    )
+                ]
                 # Start at a random free ID: claimants racing for the lowest
                 # one would only fail each other's transactions.
                 if ready:
@@ -574,6 +578,23 @@ class EtcdClaim(Claim):
             with contextlib.suppress(CoordinationError):  # expired already, most likely
                 self._gateway.revoke(lease)
         super()._reclaim()
+
+
+def _raise_if_tls(error: Exception, endpoint: str, doing: str) -> None:
+    """A certificate problem is no outage: say so at once instead of retrying."""
+    detail = str(getattr(error, "detail_text", None) or error)
+    lowered = detail.lower()
+    if "certificate" in lowered or "ssl" in lowered or "tls" in lowered:
+        raise CoordinatorUnavailable(
+            f"{doing}: the TLS handshake with {endpoint} failed ({_first_line(detail)}); "
+            "check ca= (the CA that signed the server's certificate), and cert=/key= if "
+            "the server wants a client certificate"
+        ) from error
+
+
+def _first_line(text: str) -> str:
+    reason = text.strip().splitlines()[0] if text.strip() else "no detail"
+    return reason[:200]
 
 
 def _pair(key: str) -> tuple[int, int] | None:

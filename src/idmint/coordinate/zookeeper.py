@@ -404,12 +404,11 @@ class ZooKeeperClaim(Claim):
         root = self._coordinator.root
         taken = set(client.get_children(f"{root}/pool"))
         now_ms = self.clock.time_ns() // 1_000_000
-        ttl_ms = round(self.ttl_s * 1000)
         for generator in self.options.pool:
             if str(generator) in taken:
                 continue
             mark, version = read_mark(client, f"{root}/hwm/{generator}")
-            if mark and mark.holdoff_until_ms(ttl_ms, self.options.skew_ms) > now_ms:
+            if self._held_off(generator, mark, now_ms):
                 continue
             path = f"{root}/pool/{generator}"
             data = json.dumps(

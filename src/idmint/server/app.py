@@ -173,14 +173,24 @@ class IdServer:
     async def startup(self) -> None:
         """Make (or claim) the generators; idempotent."""
         async with self._start_lock:
-            if self._started:
-                return
-            made = await asyncio.to_thread(self._make_generators)
-            self.generators = made
-            self._cycle = cycle(made)
-            if self._discovery_url is not None:
-                await asyncio.to_thread(self._register)
-            self._started = True
+            if not self._started:
+                await asyncio.to_thread(self.start_now)
+
+    def start_now(self) -> None:
+        """Make (or claim) the generators from synchronous code; idempotent.
+
+        ``idmint serve`` calls this before the HTTP server starts, so a
+        coordinator that cannot be reached is one clear error, not a failed
+        ASGI lifespan.
+        """
+        if self._started:
+            return
+        made = self._make_generators()
+        self.generators = made
+        self._cycle = cycle(made)
+        if self._discovery_url is not None:
+            self._register()
+        self._started = True
 
     def _make_generators(self) -> list[TickGenerator[Any]]:
         made: list[TickGenerator[Any]] = []

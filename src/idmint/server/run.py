@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 from typing import Any
 
 from idmint.errors import ConfigurationError
@@ -34,6 +35,8 @@ def serve(
             "the ID server needs uvicorn; install idmint with the server extra: "
             "pip install 'idmint[server]'"
         ) from None
+    listener = _listen(host, port)
+    bound_port = listener.getsockname()[1]
     app = create_app(
         scheme=scheme,
         coordinator=coordinator,
@@ -41,13 +44,20 @@ def serve(
         token=token,
         max_count=max_count,
         discovery=discovery,
-        advertise=(host, port),
+        advertise=(host, bound_port),
         options=options,
     )
+    try:
+        # Claims before serving: a coordinator that cannot be reached is one
+        # clear error, not a failed ASGI lifespan.
+        app.start_now()
+    except BaseException:
+        listener.close()
+        raise
     config = uvicorn.Config(
         app,
         host=host,
-        port=port,
+        port=bound_port,
         lifespan="on",
         access_log=False,
         log_level="warning",
@@ -59,18 +69,25 @@ def serve(
     server = uvicorn.Server(config)
     logging.getLogger("idmint").setLevel(logging.INFO)
     if announce is not None:
-        original_startup = server.startup
-
-        async def startup(sockets: Any = None) -> None:
-            await original_startup(sockets=sockets)
-            if server.started:
-                bound = server.servers[0].sockets[0].getsockname() if server.servers else None
-                announce(bound[1] if bound else port)
-
-        server.startup = startup  # type: ignore[method-assign]
-    server.run()
-    if not server.started:
-        # Lifespan startup failed (e.g. the coordinator is unreachable): uvicorn
-        # has logged the reason; the CLI turns this into one line and status 2.
-        raise ConfigurationError("the ID server could not start (see the message above)")
+        # The socket already listens: connections wait in its backlog until
+        # uvicorn accepts them, so saying where to connect now is true.
+        announce(bound_port)
+    server.run(sockets=[listener])
     return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """Bind and listen ourselves, so a busy port is one clear error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+        listener.listen(2048)
+    except OSError as error:
+        listener.close()
+        raise ConfigurationError(
+            f"the ID server cannot listen on {host}:{port}: {error.strerror or error}"
+        ) from None
+    listener.set_inheritable(True)
+    return listener
