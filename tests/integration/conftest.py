@@ -108,3 +108,31 @@ def _restart_stopped_members() -> Iterator[None]:
     for cluster in list(_started):
         if not all(cluster.is_running(i) for i in range(cluster.size)):
             cluster.heal()
+
+
+# -- coordinators for the claims tests (test_claims_*.py) ------------------------------
+
+import contextlib  # noqa: E402
+
+from tests.integration.claims_helpers import Backend, make_backend  # noqa: E402
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """The coordinator a claims test runs against, by indirect parametrization::
+
+        @pytest.mark.parametrize("backend", CLAIMED_BACKENDS, indirect=True)
+
+    Its server (a session fixture) is started on first use; see ``claims_helpers``.
+    """
+    name = getattr(request, "param", None)
+    if not isinstance(name, str):
+        raise TypeError("parametrize `backend` indirectly with a backend name")
+    return make_backend(name, request)
+
+
+@pytest.fixture
+def exit_stack() -> Iterator[contextlib.ExitStack]:
+    """An ExitStack closed after the test: generators, processes, mint threads."""
+    with contextlib.ExitStack() as stack:
+        yield stack

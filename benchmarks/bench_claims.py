@@ -1,0 +1,906 @@
+"""Claiming generator IDs through ZooKeeper and etcd: latency, pool fill, hand-over.
+
+    .venv/bin/pip install -e '.[zookeeper,etcd,test]'   # kazoo, etcd3gw (+ trustme)
+    scripts/install-test-deps.sh                       # java + libzookeeper-java, etcd
+    .venv/bin/python benchmarks/bench_claims.py            # full run (~3 min)
+    .venv/bin/python benchmarks/bench_claims.py --quick    # smaller samples (~1 min)
+    .venv/bin/python benchmarks/bench_claims.py --only fill --fill-limit 300
+
+Servers: the benchmark starts its own standalone ZooKeeper and single-member
+etcd on free ports of 127.0.0.1 with the integration-test harness
+(``tests/servers``: ``ZooKeeperEnsemble(1, tmpdir)``, ``EtcdCluster(1, tmpdir)``,
+imported from the repository root) and stops them at the end. Every run uses a
+fresh root / prefix. Run it on a quiet machine: client, servers and renewal
+traffic all share the same cores.
+
+Claimants are separate processes (``multiprocessing`` forkserver, idmint,
+kazoo and etcd3gw preloaded), as claimants are separate services in real
+life; times are taken with ``time.monotonic()``, which is system-wide on Linux.
+
+*Claim latency*: 64 processes wait on a barrier, then each times
+``connect(url).claim()`` from its call to its return. p50/p99/max are pooled
+over the runs; "all claimed" is the first call to the last return. ZooKeeper
+is run with java-uniqueid's queue lock (``queue=true``, the default) and
+without (``queue=false``). The same 64 claimants as threads of one process are
+shown for comparison (the GIL serialises their client-side work), and one
+claimant alone (22 claims one after the other, the first 2 not counted) as
+the floor. "Server requests per claim" counts what the server received during
+the run (ZooKeeper ``mntr`` zk_packets_received, pings included; etcd
+grpc_server_started_total) over the claims made.
+
+*Pool fill*: 16 processes claim the 2,048-ID pool between them, each making
+its share of claims one after the other (``connect(url).claim()`` each: one
+session or lease per claim) and holding them all. Held claims keep renewing
+while the pool fills; the fill uses a 30 s session timeout / TTL
+(``--fill-ttl``) because at the 10 s default the renewals of 2,048 claims
+alone need about 1.5 cores of client CPU for etcd (2 HTTP requests, ~2 ms of
+CPU, per claim every 3 s), which on a 2-core machine starves everything else
+and makes leases expire. Reported: the time from the barrier to the last
+claim and claims/s, the median claim latency over the first and the last
+quarter of the claims, claims lost while held and the claims' states when
+released (all active when healthy), and ``list_claims()`` on the full pool.
+A fill still running after 75 s (``--fill-limit``) is stopped and reported
+as far as it got: on a quiet 2-core machine etcd needs about 100 s.
+
+*Hand-over*: a holder process claims ``generators=0-0``; a successor with
+``generators=0-0`` is already waiting in ``claim()`` when the holder is killed
+(``SIGKILL``) or closes its claim. Reported, from the kill or from the return
+of ``close()``: when the holder's ephemeral node / lease key disappeared
+(session expiry or lease expiry; polled every 20 ms), when idmint's hold-off on
+the ID ended (``HighWaterMark.holdoff_until_ms`` of the mark the holder left,
+i.e. ceiling + skew after a crash, max(ceiling, release + TTL) + skew after a
+release), and when the successor's ``claim()`` returned. A bystander claiming
+the free ``generators=1-1`` is started at the same moment: its latency shows
+whether a waiting successor blocks other claimants. All scenarios of one TTL
+run concurrently (they mostly wait on timers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import logging
+import math
+import multiprocessing as mp
+import os
+import queue
+import resource
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from multiprocessing.connection import Connection
+from multiprocessing.context import ForkServerContext
+from multiprocessing.process import BaseProcess
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+PRELOAD = [
+    "idmint.coordinate",
+    "idmint.coordinate.zookeeper",
+    "idmint.coordinate.etcd",
+    "kazoo.client",
+    "kazoo.retry",
+    "kazoo.security",
+    "kazoo.handlers.threading",
+    "etcd3gw",
+    "etcd3gw.exceptions",
+    "requests",
+]
+
+# (monotonic start, monotonic end, generator or None, error or None)
+Sample = tuple[float, float, int | None, str | None]
+
+
+# -- what runs in the claimant processes ---------------------------------------------------
+
+
+class _LostClaims(logging.StreamHandler):  # type: ignore[type-arg]
+    """Counts idmint's "claim lost ...; claiming again" warnings, prints the others."""
+
+    count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "claim lost" in record.getMessage():
+            _LostClaims.count += 1
+        elif record.levelno >= logging.WARNING:
+            super().emit(record)
+
+
+def _worker_setup() -> None:
+    """Count lost claims, quiet kazoo's connection chatter, allow one socket per claim."""
+    logging.getLogger("idmint.coordinate").addHandler(_LostClaims())
+    logging.getLogger("idmint.coordinate").propagate = False
+    logging.getLogger("kazoo").setLevel(logging.ERROR)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _timed_claim(url: str) -> tuple[Sample, Any]:
+    from idmint.coordinate import connect
+
+    start = time.monotonic()
+    try:
+        claim = connect(url).claim()
+    except Exception as error:
+        return (start, time.monotonic(), None, f"{type(error).__name__}: {error}"), None
+    end = time.monotonic()
+    identity = claim.identity
+    return (start, end, identity["generator"] if identity else None, None), claim
+
+
+def _report_losses(results: Queue[Any], claims: Sequence[Any]) -> None:
+    """Tell the parent how often claims were lost, renewals failed, and claims' states now."""
+    held = [claim for claim in claims if claim is not None]
+    failures = sum(claim.renewal_failures for claim in held)
+    states = collections.Counter(claim.state.value for claim in held)
+    results.put(("losses", _LostClaims.count, failures, dict(states)))
+
+
+def _claimant_process(url: str, barrier: Barrier, results: Queue[Any], release: Connection) -> None:
+    """One claimant: wait for the others, claim, report, hold until released."""
+    _worker_setup()
+    barrier.wait(60)
+    sample, claim = _timed_claim(url)
+    results.put([sample])
+    release.poll(300)
+    _report_losses(results, [claim])
+    if claim is not None:
+        claim.close()
+
+
+def _claimant_threads(url: str, count: int, results: Queue[Any], release: Connection) -> None:
+    """``count`` claimants as threads of this one process."""
+    _worker_setup()
+    barrier = threading.Barrier(count)
+    samples: list[Sample] = []
+    claims: list[Any] = []
+    lock = threading.Lock()
+
+    def one() -> None:
+        barrier.wait(60)
+        sample, claim = _timed_claim(url)
+        with lock:
+            samples.append(sample)
+            claims.append(claim)
+
+    threads = [threading.Thread(target=one) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    results.put(samples)
+    release.poll(300)
+    _report_losses(results, claims)
+    for claim in claims:
+        if claim is not None:
+            claim.close()
+
+
+def _filler(
+    url: str, count: int, barrier: Barrier, results: Queue[Any], release: Connection
+) -> None:
+    """Make ``count`` claims one after the other (reporting each), hold them until released.
+
+    Stops early when released (the parent's time limit) or after 5 failed claims.
+    """
+    _worker_setup()
+    barrier.wait(60)
+    claims: list[Any] = []
+    failed = 0
+    for _ in range(count):
+        if release.poll(0):
+            break
+        sample, claim = _timed_claim(url)
+        results.put([sample])
+        if claim is not None:
+            claims.append(claim)
+        else:
+            failed += 1
+            if failed >= 5:
+                break  # something is badly wrong; the errors are reported
+    release.poll(600)
+    _report_losses(results, claims)
+    for claim in claims:
+        claim.close()
+
+
+def _holder(url: str, events: Queue[Any], close_now: Connection) -> None:
+    """Claim, report, then close when told (or be killed before that).
+
+    Told through a pipe, not a ``multiprocessing.Event``: setting an Event
+    whose waiter was killed while waiting blocks for ever.
+    """
+    _worker_setup()
+    sample, claim = _timed_claim(url)
+    events.put(("held", sample, os.getpid()))
+    if claim is None:
+        return
+    close_now.poll(600)
+    start = time.monotonic()
+    claim.close()
+    events.put(("closed", start, time.monotonic()))
+
+
+def _one_claim(url: str, events: Queue[Any], tag: str) -> None:
+    """Claim once, report when it returned, release at once."""
+    _worker_setup()
+    events.put((f"{tag}-calling", time.monotonic()))
+    sample, claim = _timed_claim(url)
+    events.put((tag, sample))
+    if claim is not None:
+        claim.close()
+
+
+# -- statistics and tables -----------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..100) of non-empty ``values``."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.0f}" if seconds >= 0.1 else f"{seconds * 1000:.1f}"
+
+
+@dataclass
+class Run:
+    """What one batch of claimant processes saw."""
+
+    samples: list[Sample]
+    listed: int
+    """Claims ``list_claims()`` showed while they were all held."""
+    list_s: float
+    requests: int
+    """Requests the server received during the claims (ZooKeeper: with pings)."""
+    fsyncs: tuple[int, float] | None = None
+    """etcd only: WAL fsyncs during the claims and the seconds they took."""
+    lost: int = 0
+    """Claims lost (and made again) while held, until the claims were released."""
+    renewal_failures: int = 0
+    states: dict[str, int] = field(default_factory=dict)
+    """States of the claims when they were released (all "active" when healthy)."""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def good(self) -> list[Sample]:
+        return [s for s in self.samples if s[3] is None]
+
+    def problems(self, expected: int) -> list[str]:
+        errors = [s[3] for s in self.samples if s[3] is not None] + self.notes
+        good = self.good
+        generators = [s[2] for s in good if s[2] is not None]
+        if len(set(generators)) != len(generators):
+            doubles = sorted({g for g in generators if generators.count(g) > 1})
+            errors.append(f"DUPLICATE generator IDs handed out: {doubles}")
+        if self.listed != len(good) or len(good) != expected:
+            errors.append(f"{len(good)} of {expected} claimed, list_claims() shows {self.listed}")
+        if self.lost or self.renewal_failures:
+            errors.append(
+                f"claims lost while held (each then tried to claim again): {self.lost}; "
+                f"failed renewals: {self.renewal_failures}"
+            )
+        unhealthy = {state: n for state, n in self.states.items() if state != "active"}
+        if unhealthy:
+            errors.append(f"claims not active when released: {unhealthy}")
+        return errors
+
+
+@dataclass
+class LatencyRow:
+    coordinator: str
+    claimants: str
+    skip: int = 0
+    latencies: list[float] = field(default_factory=list)
+    spans: list[float] = field(default_factory=list)
+    requests: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, run: Run, expected: int) -> None:
+        good = run.good
+        self.errors += run.problems(expected)
+        self.latencies += [end - start for start, end, _, _ in good[self.skip :]]
+        if good and not self.skip:
+            self.spans.append(max(s[1] for s in good) - min(s[0] for s in run.samples))
+        self.requests.append(run.requests / max(1, len(good)))
+
+
+@dataclass
+class FillRow:
+    coordinator: str
+    claims: int
+    workers: int
+    run: Run
+
+    @property
+    def total_s(self) -> float:
+        good = self.run.good
+        return max(s[1] for s in good) - min(s[0] for s in self.run.samples) if good else math.nan
+
+    @property
+    def latencies(self) -> list[float]:
+        """Claim latencies in the order the claims returned."""
+        return [s[1] - s[0] for s in sorted(self.run.good, key=lambda s: s[1])]
+
+
+@dataclass
+class HandoverRow:
+    coordinator: str
+    ttl_s: float
+    case: str
+    close_s: float | None = None
+    gone_s: float | None = None
+    holdoff_s: float | None = None
+    claimed_s: float | None = None
+    bystander_s: float | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+def _fmt_s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+# -- the benchmark -----------------------------------------------------------------------
+
+
+@dataclass
+class Servers:
+    zk_hosts: str
+    zk_port: int
+    etcd_endpoint: str
+    four_letter_word: Callable[[int, str], str | None]
+
+    def requests(self, kind: str) -> int:
+        """Requests the server has received so far (ZooKeeper: packets, with pings)."""
+        if kind == "zk":
+            answer = self.four_letter_word(self.zk_port, "mntr") or ""
+            for line in answer.splitlines():
+                name, _, value = line.partition("\t")
+                if name == "zk_packets_received":
+                    return int(value)
+            return 0
+        return round(self._etcd_metric("grpc_server_started_total{"))
+
+    def etcd_fsyncs(self) -> tuple[int, float]:
+        """WAL fsyncs etcd has made so far, and the seconds they took."""
+        count = self._etcd_metric("etcd_disk_wal_fsync_duration_seconds_count")
+        return round(count), self._etcd_metric("etcd_disk_wal_fsync_duration_seconds_sum")
+
+    def _etcd_metric(self, prefix: str) -> float:
+        """The sum of every sample of etcd's metric(s) whose line starts with ``prefix``."""
+        with urllib.request.urlopen(f"http://{self.etcd_endpoint}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+        return sum(
+            float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix)
+        )
+
+    def url(self, kind: str, root: str, **options: object) -> str:
+        query = "&".join(f"{key}={value}" for key, value in options.items())
+        host = self.zk_hosts if kind == "zk" else self.etcd_endpoint
+        return f"{kind}://{host}{root}" + (f"?{query}" if query else "")
+
+
+@contextlib.contextmanager
+def private_servers() -> Iterator[Servers]:
+    """A standalone ZooKeeper and a one-member etcd on free ports, from the test harness."""
+    sys.path.insert(0, str(REPO))
+    from tests.servers.etcd import EtcdCluster
+    from tests.servers.zookeeper import ZooKeeperEnsemble, four_letter_word
+
+    with tempfile.TemporaryDirectory(prefix="idmint-bench-") as tmp:
+        zookeeper = ZooKeeperEnsemble(1, Path(tmp) / "zk")
+        etcd = EtcdCluster(1, Path(tmp) / "etcd")
+        try:
+            zookeeper.start()
+            etcd.start()
+            yield Servers(
+                zookeeper.hosts, zookeeper.client_port(0), etcd.endpoints[0], four_letter_word
+            )
+        finally:
+            zookeeper.stop()
+            etcd.stop()
+
+
+def fresh_root() -> str:
+    return f"/bench-{uuid.uuid4().hex[:12]}"
+
+
+class Bench:
+    def __init__(self, servers: Servers, ctx: ForkServerContext) -> None:
+        self.servers = servers
+        self.ctx = ctx
+
+    def _collect(self, results: Queue[Any], expected: int, timeout: float) -> list[Sample]:
+        """Samples until ``expected`` have come or ``timeout`` has passed."""
+        samples: list[Sample] = []
+        deadline = time.monotonic() + timeout
+        while len(samples) < expected:
+            try:
+                samples += results.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+        return samples
+
+    def _join(self, processes: Sequence[BaseProcess], timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        for process in processes:
+            process.join(max(0.1, deadline - time.monotonic()))
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGKILL)
+                process.join()
+
+    def _list(self, url: str) -> tuple[int, float, str | None]:
+        """How many claims ``list_claims()`` shows, how long it took, what went wrong."""
+        from idmint.coordinate import connect
+
+        start = time.monotonic()
+        try:
+            coordinator = connect(url)
+            try:
+                rows = coordinator.list_claims()
+            finally:
+                coordinator.close()
+        except Exception as error:
+            return -1, time.monotonic() - start, f"{type(error).__name__}: {error}"
+        return len(rows), time.monotonic() - start, None
+
+    def _run(
+        self,
+        kind: str,
+        url: str,
+        workers: Sequence[tuple[Any, tuple[Any, ...]]],
+        *,
+        expected: int,
+        limit_s: float,
+    ) -> Run:
+        """Start ``(target, args)`` workers, collect ``expected`` samples (or stop after
+        ``limit_s``), then release their claims."""
+        results: Queue[Any] = self.ctx.Queue()
+        release, release_all = self.ctx.Pipe(duplex=False)
+        processes = [
+            self.ctx.Process(target=target, args=(url, *args, results, release))
+            for target, args in workers
+        ]
+        before = self.servers.requests(kind)
+        fsyncs = self.servers.etcd_fsyncs() if kind == "etcd" else None
+        for process in processes:
+            process.start()
+        samples: list[Sample] = []
+        requests = 0
+        try:
+            samples = self._collect(results, expected, limit_s)
+            requests = self.servers.requests(kind) - before
+            if fsyncs is not None:
+                count, took = self.servers.etcd_fsyncs()
+                fsyncs = (count - fsyncs[0], took - fsyncs[1])
+        finally:
+            listed, list_s, list_error = self._list(url)
+            release_all.close()  # EOF wakes every holder at once
+            lost = failures = 0
+            states: collections.Counter[str] = collections.Counter()
+            with contextlib.suppress(Exception):  # a worker that died reports nothing
+                for _ in processes:
+                    _, worker_lost, worker_failures, worker_states = results.get(timeout=30)
+                    lost += worker_lost
+                    failures += worker_failures
+                    states.update(worker_states)
+            self._join(processes, 120)
+            release.close()
+        run = Run(samples, listed, list_s, requests, fsyncs, lost, failures, dict(states))
+        if len(samples) < expected:
+            run.notes.append(
+                f"stopped after {limit_s:g} s with {len(samples)} of {expected} claims"
+            )
+        if list_error:
+            run.notes.append(f"list_claims() failed: {list_error}")
+        return run
+
+    # 1. claim latency ------------------------------------------------------------------
+    def latency_rows(self, runs: int, claimants: int) -> list[LatencyRow]:
+        cases: list[tuple[str, str, dict[str, object]]] = [
+            ("ZooKeeper queue=true", "zk", {"queue": "true"}),
+            ("ZooKeeper queue=false", "zk", {"queue": "false"}),
+            ("etcd", "etcd", {}),
+        ]
+        rows: list[LatencyRow] = []
+        for label, kind, options in cases:
+            for threads in (False, True):
+                how = f"{claimants} threads, 1 process" if threads else f"{claimants} processes"
+                row = LatencyRow(label, how)
+                for _ in range(runs):
+                    url = self.servers.url(kind, fresh_root(), **options)
+                    if threads:
+                        workers: list[tuple[Any, tuple[Any, ...]]] = [
+                            (_claimant_threads, (claimants,))
+                        ]
+                    else:
+                        barrier = self.ctx.Barrier(claimants)
+                        workers = [(_claimant_process, (barrier,))] * claimants
+                    run = self._run(kind, url, workers, expected=claimants, limit_s=60)
+                    row.add(run, claimants)
+                rows.append(row)
+            # The floor: one claimant alone, claims one after the other (all held).
+            row = LatencyRow(label, "1 process, alone", skip=2)  # 2 warm-up claims
+            url = self.servers.url(kind, fresh_root(), **options)
+            alone = [(_filler, (22, self.ctx.Barrier(1)))]
+            row.add(self._run(kind, url, alone, expected=22, limit_s=60), 22)
+            rows.append(row)
+        return rows
+
+    # 2. pool fill --------------------------------------------------------------------
+    def fill(
+        self, label: str, kind: str, claims: int, workers: int, limit_s: float, **options: object
+    ) -> FillRow:
+        if claims < 2048:
+            options = {**options, "generators": f"0-{claims - 1}"}
+        url = self.servers.url(kind, fresh_root(), **options)
+        barrier = self.ctx.Barrier(workers)
+        shares = [claims // workers + (i < claims % workers) for i in range(workers)]
+        fillers = [(_filler, (share, barrier)) for share in shares]
+        run = self._run(kind, url, fillers, expected=claims, limit_s=limit_s)
+        return FillRow(label, claims, workers, run)
+
+    # 3. hand-over ----------------------------------------------------------------------
+    def handover(
+        self, label: str, kind: str, ttl_s: int, case: str, **options: object
+    ) -> HandoverRow:
+        ttl_option = "session_timeout" if kind == "zk" else "ttl"
+        root = fresh_root()
+        common = {**options, ttl_option: ttl_s, "claim_timeout": 120}
+        url = self.servers.url(kind, root, generators="0-0", **common)
+        bystander_url = self.servers.url(kind, root, generators="1-1", **common)
+        row = HandoverRow(label, ttl_s, case)
+        events: Queue[Any] = self.ctx.Queue()
+        told, close_now = self.ctx.Pipe(duplex=False)
+        holder = self.ctx.Process(target=_holder, args=(url, events, told))
+        holder.start()
+        spawned: list[BaseProcess] = [holder]
+        try:
+            self._handover(
+                row,
+                kind=kind,
+                root=root,
+                url=url,
+                bystander_url=bystander_url,
+                events=events,
+                close_now=close_now,
+                holder=holder,
+                spawned=spawned,
+            )
+        except Exception as error:
+            row.errors.append(f"{type(error).__name__}: {error}")
+        finally:
+            with contextlib.suppress(OSError):
+                close_now.send("close")
+            self._join(spawned)
+            told.close()
+            close_now.close()
+        return row
+
+    def _handover(
+        self,
+        row: HandoverRow,
+        *,
+        kind: str,
+        root: str,
+        url: str,
+        bystander_url: str,
+        events: Queue[Any],
+        close_now: Connection,
+        holder: BaseProcess,
+        spawned: list[BaseProcess],
+    ) -> None:
+        got: dict[str, Any] = {}
+
+        def expect(name: str, timeout: float) -> Any:
+            deadline = time.monotonic() + timeout
+            while name not in got:
+                item = events.get(timeout=max(0.1, deadline - time.monotonic()))
+                got[item[0]] = item[1:]
+            return got[name]
+
+        (sample, _pid) = expect("held", 30)
+        if sample[3] is not None:
+            raise RuntimeError(f"the holder could not claim: {sample[3]}")
+        successor = self.ctx.Process(target=_one_claim, args=(url, events, "successor"))
+        successor.start()
+        spawned.append(successor)
+        expect("successor-calling", 30)
+        time.sleep(1.5)  # let it reach its wait for the ID to come free
+        if "successor" in got:
+            raise RuntimeError("the successor claimed while the holder held generator 0")
+        probe = _KeyProbe(kind, self.servers, root)
+        bystander = self.ctx.Process(target=_one_claim, args=(bystander_url, events, "bystander"))
+        if row.case == "kill":
+            assert holder.pid is not None
+            zero = time.monotonic()
+            zero_wall_ms = time.time_ns() // 1_000_000
+            os.kill(holder.pid, signal.SIGKILL)
+        else:
+            close_now.send("close")
+            start, zero = expect("closed", 30)
+            zero_wall_ms = time.time_ns() // 1_000_000 - round((time.monotonic() - zero) * 1000)
+            row.close_s = zero - start
+        bystander.start()
+        spawned.append(bystander)
+        gone = probe.wait_gone(timeout=120)
+        row.gone_s = gone - zero
+        mark = probe.mark()
+        if mark is not None:
+            ttl_ms = round(float(row.ttl_s) * 1000)
+            row.holdoff_s = (mark.holdoff_until_ms(ttl_ms, 1000) - zero_wall_ms) / 1000
+        (claimed,) = expect("successor", 150)
+        if claimed[3] is not None:
+            raise RuntimeError(f"the successor failed: {claimed[3]}")
+        row.claimed_s = claimed[1] - zero
+        (by,) = expect("bystander", 150)
+        if by[3] is not None:
+            row.errors.append(f"bystander failed: {by[3]}")
+        else:
+            row.bystander_s = by[1] - by[0]
+        probe.close()
+
+
+class _KeyProbe:
+    """Polls the claim key of generator 0 and reads its high-water mark."""
+
+    def __init__(self, kind: str, servers: Servers, root: str) -> None:
+        from idmint.coordinate import connect
+
+        self.kind = kind
+        self.root = root
+        self.coordinator = connect(servers.url(kind, root))
+        self.client: Any = None
+        if kind == "zk":
+            self.client, _ = self.coordinator.client()
+        self.exists: Callable[[], bool]
+        if kind == "zk":
+            self.exists = lambda: self.client.exists(f"{root}/pool/0") is not None
+        else:
+            gateway = self.coordinator.gateway
+            self.exists = lambda: gateway.get(f"{root}/pool/0:0") is not None
+
+    def wait_gone(self, timeout: float) -> float:
+        deadline = time.monotonic() + timeout
+        while self.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the holder's claim key never went away")
+            time.sleep(0.02)
+        return time.monotonic()
+
+    def mark(self) -> Any:
+        if self.kind == "zk":
+            from idmint.coordinate.zookeeper import read_mark
+
+            mark, _ = read_mark(self.client, f"{self.root}/hwm/0")
+            return mark
+        marks = self.coordinator.read_marks()
+        found = marks.get((0, 0))
+        return found[0] if found else None
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.stop()
+            self.client.close()
+        self.coordinator.close()
+
+
+def run_concurrently(jobs: Sequence[Callable[[], HandoverRow]]) -> list[HandoverRow]:
+    rows: list[HandoverRow | None] = [None] * len(jobs)
+
+    def run(index: int) -> None:
+        rows[index] = jobs[index]()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [row for row in rows if row is not None]
+
+
+# -- output ------------------------------------------------------------------------------
+
+
+def print_latency(rows: list[LatencyRow], runs: int) -> None:
+    print(f"\n### Claim latency: concurrent `connect(url).claim()`, {runs} run(s) pooled\n")
+    print(
+        "| coordinator | claimants | n | p50 ms | p99 ms | max ms | all claimed s "
+        "| server requests per claim |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        values = row.latencies
+        span = f"{statistics.median(row.spans):.2f}" if row.spans else "-"
+        if values:
+            cells = f"{ms(percentile(values, 50))} | {ms(percentile(values, 99))} | "
+            cells += ms(max(values))
+        else:
+            cells = "- | - | -"
+        requests = f"{statistics.mean(row.requests):.1f}" if row.requests else "-"
+        print(
+            f"| {row.coordinator} | {row.claimants} | {len(values)} | {cells} | {span} "
+            f"| {requests} |"
+        )
+    _print_errors((row.coordinator, row.claimants, row.errors) for row in rows)
+
+
+def print_fill(rows: list[FillRow], ttl_s: int) -> None:
+    print(f"\n### Filling the pool: each claim its own session / lease ({ttl_s} s), all held\n")
+    print(
+        "| coordinator | claims | workers | total s | claims/s | p50 ms | p99 ms "
+        "| p50 first 1/4 ms | p50 last 1/4 ms | server requests per claim "
+        "| list_claims() s |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        values = row.latencies
+        quarter = max(1, len(values) // 4)
+        if values:
+            cells = (
+                f"{ms(percentile(values, 50))} | {ms(percentile(values, 99))} | "
+                f"{ms(statistics.median(values[:quarter]))} | "
+                f"{ms(statistics.median(values[-quarter:]))}"
+            )
+        else:
+            cells = "- | - | - | -"
+        rate = len(values) / row.total_s if row.total_s else math.nan
+        requests = row.run.requests / max(1, len(values))
+        claimed = f"{len(values):,}"
+        if len(values) < row.claims:
+            claimed += f" of {row.claims:,}"
+        print(
+            f"| {row.coordinator} | {claimed} | {row.workers} | {row.total_s:.1f} | "
+            f"{rate:,.0f} | {cells} | {requests:.1f} | {row.run.list_s:.2f} |"
+        )
+    for row in rows:
+        if row.run.fsyncs:
+            count, took = row.run.fsyncs
+            print(
+                f"\n{row.coordinator}: {count:,} WAL fsyncs during the fill, "
+                f"{took / max(1, count) * 1000:.1f} ms each on average, {took:.1f} s in all "
+                "(the harness's ZooKeeper runs with forceSync=no; etcd 3.4 cannot skip fsync)."
+            )
+    _print_errors((row.coordinator, f"{row.claims}", row.run.problems(row.claims)) for row in rows)
+
+
+def print_handover(rows: list[HandoverRow]) -> None:
+    print("\n### Hand-over of generators=0-0 to a waiting successor (seconds)\n")
+    print(
+        "Zero is the SIGKILL, or the return of the holder's `close()`. *key gone*: the "
+        "ephemeral node / leased key disappeared (session or lease expiry, or the "
+        "release); *hold-off ends*: `holdoff_until_ms` of the holder's mark; "
+        "*claimed*: the successor's `claim()` returned; *bystander*: latency of a "
+        "`generators=1-1` claim started at zero.\n"
+    )
+    print(
+        "| coordinator | TTL s | case | close() | key gone | hold-off ends | claimed "
+        "| claimed - max(gone, hold-off) | bystander |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        late = None
+        if row.claimed_s is not None and row.gone_s is not None:
+            late = row.claimed_s - max(row.gone_s, row.holdoff_s or -math.inf)
+        print(
+            f"| {row.coordinator} | {row.ttl_s:g} | {row.case} | {_fmt_s(row.close_s)} | "
+            f"{_fmt_s(row.gone_s)} | {_fmt_s(row.holdoff_s)} | {_fmt_s(row.claimed_s)} | "
+            f"{_fmt_s(late)} | {_fmt_s(row.bystander_s)} |"
+        )
+    _print_errors((row.coordinator, f"{row.ttl_s:g} s {row.case}", row.errors) for row in rows)
+
+
+def _print_errors(items: Iterator[tuple[str, str, list[str]]] | Any) -> None:
+    for name, what, errors in items:
+        for error in sorted(set(errors))[:5]:
+            print(f"\n**{name}, {what}:** {errors.count(error)} x {error}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="1 run per row, 512-ID fill, hand-over at TTL 2 s only"
+    )
+    parser.add_argument(
+        "--only", choices=("latency", "fill", "handover"), action="append", help="parts to run"
+    )
+    parser.add_argument(
+        "--fill-ttl",
+        type=int,
+        default=30,
+        help="session timeout / lease TTL (s) of the pool-fill claims (default 30)",
+    )
+    parser.add_argument(
+        "--fill-limit",
+        type=float,
+        default=75,
+        help="s after which a pool fill is stopped and reported as it is (default 75)",
+    )
+    args = parser.parse_args(argv)
+    parts = set(args.only or ("latency", "fill", "handover"))
+    runs = 1 if args.quick else 2
+    claimants = 64
+    fill_claims = 512 if args.quick else 2048
+    workers = 16
+    ttls = (2,) if args.quick else (2, 10)
+    fill_ttl = {"session_timeout": args.fill_ttl}, {"ttl": args.fill_ttl}
+
+    ctx = mp.get_context("forkserver")
+    assert isinstance(ctx, ForkServerContext)
+    ctx.set_forkserver_preload(PRELOAD)
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("kazoo").setLevel(logging.ERROR)
+
+    load = os.getloadavg()
+    print(
+        f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
+        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start"
+    )
+    began = time.monotonic()
+    with private_servers() as servers:
+        bench = Bench(servers, ctx)
+        if "latency" in parts:
+            section = time.monotonic()
+            print_latency(bench.latency_rows(runs, claimants), runs)
+            print(f"\n({time.monotonic() - section:.0f} s)")
+        if "fill" in parts:
+            section = time.monotonic()
+            zk_ttl, etcd_ttl = fill_ttl
+            limit = args.fill_limit
+            fills = [
+                bench.fill("ZooKeeper queue=true", "zk", fill_claims, workers, limit, **zk_ttl),
+                bench.fill(
+                    "ZooKeeper queue=false",
+                    "zk",
+                    fill_claims,
+                    workers,
+                    limit,
+                    queue="false",
+                    **zk_ttl,
+                ),
+                bench.fill("etcd", "etcd", fill_claims, workers, limit, **etcd_ttl),
+            ]
+            print_fill(fills, args.fill_ttl)
+            print(f"\n({time.monotonic() - section:.0f} s)")
+        if "handover" in parts:
+            section = time.monotonic()
+            rows: list[HandoverRow] = []
+            for ttl in ttls:
+                jobs: list[Callable[[], HandoverRow]] = []
+                for case in ("kill", "close"):
+                    jobs += [
+                        partial(bench.handover, "ZooKeeper queue=true", "zk", ttl, case),
+                        partial(
+                            bench.handover, "ZooKeeper queue=false", "zk", ttl, case, queue="false"
+                        ),
+                        partial(bench.handover, "etcd", "etcd", ttl, case),
+                    ]
+                rows += run_concurrently(jobs)
+            print_handover(rows)
+            print(f"\n({time.monotonic() - section:.0f} s)")
+    load = os.getloadavg()
+    print(
+        f"\n{time.monotonic() - began:.0f} s in all; load average "
+        f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,617 @@
+"""Shared helpers for the claims tests (``tests/integration/test_claims_*.py``).
+
+* :class:`Backend` names a coordinator under test (``static``, ``zk``, ``etcd``) and
+  builds its URLs; the ``backend`` fixture (``conftest.py``) makes one from a name
+  given by indirect parametrization over :data:`ALL_BACKENDS` or
+  :data:`CLAIMED_BACKENDS`.
+* :class:`CliProcess` runs ``python -m idmint`` with its output drained by threads,
+  each line stamped with the monotonic time it arrived.
+* :class:`Minter` mints from an in-process generator in a thread, recording when each
+  ID was asked for and returned, and every error.
+* :class:`RenewalWatch` samples a claim's renewal counter, so tests can check that no
+  ID was issued past the deadline the renewals allowed.
+
+Waiting is always on a condition with a deadline (:func:`tests.servers.wait_until`);
+nothing sleeps in place of synchronisation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+from urllib.parse import quote, urlencode
+
+import pytest
+from tests.servers import wait_until
+from tests.servers.etcd import EtcdCluster
+from tests.servers.ports import LOOPBACK, free_port
+from tests.servers.zookeeper import ZooKeeperEnsemble, expire_session
+
+from idmint import Uid64
+from idmint.coordinate import Claim, ClaimInfo, connect
+
+__all__ = [
+    "ALL_BACKENDS",
+    "CLAIMED_BACKENDS",
+    "DEFAULT_TTL_S",
+    "STATIC_CLUSTER",
+    "STATIC_GENERATOR",
+    "Backend",
+    "CliProcess",
+    "MintError",
+    "Minter",
+    "RenewalWatch",
+    "assert_one_error_line",
+    "backend_params",
+    "decode",
+    "held_generators",
+    "holder_of_this_process",
+    "known_bug",
+    "make_backend",
+    "minting",
+    "now_ms",
+    "run_idmint",
+    "unique_root",
+    "wait_for",
+    "wait_for_new_claim",
+]
+
+CLAIMED_BACKENDS: list[str] = ["zk", "etcd"]
+"""Coordinators that claim generator IDs: every claims test runs against each."""
+
+ALL_BACKENDS: list[str] = ["static", *CLAIMED_BACKENDS]
+"""Every coordinator, for the contract tests that also hold for a configured identity."""
+
+DEFAULT_TTL_S = 2.0
+"""Session timeout / lease TTL of the tests' claims (the ZooKeeper server's minimum is 1 s)."""
+
+STATIC_GENERATOR = 7
+STATIC_CLUSTER = 3
+"""The identity the static backend configures (anything but the defaults)."""
+
+
+def backend_params(names: Iterable[str], *, xfail: dict[str, str] | None = None) -> list[Any]:
+    """``pytest.param``s for ``names``, marking those in ``xfail`` strict xfails.
+
+    For a bug in one driver: ``backend_params(CLAIMED_BACKENDS, xfail={"zk": "BUG: ..."})``.
+    """
+    known = xfail or {}
+    return [
+        pytest.param(
+            name,
+            id=name,
+            marks=[pytest.mark.xfail(strict=True, reason=known[name])] if name in known else [],
+        )
+        for name in names
+    ]
+
+
+def known_bug(request: pytest.FixtureRequest, reason: str) -> None:
+    """Mark the running test a strict xfail (for a bug in one parametrization only)."""
+    request.node.add_marker(pytest.mark.xfail(strict=True, reason=reason))
+
+
+def unique_root(prefix: str = "") -> str:
+    """A root path (ZooKeeper) or key prefix (etcd) no other test uses."""
+    return f"{prefix}/t-{uuid.uuid4().hex}"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def holder_of_this_process(pid: int | None = None) -> str:
+    """``host:pid`` as ``claims list`` shows the holder (this process by default)."""
+    return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
+
+
+# -- coordinators under test ---------------------------------------------------------
+
+
+@dataclass
+class Backend:
+    """A coordinator under test: its kind, the server behind it and how to reach it.
+
+    ``name`` is ``static``, ``zk`` or ``etcd``; ``server`` is the test server (``None``
+    for static). ``credentials`` make URLs that authenticate (``zk_auth``,
+    ``etcd_secure``); ``tls`` (``etcds://``) and ``ca_path`` (``ca=``) that use and
+    verify TLS; ``root_prefix`` goes before every new root (etcd users own a prefix).
+    """
+
+    name: str
+    server: ZooKeeperEnsemble | EtcdCluster | None = None
+    credentials: tuple[str, str] | None = None
+    tls: bool = False
+    ca_path: Path | None = None
+    root_prefix: str = ""
+
+    @property
+    def claims(self) -> bool:
+        """Whether generator IDs are claimed (not configured)."""
+        return self.server is not None
+
+    @property
+    def scheme(self) -> str:
+        if self.name == "etcd":
+            return "etcds" if self.tls else "etcd"
+        return self.name
+
+    def new_root(self) -> str:
+        return unique_root(self.root_prefix)
+
+    def hosts(self) -> str:
+        server = self._server()
+        if isinstance(server, ZooKeeperEnsemble):
+            return server.hosts
+        return ",".join(server.endpoints)
+
+    def url(
+        self,
+        root: str | None = None,
+        *,
+        ttl: float | str | None = DEFAULT_TTL_S,
+        hosts: str | None = None,
+        credentials: tuple[str, str] | None = None,
+        **options: object,
+    ) -> str:
+        """The coordinator URL for ``root`` with ``options`` in its query string.
+
+        ``ttl`` becomes ``session_timeout`` (ZooKeeper) or ``ttl`` (etcd); ``None``
+        leaves it out. The static backend configures generator 7, cluster 3 unless the
+        options say otherwise, and ignores ``root`` and ``ttl``.
+        """
+        if self.name == "static":
+            query = {"generator": STATIC_GENERATOR, "cluster": STATIC_CLUSTER, **options}
+            return f"static://?{urlencode(query)}"
+        query = dict(options)
+        if ttl is not None:
+            query["session_timeout" if self.name == "zk" else "ttl"] = ttl
+        if self.ca_path is not None:
+            query.setdefault("ca", str(self.ca_path))
+        user_password = credentials or self.credentials
+        userinfo = ""
+        if user_password is not None:
+            userinfo = f"{quote(user_password[0], safe='')}:{quote(user_password[1], safe='')}@"
+        location = hosts if hosts is not None else self.hosts()
+        path = root if root is not None else self.new_root()
+        text = f"{self.scheme}://{userinfo}{location}{path}"
+        return f"{text}?{urlencode(query, safe='/:')}" if query else text
+
+    def unreachable_url(self, root: str, **options: object) -> str:
+        """A URL of this kind whose host is a reserved port where nothing listens."""
+        return self.url(root, hosts=f"{LOOPBACK}:{free_port()}", **options)
+
+    # -- what only the server can tell -----------------------------------------------
+
+    def read_mark(self, root: str, generator: int, cluster: int = 0) -> dict[str, Any] | None:
+        """The high-water mark recorded for ``generator`` (the documented layout), if any."""
+        server = self._server()
+        if isinstance(server, ZooKeeperEnsemble):
+            from kazoo.client import KazooClient
+            from kazoo.exceptions import NoNodeError
+
+            client = KazooClient(hosts=server.hosts, auth_data=[server.super_auth])
+            client.start(timeout=15)
+            try:
+                data, _ = client.get(f"{root}/hwm/{generator}")
+            except NoNodeError:
+                return None
+            finally:
+                client.stop()
+                client.close()
+            mark: dict[str, Any] = json.loads(data)
+            return mark
+        etcd = server.client(credentials=server.root_credentials)
+        values = etcd.get(f"{root}/hwm/{cluster}:{generator}")
+        if not values:
+            return None
+        etcd_mark: dict[str, Any] = json.loads(values[0])
+        return etcd_mark
+
+    def expire(self, claim: Claim) -> None:
+        """End the claim on the server: expire its ZooKeeper session, revoke its lease.
+
+        ZooKeeper tells the client at once (the claim goes LOST); etcd does not, and
+        the claim learns it at its next renewal.
+        """
+        server = self._server()
+        if isinstance(server, ZooKeeperEnsemble):
+            client = claim._client  # type: ignore[attr-defined]
+            # Reconnecting (after a restart, say): expire the session it gets back.
+            wait_for(
+                lambda: client.connected and client.client_id is not None,
+                timeout=15,
+                what="the claim's ZooKeeper client to be connected",
+            )
+            expire_session(client)
+            return
+        lease = claim._lease  # type: ignore[attr-defined]
+        assert lease is not None, "the etcd claim holds no lease"
+        client = server.client(credentials=server.root_credentials)
+        client.post(client.get_url("/kv/lease/revoke"), json={"ID": lease})
+
+    def stop_server(self) -> float:
+        """Stop the (single) server; return the monotonic time it was certainly down."""
+        self._server().stop_member(0)
+        return time.monotonic()
+
+    def start_server(self) -> None:
+        """Start the server again (same port, same data) and wait until it serves."""
+        self._server().start_member(0)
+
+    def list_claims(self, url: str) -> list[ClaimInfo]:
+        coordinator = connect(url)
+        try:
+            return list(coordinator.list_claims())
+        finally:
+            coordinator.close()
+
+    def _server(self) -> ZooKeeperEnsemble | EtcdCluster:
+        if self.server is None:
+            raise TypeError(f"the {self.name} backend has no server")
+        return self.server
+
+
+def make_backend(name: str, request: pytest.FixtureRequest) -> Backend:
+    """The backend called ``name``, starting its (session-scoped) server if needed."""
+    if name == "static":
+        return Backend("static")
+    if name == "zk":
+        return Backend("zk", request.getfixturevalue("zk"))
+    if name == "etcd":
+        return Backend("etcd", request.getfixturevalue("etcd"))
+    raise ValueError(f"unknown backend {name!r}")
+
+
+def held_generators(backend: Backend, url: str) -> dict[int, ClaimInfo]:
+    """``claims list`` as a dict: generator ID -> its row."""
+    return {row.generator: row for row in backend.list_claims(url)}
+
+
+# -- decoding -----------------------------------------------------------------------
+
+
+def decode(texts: Iterable[str]) -> list[Uid64]:
+    """uid64 IDs from their text forms (one per line of ``idmint generate``)."""
+    return [Uid64(text) for text in texts]
+
+
+# -- the CLI ------------------------------------------------------------------------
+
+
+def _idmint_argv(args: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "idmint", *args]
+
+
+def run_idmint(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+    """Run ``idmint ARGS`` to completion and return what it printed."""
+    return subprocess.run(
+        _idmint_argv(args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def assert_one_error_line(stderr: str) -> str:
+    """Check ``stderr`` is exactly one ``idmint: error: ...`` line; return it."""
+    lines = stderr.splitlines()
+    assert "Traceback" not in stderr, stderr
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{stderr}"
+    assert lines[0].startswith("idmint: error: "), lines[0]
+    return lines[0]
+
+
+class CliProcess:
+    """``python -m idmint ARGS`` running, its stdout and stderr drained by threads.
+
+    ``lines`` holds stdout's lines as they arrive and ``arrivals`` the monotonic time
+    each arrived (stamped with ``stamp=True``). A context manager: leaving the block
+    kills the process if it still runs.
+    """
+
+    def __init__(self, *args: str, stamp: bool = True) -> None:
+        self.args = args
+        self.lines: list[str] = []
+        self.arrivals: list[float] = []
+        self._stderr: list[str] = []
+        self._stamp = stamp
+        self.started_at = time.monotonic()
+        self.started_ms = now_ms()
+        self.popen = subprocess.Popen(
+            _idmint_argv(args),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.popen.stdout is not None
+        assert self.popen.stderr is not None
+        self._threads = [
+            threading.Thread(target=self._drain_stdout, args=(self.popen.stdout,), daemon=True),
+            threading.Thread(target=self._drain_stderr, args=(self.popen.stderr,), daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def _drain_stdout(self, stream: IO[str]) -> None:
+        lines = self.lines
+        if self._stamp:
+            arrivals = self.arrivals
+            clock = time.monotonic
+            for line in stream:
+                arrivals.append(clock())
+                lines.append(line.rstrip("\n"))
+        else:
+            for line in stream:
+                lines.append(line.rstrip("\n"))
+
+    def _drain_stderr(self, stream: IO[str]) -> None:
+        for line in stream:
+            self._stderr.append(line)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self._stderr)
+
+    @property
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+    def wait_for_lines(self, count: int, *, timeout: float, what: str = "") -> None:
+        """Wait until stdout has ``count`` lines (fail early if the process exits)."""
+
+        def check() -> None:
+            if self.popen.poll() is not None and len(self.lines) < count:
+                self._join()
+                if len(self.lines) < count:
+                    raise AssertionError(
+                        f"idmint {' '.join(self.args)} exited with {self.popen.returncode} "
+                        f"after {len(self.lines)} lines, before {what or count}; "
+                        f"stderr:\n{self.stderr}"
+                    )
+
+        wait_until(
+            lambda: len(self.lines) >= count,
+            timeout=timeout,
+            description=what or f"{count} lines from idmint {' '.join(self.args)}",
+            interval=0.01,
+            check=check,
+        )
+
+    def send(self, signum: signal.Signals) -> None:
+        self.popen.send_signal(signum)
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the process to exit and its output to be drained; its status."""
+        code = self.popen.wait(timeout)
+        self._join()
+        return code
+
+    def _join(self) -> None:
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+    def ids(self) -> list[Uid64]:
+        return decode(self.lines)
+
+    def close(self) -> None:
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.send_signal(signal.SIGCONT)  # a stopped process cannot die
+                self.popen.kill()
+            self.popen.wait(10)
+        self._join()
+        for stream in (self.popen.stdout, self.popen.stderr):
+            if stream is not None:
+                stream.close()
+
+    def __enter__(self) -> CliProcess:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+# -- in-process minting --------------------------------------------------------------
+
+
+@dataclass
+class MintError:
+    called_at: float
+    raised_at: float
+    error: BaseException
+
+
+@dataclass
+class Minter:
+    """Calls ``generator.generate()`` in a thread until stopped, recording everything.
+
+    For the i-th ID: ``values[i]`` (its int), ``asked[i]`` and ``returned[i]`` (the
+    monotonic time before the call and after it returned). The generator decided to
+    issue it somewhere between the two. Errors are recorded with the time of the call
+    and of the raise, and minting carries on.
+    """
+
+    generator: Any
+    values: list[int] = field(default_factory=list)
+    asked: list[float] = field(default_factory=list)
+    returned: list[float] = field(default_factory=list)
+    errors: list[MintError] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> Minter:
+        self._thread = threading.Thread(target=self._run, name="minter", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        generate = self.generator.generate
+        clock = time.monotonic
+        values, asked, returned = self.values, self.asked, self.returned
+        while not self._stop.is_set():
+            before = clock()
+            try:
+                value = generate()
+            except Exception as error:
+                self.errors.append(MintError(before, clock(), error))
+                continue
+            after = clock()
+            values.append(int(value))
+            asked.append(before)
+            returned.append(after)
+
+    @property
+    def count(self) -> int:
+        return len(self.values)
+
+    def wait_for_count(self, count: int, *, timeout: float, what: str = "") -> None:
+        self._wait(lambda: len(self.values) >= count, timeout, what or f"{count} IDs minted")
+
+    def wait_for_errors(self, count: int, *, timeout: float, what: str = "") -> None:
+        self._wait(
+            lambda: len(self.errors) >= count, timeout, what or f"{count} errors from generate()"
+        )
+
+    def _wait(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
+        try:
+            wait_until(
+                predicate, timeout=timeout, description=what, interval=0.01, check=self._check_alive
+            )
+        except TimeoutError as timeout_error:
+            raise TimeoutError(f"{timeout_error}; {self.describe()}") from None
+
+    def describe(self) -> str:
+        """The minting so far and the claim's state, for failure messages."""
+        claim = getattr(self.generator, "claim", None)
+        state = f"claim {claim.state.value} ({claim.problem})" if claim is not None else ""
+        last = f"; last error: {self.errors[-1].error}" if self.errors else ""
+        return f"{len(self.values)} IDs, {len(self.errors)} errors, {state}{last}"
+
+    def _check_alive(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            raise AssertionError("the minting thread is not running")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            assert not self._thread.is_alive(), "the minting thread did not stop"
+
+    def issued_between(self, start: float, end: float) -> list[int]:
+        """Indexes of the IDs the generator certainly decided on within [start, end]."""
+        return [i for i, t in enumerate(self.asked) if t >= start and self.returned[i] <= end]
+
+    def __enter__(self) -> Minter:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+class RenewalWatch:
+    """Samples ``claim.renewals`` in a thread to bound the claim's deadline from above.
+
+    A renewal observed first at ``o`` and not yet at the sample before, ``p``, landed
+    in ``(p, o]``. The deadline it gives is at most its landing + TTL - margin, so at
+    any time ``t`` the claim's deadline is at most ``max(o_k for p_k < t) + TTL -
+    margin``: :meth:`check_deadline` asserts every ID was asked for before that bound.
+    """
+
+    def __init__(self, claim: Claim, *, interval: float = 0.002) -> None:
+        self.claim = claim
+        self.interval = interval
+        started = time.monotonic()
+        # Renewals before the watch began all landed before `started`.
+        self.landed: list[tuple[float, float, int]] = [(-1.0, started, claim.renewals)]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="renewal-watch", daemon=True)
+
+    def _run(self) -> None:
+        previous = time.monotonic()
+        seen = self.landed[-1][2]
+        while not self._stop.wait(self.interval):
+            renewals = self.claim.renewals
+            observed = time.monotonic()
+            if renewals != seen:
+                self.landed.append((previous, observed, renewals))
+                seen = renewals
+            previous = observed
+
+    def renewals_after(self, moment: float) -> int:
+        """How many renewals certainly landed after ``moment``."""
+        before = [count for previous, _, count in self.landed if previous < moment]
+        return self.landed[-1][2] - before[-1]
+
+    def check_deadline(self, minter: Minter) -> None:
+        """Assert no ID was issued past the deadline the observed renewals allowed."""
+        allowance = self.claim.ttl_s - self.claim.margin_s
+        landed = self.landed
+        position = 0
+        bound = -1.0
+        for index, (asked, returned) in enumerate(zip(minter.asked, minter.returned, strict=True)):
+            while position < len(landed) and landed[position][0] < returned:
+                bound = max(bound, landed[position][1] + allowance)
+                position += 1
+            assert asked < bound, (
+                f"ID #{index} ({Uid64(minter.values[index])}) was asked for at {asked:.3f}, "
+                f"after the deadline {bound:.3f} the renewals before it allowed"
+            )
+
+    def __enter__(self) -> RenewalWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def minting(generator: Any) -> Iterator[tuple[Minter, RenewalWatch]]:
+    """Mint from ``generator`` in a thread while watching its claim's renewals."""
+    with RenewalWatch(generator.claim) as watch, Minter(generator) as minter:
+        yield minter, watch
+
+
+def wait_for_new_claim(claim: Claim, after_epoch: int, *, timeout: float) -> None:
+    """Wait until ``claim`` has made a claim newer than ``after_epoch``."""
+
+    def renewed() -> bool:
+        grant = claim.last_grant
+        return grant is not None and grant.epoch > after_epoch
+
+    try:
+        wait_until(renewed, timeout=timeout, description="a new claim", interval=0.01)
+    except TimeoutError as error:
+        raise TimeoutError(f"{error}; the claim is {claim.state.value}: {claim.problem}") from None
+
+
+def wait_for(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:
+    """``wait_until`` with a short poll interval, for conditions that change quickly."""
+    wait_until(predicate, timeout=timeout, description=what, interval=0.01)
