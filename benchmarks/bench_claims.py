@@ -33,14 +33,14 @@ its share of claims one after the other (``connect(url).claim()`` each: one
 session or lease per claim) and holding them all. Held claims keep renewing
 while the pool fills; the fill uses a 30 s session timeout / TTL
 (``--fill-ttl``) because at the 10 s default the renewals of 2,048 claims
-alone need about 1.5 cores of client CPU for etcd (2 HTTP requests, ~2 ms of
+alone need about 1.3 cores of client CPU for etcd (2 HTTP requests, ~2 ms of
 CPU, per claim every 3 s), which on a 2-core machine starves everything else
 and makes leases expire. Reported: the time from the barrier to the last
 claim and claims/s, the median claim latency over the first and the last
 quarter of the claims, claims lost while held and the claims' states when
 released (all active when healthy), and ``list_claims()`` on the full pool.
-A fill still running after 75 s (``--fill-limit``) is stopped and reported
-as far as it got: on a quiet 2-core machine etcd needs about 100 s.
+A fill still running after 90 s (``--fill-limit``) is stopped and reported
+as far as it got: on a quiet 2-core machine etcd needs 70 to 100 s.
 
 *Hand-over*: a holder process claims ``generators=0-0``; a successor with
 ``generators=0-0`` is already waiting in ``claim()`` when the holder is killed
@@ -283,7 +283,8 @@ class Run:
         return [s for s in self.samples if s[3] is None]
 
     def problems(self, expected: int) -> list[str]:
-        errors = [s[3] for s in self.samples if s[3] is not None] + self.notes
+        """What went wrong: the summary first, then each failed claim's error."""
+        errors: list[str] = []
         good = self.good
         generators = [s[2] for s in good if s[2] is not None]
         if len(set(generators)) != len(generators):
@@ -291,6 +292,7 @@ class Run:
             errors.append(f"DUPLICATE generator IDs handed out: {doubles}")
         if self.listed != len(good) or len(good) != expected:
             errors.append(f"{len(good)} of {expected} claimed, list_claims() shows {self.listed}")
+        errors += self.notes
         if self.lost or self.renewal_failures:
             errors.append(
                 f"claims lost while held (each then tried to claim again): {self.lost}; "
@@ -299,7 +301,7 @@ class Run:
         unhealthy = {state: n for state, n in self.states.items() if state != "active"}
         if unhealthy:
             errors.append(f"claims not active when released: {unhealthy}")
-        return errors
+        return errors + [s[3] for s in self.samples if s[3] is not None]
 
 
 @dataclass
@@ -492,17 +494,25 @@ class Bench:
         finally:
             listed, list_s, list_error = self._list(url)
             release_all.close()  # EOF wakes every holder at once
-            lost = failures = 0
+            lost = failures = reported = 0
             states: collections.Counter[str] = collections.Counter()
-            with contextlib.suppress(Exception):  # a worker that died reports nothing
-                for _ in processes:
-                    _, worker_lost, worker_failures, worker_states = results.get(timeout=30)
-                    lost += worker_lost
-                    failures += worker_failures
-                    states.update(worker_states)
+            deadline = time.monotonic() + 90
+            while reported < len(processes):
+                try:  # a worker that died, or is still stuck in a claim, reports nothing
+                    message = results.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if message and message[0] == "losses":  # not a claim that came in late
+                    reported += 1
+                    lost += message[1]
+                    failures += message[2]
+                    states.update(message[3])
+            silent = len(processes) - reported
             self._join(processes, 120)
             release.close()
         run = Run(samples, listed, list_s, requests, fsyncs, lost, failures, dict(states))
+        if silent:
+            run.notes.append(f"{silent} worker(s) did not report their claims' states")
         if len(samples) < expected:
             run.notes.append(
                 f"stopped after {limit_s:g} s with {len(samples)} of {expected} claims"
@@ -808,8 +818,9 @@ def print_handover(rows: list[HandoverRow]) -> None:
 
 def _print_errors(items: Iterator[tuple[str, str, list[str]]] | Any) -> None:
     for name, what, errors in items:
-        for error in sorted(set(errors))[:5]:
-            print(f"\n**{name}, {what}:** {errors.count(error)} x {error}")
+        for error in list(dict.fromkeys(errors))[:10]:
+            count = errors.count(error)
+            print(f"\n**{name}, {what}:** {f'{count} x ' if count > 1 else ''}{error}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -829,8 +840,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fill-limit",
         type=float,
-        default=75,
-        help="s after which a pool fill is stopped and reported as it is (default 75)",
+        default=90,
+        help="s after which a pool fill is stopped and reported as it is (default 90)",
     )
     args = parser.parse_args(argv)
     parts = set(args.only or ("latency", "fill", "handover"))

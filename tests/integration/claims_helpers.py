@@ -20,21 +20,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import pytest
+from tests.cli_process import CliProcess as _CliProcess
+from tests.cli_process import assert_one_error_line, now_ms, run_idmint
 from tests.servers import wait_until
 from tests.servers.etcd import EtcdCluster
 from tests.servers.ports import LOOPBACK, free_port
@@ -107,10 +105,6 @@ def known_bug(request: pytest.FixtureRequest, reason: str) -> None:
 def unique_root(prefix: str = "") -> str:
     """A root path (ZooKeeper) or key prefix (etcd) no other test uses."""
     return f"{prefix}/t-{uuid.uuid4().hex}"
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def holder_of_this_process(pid: int | None = None) -> str:
@@ -292,149 +286,11 @@ def decode(texts: Iterable[str]) -> list[Uid64]:
 # -- the CLI ------------------------------------------------------------------------
 
 
-def _idmint_argv(args: Sequence[str]) -> list[str]:
-    return [sys.executable, "-m", "idmint", *args]
-
-
-def run_idmint(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-    """Run ``idmint ARGS`` to completion and return what it printed."""
-    return subprocess.run(
-        _idmint_argv(args),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
-
-
-def assert_one_error_line(stderr: str) -> str:
-    """Check ``stderr`` is exactly one ``idmint: error: ...`` line; return it."""
-    lines = stderr.splitlines()
-    assert "Traceback" not in stderr, stderr
-    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{stderr}"
-    assert lines[0].startswith("idmint: error: "), lines[0]
-    return lines[0]
-
-
-class CliProcess:
-    """``python -m idmint ARGS`` running, its stdout and stderr drained by threads.
-
-    ``lines`` holds stdout's lines as they arrive and ``arrivals`` the monotonic time
-    each arrived (stamped with ``stamp=True``). A context manager: leaving the block
-    kills the process if it still runs.
-    """
-
-    def __init__(self, *args: str, stamp: bool = True) -> None:
-        self.args = args
-        self.lines: list[str] = []
-        self.arrivals: list[float] = []
-        self._stderr: list[str] = []
-        self._stamp = stamp
-        self.started_at = time.monotonic()
-        self.started_ms = now_ms()
-        self.popen = subprocess.Popen(
-            _idmint_argv(args),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.popen.stdout is not None
-        assert self.popen.stderr is not None
-        self._threads = [
-            threading.Thread(target=self._drain_stdout, args=(self.popen.stdout,), daemon=True),
-            threading.Thread(target=self._drain_stderr, args=(self.popen.stderr,), daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def _drain_stdout(self, stream: IO[str]) -> None:
-        lines = self.lines
-        if self._stamp:
-            arrivals = self.arrivals
-            clock = time.monotonic
-            for line in stream:
-                arrivals.append(clock())
-                lines.append(line.rstrip("\n"))
-        else:
-            for line in stream:
-                lines.append(line.rstrip("\n"))
-
-    def _drain_stderr(self, stream: IO[str]) -> None:
-        for line in stream:
-            self._stderr.append(line)
-
-    @property
-    def stderr(self) -> str:
-        return "".join(self._stderr)
-
-    @property
-    def running(self) -> bool:
-        return self.popen.poll() is None
-
-    def wait_for_lines(self, count: int, *, timeout: float, what: str = "") -> None:
-        """Wait until stdout has ``count`` lines (fail early if the process exits)."""
-
-        def check() -> None:
-            if self.popen.poll() is not None and len(self.lines) < count:
-                self._join()
-                if len(self.lines) < count:
-                    raise AssertionError(
-                        f"idmint {' '.join(self.args)} exited with {self.popen.returncode} "
-                        f"after {len(self.lines)} lines, before {what or count}; "
-                        f"stderr:\n{self.stderr}"
-                    )
-
-        wait_until(
-            lambda: len(self.lines) >= count,
-            timeout=timeout,
-            description=what or f"{count} lines from idmint {' '.join(self.args)}",
-            interval=0.01,
-            check=check,
-        )
-
-    def send(self, signum: signal.Signals) -> None:
-        self.popen.send_signal(signum)
-
-    def wait(self, timeout: float) -> int:
-        """Wait for the process to exit and its output to be drained; its status."""
-        code = self.popen.wait(timeout)
-        self._join()
-        return code
-
-    def _join(self) -> None:
-        for thread in self._threads:
-            thread.join(timeout=10)
+class CliProcess(_CliProcess):
+    """A running ``idmint generate`` whose lines are uid64 IDs."""
 
     def ids(self) -> list[Uid64]:
         return decode(self.lines)
-
-    def close(self) -> None:
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.send_signal(signal.SIGCONT)  # a stopped process cannot die
-                self.popen.kill()
-            self.popen.wait(10)
-        self._join()
-        for stream in (self.popen.stdout, self.popen.stderr):
-            if stream is not None:
-                stream.close()
-
-    def __enter__(self) -> CliProcess:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 # -- in-process minting --------------------------------------------------------------

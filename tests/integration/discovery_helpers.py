@@ -34,12 +34,12 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any
+from typing import Any
 from urllib.parse import quote, urlencode
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from tests.cli_process import CliProcess, assert_one_error_line, now_ms, run_idmint
 from tests.servers import wait_until
 from tests.servers.zookeeper import ZooKeeperEnsemble, four_letter_word
 
@@ -70,10 +70,6 @@ TIMEOUT = 15.0
 def unique_root() -> str:
     """A discovery root no other test uses."""
     return f"/d-{uuid.uuid4().hex}"
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def zk_url(
@@ -534,120 +530,6 @@ class EventLog:
 
 
 # -- the CLI ---------------------------------------------------------------------------
-
-
-def _idmint_argv(args: Sequence[str]) -> list[str]:
-    return [sys.executable, "-m", "idmint", *args]
-
-
-def run_idmint(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    """Run ``idmint ARGS`` to completion and return what it printed."""
-    return subprocess.run(
-        _idmint_argv(args),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
-
-
-def assert_one_error_line(stderr: str) -> str:
-    """Check ``stderr`` is exactly one ``idmint...`` line without a traceback; return it."""
-    lines = stderr.splitlines()
-    assert "Traceback" not in stderr, stderr
-    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{stderr}"
-    assert lines[0].startswith("idmint"), lines[0]
-    return lines[0]
-
-
-class CliProcess:
-    """``python -m idmint ARGS`` running, stdout and stderr drained by threads."""
-
-    def __init__(self, *args: str) -> None:
-        self.args = args
-        self.lines: list[str] = []
-        self._stderr: list[str] = []
-        self.popen = subprocess.Popen(
-            _idmint_argv(args),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.popen.stdout is not None
-        assert self.popen.stderr is not None
-        self._threads = [
-            threading.Thread(target=self._drain, args=(self.popen.stdout, self.lines), daemon=True),
-            threading.Thread(
-                target=self._drain, args=(self.popen.stderr, self._stderr), daemon=True
-            ),
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    @staticmethod
-    def _drain(stream: IO[str], into: list[str]) -> None:
-        for line in stream:
-            into.append(line.rstrip("\n"))
-
-    @property
-    def stderr(self) -> str:
-        return "\n".join(self._stderr)
-
-    @property
-    def running(self) -> bool:
-        return self.popen.poll() is None
-
-    def wait_for_lines(self, count: int, *, timeout: float) -> None:
-        def check() -> None:
-            if self.popen.poll() is not None and len(self.lines) < count:
-                self._join()
-                if len(self.lines) < count:
-                    raise AssertionError(
-                        f"idmint {' '.join(self.args)} exited with {self.popen.returncode} "
-                        f"after {len(self.lines)} lines; stderr:\n{self.stderr}"
-                    )
-
-        wait_for(
-            lambda: len(self.lines) >= count,
-            timeout=timeout,
-            what=f"{count} lines from idmint {' '.join(self.args)}",
-            check=check,
-        )
-
-    def send(self, signum: signal.Signals) -> None:
-        self.popen.send_signal(signum)
-
-    def wait(self, timeout: float) -> int:
-        code = self.popen.wait(timeout)
-        self._join()
-        return code
-
-    def _join(self) -> None:
-        for thread in self._threads:
-            thread.join(timeout=10)
-
-    def close(self) -> None:
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.kill()
-            self.popen.wait(10)
-        self._join()
-        for stream in (self.popen.stdout, self.popen.stderr):
-            if stream is not None:
-                stream.close()
-
-    def __enter__(self) -> CliProcess:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 if __name__ == "__main__":

@@ -65,7 +65,6 @@ def start_idmint_server(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Callable[..., str]]:
     """``start(*serve_args) -> base URL``; every server started is stopped at the end."""
-    pytest.importorskip("uvicorn", reason="the ID server needs the server extra (uvicorn)")
     log_dir = tmp_path_factory.mktemp("idmint-serve")
     processes: list[subprocess.Popen[str]] = []
 

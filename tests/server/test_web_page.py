@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright import sync_api
 
 from idmint import parse_id
 from idmint.errors import InvalidId
 from idmint.schemes import Muid, Uid64
-
-sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright")
 
 CHROMIUM = os.environ.get("IDMINT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -39,12 +38,12 @@ DATA = ROOT / "tests" / "data"
 SCREENSHOT = ROOT / "artifacts" / "web-page.png"
 TIMEOUT_MS = 5_000
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}")
-
 
 # -- fixtures ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    # scripts/test installs Debian's chromium; a missing browser is a failure, not a skip.
+    assert Path(CHROMIUM).exists(), f"no Chromium at {CHROMIUM}; set IDMINT_CHROMIUM"
     with sync_api.sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield launched

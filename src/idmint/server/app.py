@@ -444,13 +444,21 @@ class IdServer:
                 f"give an ID of 1 to {MAX_ID_LENGTH} characters after /v1/decode/",
             )
         query = _query(scope)
-        scheme = query.get("scheme", [None])[-1] or None
+        # A parameter given empty or out of range is an error, not "absent":
+        # the OpenAPI document allows only the scheme names and 8..16.
+        scheme = query.get("scheme", [None])[-1]
+        if scheme is not None and scheme not in SCHEMES:
+            raise HttpError(
+                422, "invalid scheme", f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}"
+            )
         node_bits_text = query.get("node_bits", [None])[-1]
         node_bits = None
-        if node_bits_text:
-            if (
-                not (node_bits_text.isascii() and node_bits_text.isdigit())
-                or len(node_bits_text) > 2
+        if node_bits_text is not None:
+            if not (
+                node_bits_text.isascii()
+                and node_bits_text.isdigit()
+                and len(node_bits_text) <= 2
+                and 8 <= int(node_bits_text) <= 16
             ):
                 raise HttpError(
                     422, "invalid node_bits", f"node_bits must be 8..16, got {node_bits_text!r}"

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import socket
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import Any
 
 from idmint.errors import ConfigurationError
@@ -68,12 +73,36 @@ def serve(
     )
     server = uvicorn.Server(config)
     logging.getLogger("idmint").setLevel(logging.INFO)
-    if announce is not None:
-        # The socket already listens: connections wait in its backlog until
-        # uvicorn accepts them, so saying where to connect now is true.
-        announce(bound_port)
-    server.run(sockets=[listener])
+    with _stop_signals_handled_by(server.handle_exit):
+        if announce is not None:
+            # The socket already listens: connections wait in its backlog until
+            # uvicorn accepts them, so saying where to connect now is true.
+            announce(bound_port)
+        server.run(sockets=[listener])
     return 0
+
+
+@contextlib.contextmanager
+def _stop_signals_handled_by(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """Send SIGTERM/SIGINT to uvicorn's own handler, also before and after it runs.
+
+    Before: a stop signal that arrives between "open http://..." and uvicorn
+    installing its handlers still gives a graceful shutdown. After: uvicorn
+    restores the previous handlers and raises the signal again so the caller
+    hears of it; by then in-flight requests are answered and the claims are
+    released, so the stop was clean and ``idmint serve`` exits 0, where the
+    CLI's handler (143) or Python's KeyboardInterrupt (130) would say otherwise.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stop_signals = (signal.SIGTERM, signal.SIGINT)
+    previous = {signum: signal.signal(signum, handler) for signum in stop_signals}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 def _listen(host: str, port: int) -> socket.socket:

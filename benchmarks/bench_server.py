@@ -1,0 +1,382 @@
+"""Load benchmark of the ID server: ``/v1/id`` against a bare "hello" ASGI app, with wrk.
+
+    .venv/bin/pip install -e '.[server]'       # and Debian's wrk: apt-get install wrk
+    .venv/bin/python benchmarks/bench_server.py              # full run (~2.5 min)
+    .venv/bin/python benchmarks/bench_server.py --quick      # 3 s per run (~40 s)
+    .venv/bin/python benchmarks/bench_server.py --duration 20 --rounds 5
+
+Three servers run side by side for the whole benchmark, each in its own process:
+
+* ``hello``: an ASGI app answering every request with ``hello``, served by
+  :func:`idmint.server.run.serve` itself (its ``create_app`` swapped for the hello app),
+  so the uvicorn stack and options are exactly those of ``idmint serve``: loop and
+  http ``auto`` (uvloop and httptools when installed), access log off, lifespan on;
+* ``idmint serve`` (uid64, static coordinator, one generator ID);
+* ``idmint serve --generators 4`` (four static generator IDs).
+
+Every target gets a 1 s warm-up, a throughput run (``wrk -t1 -c32 -d<duration>``) and a
+latency run (the same with ``--latency``, whose percentiles are reported). The hello
+app and ``/v1/id`` alternate for ``--rounds`` throughput runs each (3; 1 with
+``--quick``): their ratio is the median of the pairs', as other load on the machine
+moves both. ``/v1/ids?count=1000`` is reported as IDs/s too. Any
+non-2xx answer or socket error is counted and shown.
+
+wrk and the servers share the machine's cores: on a 2-core machine wrk's one thread
+takes much of one core, so the numbers are lower bounds of what the server does alone.
+Run it on a quiet machine (the load average is printed before and after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import selectors
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+CONNECTIONS = 32
+BATCH = 1000
+START_TIMEOUT_S = 60.0
+TARGET_SHARE = 0.80
+"""/v1/id should reach at least this share of the hello app's requests/s."""
+UID64_CAP_PER_S = 64_000
+"""One uid64 generator ID issues at most 64 IDs per ms."""
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+# -- the hello app ----------------------------------------------------------------------
+
+
+class HelloApp:
+    """The smallest useful ASGI app: ``hello`` as text/plain, with lifespan support.
+
+    ``start_now`` is the hook :func:`idmint.server.run.serve` calls before serving
+    (the ID server claims its generator IDs there); the hello app has nothing to do.
+    """
+
+    def start_now(self) -> None:
+        pass
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"text/plain; charset=utf-8")],
+                }
+            )
+            await send({"type": "http.response.body", "body": b"hello"})
+        elif scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+
+
+def serve_hello() -> int:
+    """Run the hello app through ``idmint.server.run.serve`` (same uvicorn config)."""
+    from idmint.server import run
+
+    def announce(port: int) -> None:
+        print(f"hello server: open http://127.0.0.1:{port}/", flush=True)
+
+    run.create_app = lambda **_: HelloApp()  # type: ignore[attr-defined,assignment]
+    return run.serve(host="127.0.0.1", port=0, announce=announce)
+
+
+# -- servers ----------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    name: str
+    process: subprocess.Popen[str]
+    url: str
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def start_server(name: str, argv: Sequence[str]) -> Server:
+    """Start ``argv`` and wait for the ``open http://HOST:PORT/`` line it prints."""
+    with tempfile.TemporaryFile("w+") as stderr:
+        process = subprocess.Popen(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert process.stdout is not None
+        deadline = time.monotonic() + START_TIMEOUT_S
+        with selectors.DefaultSelector() as selector:
+            selector.register(process.stdout, selectors.EVENT_READ)
+            while time.monotonic() < deadline:
+                if not selector.select(timeout=0.5):
+                    if process.poll() is not None:
+                        break
+                    continue
+                line = process.stdout.readline()
+                if not line:
+                    break
+                match = re.search(r"open (http://\S+?)/?$", line.strip())
+                if match:
+                    return Server(name, process, match.group(1))
+        process.kill()
+        process.wait()
+        stderr.seek(0)
+        raise RuntimeError(f"{name} did not start: {' '.join(argv)}\n{stderr.read()}")
+
+
+# -- wrk --------------------------------------------------------------------------------
+
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
+
+
+def _ms(text: str) -> float:
+    match = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
+    if match is None:
+        raise ValueError(f"not a wrk duration: {text!r}")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+@dataclass
+class WrkResult:
+    requests_per_s: float
+    requests: int
+    non_2xx: int
+    socket_errors: int
+    percentiles_ms: dict[int, float]
+
+
+def parse_wrk(output: str) -> WrkResult:
+    """Requests/s, error counts and (with ``--latency``) the latency percentiles."""
+    rate = re.search(r"^Requests/sec:\s+([\d.]+)", output, re.MULTILINE)
+    total = re.search(r"^\s*(\d+) requests in", output, re.MULTILINE)
+    if rate is None or total is None:
+        raise ValueError(f"cannot read wrk's output:\n{output}")
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
+    errors = re.search(
+        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output
+    )
+    percentiles = {
+        int(p): _ms(value)
+        for p, value in re.findall(r"^\s+(\d+)%\s+([\d.]+(?:us|ms|s|m))\s*$", output, re.MULTILINE)
+    }
+    return WrkResult(
+        requests_per_s=float(rate.group(1)),
+        requests=int(total.group(1)),
+        non_2xx=int(non_2xx.group(1)) if non_2xx else 0,
+        socket_errors=sum(int(n) for n in errors.groups()) if errors else 0,
+        percentiles_ms=percentiles,
+    )
+
+
+def run_wrk(wrk: str, url: str, duration_s: float, *, latency: bool) -> WrkResult:
+    argv = [wrk, "-t1", f"-c{CONNECTIONS}", f"-d{duration_s:g}s"]
+    if latency:
+        argv.append("--latency")
+    completed = subprocess.run(
+        [*argv, url], capture_output=True, text=True, check=True, timeout=duration_s + 60
+    )
+    return parse_wrk(completed.stdout)
+
+
+# -- the benchmark ----------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    label: str
+    server: str
+    path: str
+    ids_per_request: int
+
+
+TARGETS = [
+    Target("hello (bare ASGI app)", "hello", "/", 0),
+    Target("/v1/id", "idmint", "/v1/id", 1),
+    Target(f"/v1/ids?count={BATCH}", "idmint", f"/v1/ids?count={BATCH}", BATCH),
+    Target("/v1/id, --generators 4", "idmint4", "/v1/id", 1),
+    Target(f"/v1/ids?count={BATCH}, --generators 4", "idmint4", f"/v1/ids?count={BATCH}", BATCH),
+]
+
+
+def _package_version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def machine_note() -> str:
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    wrk = shutil.which("wrk") or "wrk"
+    wrk_version = subprocess.run([wrk, "-v"], capture_output=True, text=True, check=False)
+    first = (wrk_version.stdout or wrk_version.stderr).splitlines()[:1]
+    return (
+        f"{os.cpu_count()} cores ({model}), {platform.system()} {platform.release()}; "
+        f"Python {platform.python_version()}, uvicorn {_package_version('uvicorn')}, "
+        f"uvloop {_package_version('uvloop')}, httptools {_package_version('httptools')}; "
+        f"{first[0].split(' Copyright')[0] if first else 'wrk'}, -t1 -c{CONNECTIONS}. "
+        "wrk and the servers share the cores."
+    )
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
+def _fmt_ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.0f} us" if value < 1 else f"{value:.2f} ms"
+
+
+Throughput = dict[str, list[WrkResult]]
+Latency = dict[str, WrkResult]
+
+
+def measure(wrk: str, duration: float, rounds: int) -> tuple[Throughput, Latency]:
+    """Start the three servers, run every wrk run, stop the servers."""
+    python = sys.executable
+    servers: dict[str, Server] = {}
+    throughput: Throughput = {target.label: [] for target in TARGETS}
+    latency: Latency = {}
+    try:
+        servers["hello"] = start_server(
+            "hello", [python, str(Path(__file__).resolve()), "--serve-hello"]
+        )
+        servers["idmint"] = start_server(
+            "idmint serve", [python, "-m", "idmint", "serve", "--port", "0"]
+        )
+        servers["idmint4"] = start_server(
+            "idmint serve --generators 4",
+            [python, "-m", "idmint", "serve", "--port", "0", "--generators", "4"],
+        )
+        for target in TARGETS:
+            run_wrk(wrk, servers[target.server].url + target.path, 1, latency=False)  # warm-up
+        # hello and /v1/id alternate, `rounds` times, so that they see the same machine.
+        for target in [*TARGETS[:2] * rounds, *TARGETS[2:]]:
+            url = servers[target.server].url + target.path
+            throughput[target.label].append(run_wrk(wrk, url, duration, latency=False))
+        for target in TARGETS:
+            url = servers[target.server].url + target.path
+            latency[target.label] = run_wrk(wrk, url, duration, latency=True)
+    finally:
+        for server in servers.values():
+            server.stop()
+    return throughput, latency
+
+
+def report(throughput: Throughput, latency: Latency) -> None:
+    """The markdown table and the /v1/id-to-hello verdict."""
+    hello_target, one_id_target = TARGETS[:2]
+    rates = {label: [run.requests_per_s for run in runs] for label, runs in throughput.items()}
+    hello = statistics.median(rates[hello_target.label])
+    ratios = [
+        one / base
+        for base, one in zip(rates[hello_target.label], rates[one_id_target.label], strict=True)
+    ]
+    print(
+        "| target | requests/s | vs hello | IDs/s | of the uid64 cap | p50 | p99 "
+        "| non-2xx / socket errors |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for target in TARGETS:
+        rate = statistics.median(rates[target.label])
+        timing = latency[target.label]
+        runs = [*throughput[target.label], timing]
+        ids_per_s = rate * target.ids_per_request
+        cap = UID64_CAP_PER_S * (4 if target.server == "idmint4" else 1)
+        batch = target.ids_per_request > 1
+        share = statistics.median(ratios) if target is one_id_target else rate / hello
+        cells = [
+            target.label,
+            f"{rate:,.0f}",
+            "-" if batch else f"{share:.1%}",
+            f"{ids_per_s:,.0f}" if target.ids_per_request else "-",
+            f"{ids_per_s / cap:.0%}" if batch else "-",
+            _fmt_ms(timing.percentiles_ms.get(50)),
+            _fmt_ms(timing.percentiles_ms.get(99)),
+            f"{sum(r.non_2xx for r in runs)} / {sum(r.socket_errors for r in runs)}",
+        ]
+        print("| " + " | ".join(cells) + " |")
+    one_id = statistics.median(ratios)
+    verdict = "meets" if one_id >= TARGET_SHARE else "misses"
+    print(
+        f"\n/v1/id serves {one_id:.1%} of the hello app's requests/s (median of "
+        f"{len(ratios)} alternating pairs: {', '.join(f'{r:.1%}' for r in ratios)}; "
+        f"{verdict} the {TARGET_SHARE:.0%} target)."
+    )
+    print(
+        f"Requests/s: median of the throughput runs; p50/p99 from the --latency runs "
+        f"({CONNECTIONS} connections, 1 wrk thread). A batch of {BATCH:,} takes at least "
+        f"{BATCH / 64:.1f} ms of one generator's time (64 IDs/ms), so with {CONNECTIONS} "
+        "batches in flight their latency is mostly the wait for the rate cap."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per wrk run")
+    parser.add_argument("--quick", action="store_true", help="3 s per wrk run, 1 round")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternating hello / /v1/id throughput runs"
+    )
+    parser.add_argument("--serve-hello", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve_hello:
+        return serve_hello()
+    duration = 3.0 if args.quick else args.duration
+    rounds = 1 if args.quick else max(1, args.rounds)
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        print("wrk not found: apt-get install wrk", file=sys.stderr)
+        return 2
+    print(f"Machine: {machine_note()}")
+    print(f"Load average before: {load_average()}; {duration:g} s per wrk run\n")
+    throughput, latency = measure(wrk, duration, rounds)
+    report(throughput, latency)
+    print(f"Load average after: {load_average()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,175 @@
+"""The idmint CLI in a child process, for tests that run it as users do.
+
+* :func:`run_idmint`: run ``python -m idmint ARGS`` to completion.
+* :class:`CliProcess`: a long-running ``idmint`` whose stdout lines are collected
+  as they arrive (with their arrival times), for tests that signal or kill it.
+* :func:`assert_one_error_line`: the CLI's error contract (one line, no traceback).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import IO, TypeVar
+
+from tests.servers import wait_until
+
+__all__ = ["CliProcess", "assert_one_error_line", "now_ms", "run_idmint"]
+
+P = TypeVar("P", bound="CliProcess")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _idmint_argv(args: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "idmint", *args]
+
+
+def run_idmint(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Run ``idmint ARGS`` to completion and return what it printed."""
+    return subprocess.run(
+        _idmint_argv(args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def assert_one_error_line(stderr: str) -> str:
+    """Check ``stderr`` is exactly one line from idmint, no traceback; return it.
+
+    The CLI starts every error line with ``idmint: error:`` or, for errors that
+    name their command, ``idmint <command>:``.
+    """
+    lines = stderr.splitlines()
+    assert "Traceback" not in stderr, stderr
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{stderr}"
+    assert lines[0].startswith("idmint"), lines[0]
+    return lines[0]
+
+
+class CliProcess:
+    """``python -m idmint ARGS`` running, its stdout and stderr drained by threads.
+
+    ``lines`` holds stdout's lines as they arrive and ``arrivals`` the monotonic time
+    each arrived (stamped with ``stamp=True``). A context manager: leaving the block
+    kills the process if it still runs.
+    """
+
+    def __init__(self, *args: str, stamp: bool = True) -> None:
+        self.args = args
+        self.lines: list[str] = []
+        self.arrivals: list[float] = []
+        self._stderr: list[str] = []
+        self._stamp = stamp
+        self.started_at = time.monotonic()
+        self.started_ms = now_ms()
+        self.popen = subprocess.Popen(
+            _idmint_argv(args),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.popen.stdout is not None
+        assert self.popen.stderr is not None
+        self._threads = [
+            threading.Thread(target=self._drain_stdout, args=(self.popen.stdout,), daemon=True),
+            threading.Thread(target=self._drain_stderr, args=(self.popen.stderr,), daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def _drain_stdout(self, stream: IO[str]) -> None:
+        lines = self.lines
+        if self._stamp:
+            arrivals = self.arrivals
+            clock = time.monotonic
+            for line in stream:
+                arrivals.append(clock())
+                lines.append(line.rstrip("\n"))
+        else:
+            for line in stream:
+                lines.append(line.rstrip("\n"))
+
+    def _drain_stderr(self, stream: IO[str]) -> None:
+        for line in stream:
+            self._stderr.append(line)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self._stderr)
+
+    @property
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+    def wait_for_lines(self, count: int, *, timeout: float, what: str = "") -> None:
+        """Wait until stdout has ``count`` lines (fail early if the process exits)."""
+
+        def check() -> None:
+            if self.popen.poll() is not None and len(self.lines) < count:
+                self._join()
+                if len(self.lines) < count:
+                    raise AssertionError(
+                        f"idmint {' '.join(self.args)} exited with {self.popen.returncode} "
+                        f"after {len(self.lines)} lines, before {what or count}; "
+                        f"stderr:\n{self.stderr}"
+                    )
+
+        wait_until(
+            lambda: len(self.lines) >= count,
+            timeout=timeout,
+            description=what or f"{count} lines from idmint {' '.join(self.args)}",
+            interval=0.01,
+            check=check,
+        )
+
+    def send(self, signum: signal.Signals) -> None:
+        self.popen.send_signal(signum)
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the process to exit and its output to be drained; its status."""
+        code = self.popen.wait(timeout)
+        self._join()
+        return code
+
+    def _join(self) -> None:
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+    def close(self) -> None:
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.send_signal(signal.SIGCONT)  # a stopped process cannot die
+                self.popen.kill()
+            self.popen.wait(10)
+        self._join()
+        for stream in (self.popen.stdout, self.popen.stderr):
+            if stream is not None:
+                stream.close()
+
+    def __enter__(self: P) -> P:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
