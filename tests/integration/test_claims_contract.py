@@ -211,6 +211,47 @@ def test_pool_exhausted_after_claim_timeout(
     assert "0-1" in message, message
 
 
+WAITER_TIMEOUT_S = 4
+
+
+@claimed_backends
+def test_a_claimant_waiting_for_its_range_does_not_hold_up_others(
+    backend: Backend, exit_stack: contextlib.ExitStack
+) -> None:
+    """A claim that waits (its range is full) leaves the rest of the pool claimable.
+
+    ZooKeeper's queue lock orders claimants; one that waited inside it would
+    stall every other claimant until its claim_timeout ran out.
+    """
+    root = backend.new_root()
+    exit_stack.enter_context(
+        new_generator("uid64", coordinator=backend.url(root, generators="0-0"))
+    )
+    waiter_outcome: list[BaseException | None] = []
+
+    def wait_for_generator_0() -> None:
+        url = backend.url(root, generators="0-0", claim_timeout=WAITER_TIMEOUT_S)
+        try:
+            new_generator("uid64", coordinator=url).close()
+            waiter_outcome.append(None)
+        except BaseException as error:
+            waiter_outcome.append(error)
+
+    waiter = threading.Thread(target=wait_for_generator_0, daemon=True)
+    waiter.start()
+    for generator in (1, 2, 3):  # the later ones certainly overlap the waiter's wait
+        started = time.monotonic()
+        url = backend.url(root, generators=f"{generator}-{generator}", claim_timeout=5)
+        with new_generator("uid64", coordinator=url) as bystander:
+            assert bystander.generate().generator == generator
+        took = time.monotonic() - started
+        assert took < 2, f"claiming free generator {generator} took {took:.2f} s"
+    assert waiter.is_alive(), "the waiter should still be waiting for generator 0"
+    waiter.join(WAITER_TIMEOUT_S + 10)
+    assert len(waiter_outcome) == 1, "the waiter did not give up after its claim_timeout"
+    assert isinstance(waiter_outcome[0], PoolExhausted), waiter_outcome
+
+
 @claimed_backends
 def test_failed_claim_leaves_nothing_running(
     backend: Backend, exit_stack: contextlib.ExitStack

@@ -13,8 +13,9 @@ option               default   meaning
 ==================== ========= ======================================================
 ``session_timeout``  ``10``    s; the ZooKeeper session timeout (the server may
                                lower it; the negotiated value is what fences)
-``queue``            ``true``  take java-uniqueid's queue lock around claiming, so
-                               Java and Python claimants queue fairly together
+``queue``            ``true``  take java-uniqueid's queue lock around each look at
+                               the pool, so Java and Python claimants queue fairly
+                               together (not held while waiting for a free ID)
 ``generators``       all       ``LO-HI``: the generator IDs this client may claim
 ``cluster``          node      expected cluster ID; written to ``cluster-id`` if
                                that node does not exist yet (default 0)
@@ -380,22 +381,27 @@ class ZooKeeperClaim(Claim):
         deadline = time.monotonic() + self.options.claim_timeout_s
         try:
             cluster = coordinator.ensure_layout(client, self.options.cluster)
-            with self._queue_lock(client, deadline):
-                while True:
+            while True:
+                # The queue lock is held for one look at the pool, never while
+                # waiting: a claimant waiting for its narrow range to free up
+                # must not hold up claimants whose ranges have room.
+                with self._queue_lock(client, deadline):
                     found = self._try_claim(client)
                     if found is not None:
                         generator, floor = found
                         return {"generator": generator, "cluster": cluster}, floor
-                    if time.monotonic() >= deadline:
-                        pool = self.options.pool
-                        raise PoolExhausted(
-                            f"all {len(pool)} generator IDs of pool {pool.start}-{pool.stop - 1} "
-                            f"(cluster {cluster}) at zk://{coordinator.hosts}{coordinator.root} "
-                            f"are held or held off; waited {self.options.claim_timeout_s:g} s. "
-                            "Widen generators=LO-HI, or see who holds them with "
-                            "`idmint claims list`"
-                        )
-                    self._wait_for_pool_change(client, deadline)
+                    pool_changed = self._watch_pool(client)
+                if time.monotonic() >= deadline:
+                    pool = self.options.pool
+                    raise PoolExhausted(
+                        f"all {len(pool)} generator IDs of pool {pool.start}-{pool.stop - 1} "
+                        f"(cluster {cluster}) at zk://{coordinator.hosts}{coordinator.root} "
+                        f"are held or held off; waited {self.options.claim_timeout_s:g} s. "
+                        "Widen generators=LO-HI, or see who holds them with "
+                        "`idmint claims list`"
+                    )
+                # Held-off IDs become free with time, not with an event: look again soon.
+                pool_changed.wait(max(0.0, min(deadline - time.monotonic(), 1.0)))
         except kazoo.exceptions.KazooException as error:
             raise translate_error(error, "claiming a generator ID") from error
 
@@ -452,11 +458,11 @@ class ZooKeeperClaim(Claim):
             token = None
         return bool(stat.ephemeralOwner == session and token == self._token)
 
-    def _wait_for_pool_change(self, client: Any, deadline: float) -> None:
+    def _watch_pool(self, client: Any) -> threading.Event:
+        """An event set when a claim node is added to or removed from the pool."""
         changed = threading.Event()
         client.get_children(f"{self._coordinator.root}/pool", watch=lambda event: changed.set())
-        # Held-off IDs become free with time, not with an event: look again soon.
-        changed.wait(max(0.0, min(deadline - time.monotonic(), 1.0)))
+        return changed
 
     @contextmanager
     def _queue_lock(self, client: Any, deadline: float) -> Iterator[None]:
