@@ -57,7 +57,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from idmint.coordinate.base import ClaimOptions, holder_description
@@ -95,6 +95,10 @@ SHRINK_BELOW = 0.5  # remove empty trailing groups when the last one is under th
 def width_for_groups(highest_group: int) -> int:
     """Node-ID width for groups 0..highest_group: 8 + bits of the highest group."""
     return e64.MIN_NODE_BITS + highest_group.bit_length()
+
+
+PeerInfo = tuple[dict[str, Any], int]
+"""A live node's published JSON (width, switched_ms, holder) and its znode's czxid."""
 
 
 def node_name(node: int) -> tuple[str, str]:
@@ -179,26 +183,36 @@ class NodeIdCoordinator(ZooKeeperCoordinator):
 
     def peers(self, client: Any) -> dict[int, dict[str, Any]]:
         """Every live node ID with its published data."""
-        kazoo = kazoo_module()
+        return {node: info for node, (info, _) in self.peer_stats(client).items()}
+
+    def peer_stats(self, client: Any) -> dict[int, PeerInfo]:
+        """Every live node ID with its published data and creation zxid.
+
+        The reads are pipelined (all sent, then all awaited), so a thousand
+        nodes cost a few round trips, not a thousand.
+        """
         client.sync(self.nodes_path)
-        found: dict[int, dict[str, Any]] = {}
-        for group in self.groups(client, sync=False):
-            group_path = f"{self.nodes_path}/{group:02X}"
-            try:
-                names = client.get_children(group_path)
-            except kazoo.exceptions.NoNodeError:
-                continue
-            for name in names:
-                try:
-                    data, _ = client.get(f"{group_path}/{name}")
-                except kazoo.exceptions.NoNodeError:
-                    continue
-                try:
-                    info = json.loads(data or b"{}")
-                except ValueError:
-                    info = {}
-                found[group << 8 | int(name, 16)] = info
-        return found
+        listings = [
+            (group, client.get_children_async(f"{self.nodes_path}/{group:02X}"))
+            for group in self.groups(client, sync=False)
+        ]
+        reads = []
+        for group, listing in listings:
+            for name in _result_or_empty(listing):
+                path = f"{self.nodes_path}/{group:02X}/{name}"
+                reads.append((group << 8 | int(name, 16), client.get_async(path)))
+        return _node_infos(reads)
+
+    def read_peers(
+        self, client: Any, nodes: Iterable[int]
+    ) -> dict[int, tuple[dict[str, Any], int]]:
+        """The published data and creation zxid of ``nodes`` that are still live."""
+        client.sync(self.nodes_path)
+        reads = []
+        for node in nodes:
+            group, index = node_name(node)
+            reads.append((node, client.get_async(f"{self.nodes_path}/{group}/{index}")))
+        return _node_infos(reads)
 
     def claim(self, *, clock: Clock | None = None, pool: range | None = None) -> NodeIdClaim:
         claim = NodeIdClaim(self, self._options_template, clock)
@@ -338,30 +352,57 @@ class NodeIdClaim(ZooKeeperClaim):
         self._node_version = stat.version
 
     def _wait_for_peers(self, client: Any, node: int, deadline: float) -> int:
-        """Point 2: wait until every peer uses our width; return the tick to start after."""
+        """Point 2: wait until every peer uses our width; return the tick to start after.
+
+        Only peers whose znodes are older than ours can be narrower for
+        long: a newer one read the groups after its znode was made, and ours
+        and our group existed by then, so it will not mint below our width.
+        The narrow older ones can only widen or leave, so after one full look
+        only they are read again.
+        """
         needed = node.bit_length()
         if needed <= e64.MIN_NODE_BITS:
             return -1  # every width holds our ID: no peer can collide with us
+        peers = self._nodes.peer_stats(client)
+        if node not in peers:
+            raise ClaimLost(f"node ID {node}'s znode is gone; the session may have expired")
+        our_zxid = peers[node][1]
+        switched = -1
+        waiting_for: list[int] = []
+        waited = False
         while True:
-            peers = self._nodes.peers(client)
-            narrow = sorted(
-                peer
-                for peer, info in peers.items()
-                if peer != node and int(info.get("width", e64.MIN_NODE_BITS)) < needed
-            )
-            if not narrow:
-                if needed <= e64.MIN_NODE_BITS:
-                    return -1
-                return max(
-                    (int(info.get("switched_ms", -1)) for info in peers.values()), default=-1
-                )
+            for peer, (info, zxid) in peers.items():
+                if peer == node:
+                    continue
+                if zxid < our_zxid and int(info.get("width", e64.MIN_NODE_BITS)) < needed:
+                    waiting_for.append(peer)
+                else:
+                    switched = max(switched, int(info.get("switched_ms", -1)))
+            if not waiting_for:
+                if waited:
+                    # One more full look, as cheap as one poll: the tick to start
+                    # after is the newest switch of every live peer, as of now.
+                    everyone = self._nodes.peer_stats(client).values()
+                    switched = max(
+                        [switched, *(int(i.get("switched_ms", -1)) for i, _ in everyone)]
+                    )
+                return switched
             if time.monotonic() >= deadline:
                 raise ClaimLost(
-                    f"node ID {node} needs {needed}-bit node IDs, but {len(narrow)} live "
-                    f"node(s) still use fewer (e.g. {narrow[0]}); they widen when they see the "
-                    "new group. Check that those nodes are healthy"
+                    f"node ID {node} needs {needed}-bit node IDs, but {len(waiting_for)} live "
+                    f"node(s) still use fewer (e.g. {waiting_for[0]}); they widen when they see "
+                    "the new group. Check that those nodes are healthy"
                 )
-            time.sleep(0.05)
+            time.sleep(0.05)  # a poll of the few narrow peers; they widen within a round trip
+            waited = True
+            peers = self._nodes.read_peers(client, waiting_for)
+            for departed in set(waiting_for) - peers.keys():
+                # It left still narrow: its IDs can equal ours up to the
+                # newest tick it was granted, which its high-water mark holds.
+                mark, _ = read_mark(client, f"{self._nodes.root}/nodehwm/{departed:04X}")
+                if mark is not None:
+                    switched = max(switched, mark.ceiling_ms)
+            waiting_for = []
 
     # -- following the groups ------------------------------------------------------------
     def _watch_groups(self, client: Any) -> list[int]:
@@ -474,3 +515,29 @@ class NodeIdClaim(ZooKeeperClaim):
         finally:
             client.stop()
             client.close()
+
+
+def _result_or_empty(listing: Any) -> list[str]:
+    """The children from an async listing, or none if the group went away."""
+    kazoo = kazoo_module()
+    try:
+        return list(listing.get())
+    except kazoo.exceptions.NoNodeError:
+        return []
+
+
+def _node_infos(reads: Iterable[tuple[int, Any]]) -> dict[int, PeerInfo]:
+    """Await pipelined node reads: node -> (published data, creation zxid)."""
+    kazoo = kazoo_module()
+    found: dict[int, PeerInfo] = {}
+    for node, read in reads:
+        try:
+            data, stat = read.get()
+        except kazoo.exceptions.NoNodeError:
+            continue  # left since it was listed
+        try:
+            info = json.loads(data or b"{}")
+        except ValueError:
+            info = {}
+        found[node] = (info if isinstance(info, dict) else {}, stat.czxid)
+    return found
