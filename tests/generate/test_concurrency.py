@@ -64,6 +64,41 @@ def test_eight_threads_mint_100k_each_without_a_duplicate(
     assert generator.issued == len(values)
 
 
+@pytest.mark.parametrize(
+    "make",
+    [lambda: Uid64Generator(4, 2), Short60Generator, lambda: Elastic64Generator(9, 8)],
+    ids=["uid64", "short60", "elastic64"],
+)
+def test_generate_and_small_batches_in_threads_never_share_an_id(
+    make: Callable[[], TickGenerator[Any]],
+) -> None:
+    """generate() takes IDs without the lock; a batch cut off a tick it opens must not
+    overlap them, nor another thread's batch."""
+    generator = make()
+    per_thread = 10_000
+    results: list[list[int]] = [[] for _ in range(THREADS)]
+    start = threading.Barrier(THREADS)
+
+    def work(slot: int) -> None:
+        start.wait()
+        mine = results[slot]
+        while len(mine) < per_thread:
+            if slot % 2:
+                mine.append(generator.generate().int)
+            else:
+                mine.extend(generator.batch(min(1 + slot, per_thread - len(mine))).ints())
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    values = [value for chunk in results for value in chunk]
+    assert len(values) == THREADS * per_thread
+    assert len(set(values)) == len(values)
+    assert generator.issued == len(values)
+
+
 def test_agenerate_yields_to_the_event_loop_while_waiting() -> None:
     generator = Uid64Generator(mode="time-sequential")
     ticks = 0

@@ -151,7 +151,7 @@ class IdBatch(Sequence[IdT]):
 
     def __init__(
         self,
-        ints: list[int],
+        ints: Sequence[int],
         make: Callable[[int], IdT],
         mask: int | None = None,
         text: Callable[[int], str] = str,
@@ -436,11 +436,11 @@ class TickGenerator(Generic[IdT]):
                 taken = self._take_locked(1)
             finally:
                 lock.release()
-            if type(taken) is list:
+            if not isinstance(taken, int):
                 break
             if not wait:
                 return None
-            self._wait(taken)  # type: ignore[arg-type]
+            self._wait(taken)
         value = taken[0]
         if self._random_bits:
             value |= getrandbits(self._random_bits)
@@ -464,13 +464,13 @@ class TickGenerator(Generic[IdT]):
             taken = self._take_locked(count)
         finally:
             lock.release()
-        if type(taken) is list and len(taken) == count and not self._random_bits:
+        if isinstance(taken, int):
+            out: list[int] = []
+            self._wait(taken)
+        elif len(taken) == count and not self._random_bits:
             return IdBatch(taken, self._make, self._int_mask, self.id_type.text_of_int)
-        out: list[int] = []
-        if type(taken) is list:
-            out += map(or_, taken, map(getrandbits, repeat(self._random_bits)))
         else:
-            self._wait(taken)  # type: ignore[arg-type]
+            out = list(map(or_, taken, map(getrandbits, repeat(self._random_bits))))
         while True:
             wait_until_ns = self._fill(out, count)
             if wait_until_ns is None:
@@ -543,10 +543,11 @@ class TickGenerator(Generic[IdT]):
             out.extend(taken)
         return None
 
-    def _take_locked(self, want: int) -> list[int] | int:
+    def _take_locked(self, want: int) -> Sequence[int] | int:  # noqa: PLR0915
         """Take up to ``want`` IDs of one tick, or say when to ask again.
 
-        Returns a non-empty list of ID ints, or the wall-clock time in ns to
+        Returns the ID ints (a non-empty list, or a ``range`` when they are
+        the start of a tick opened here), or the wall-clock time in ns to
         wait for. Caller holds ``self._lock``.
         """
         if self._blocked is not None:
@@ -572,7 +573,7 @@ class TickGenerator(Generic[IdT]):
             if now > ceiling:
                 self._need_ceiling_ms = now
                 return _WAIT_FOR_CLAIM
-            self._open_tick(now, until_cap)
+            opening = now
         else:
             # The clock is at or behind the newest tick. Behind by more than
             # we may borrow means it stepped back, or (fresh claim) that it is
@@ -582,21 +583,46 @@ class TickGenerator(Generic[IdT]):
                 self._check_lag(lag_ns)
             # Renewals extend a run's life; a fenced run comes back here.
             self._run.until_ns = min((tick + 1) * tick_ns, until_cap)
-        taken = list(islice(self._run.values, want))
-        if len(taken) < want and self._pending is not None:
-            self._switch_run(self._pending, self._run.until_ns)
-            self._pending = None
-            taken += islice(self._run.values, want - len(taken))
-        if taken:
-            return taken
-        following = self._tick + 1
-        if following - now > self._max_ahead:
-            return (following - self._max_ahead) * tick_ns
-        if following > ceiling:
-            self._need_ceiling_ms = following
-            return _WAIT_FOR_CLAIM
-        self._open_tick(following, until_cap)
-        return list(islice(self._run.values, want))
+            taken = list(islice(self._run.values, want))
+            if len(taken) < want and self._pending is not None:
+                self._switch_run(self._pending, self._run.until_ns)
+                self._pending = None
+                taken += islice(self._run.values, want - len(taken))
+            if taken:
+                return taken
+            opening = tick + 1  # this tick is used up: borrow the next, if allowed
+            if opening - now > self._max_ahead:
+                return (opening - self._max_ahead) * tick_ns
+            if opening > ceiling:
+                self._need_ceiling_ms = opening
+                return _WAIT_FOR_CLAIM
+        # Open tick `opening`: its IDs become the run. Written out here, not
+        # in helpers, because it runs once per tick and usually cold, when
+        # each Python call costs several times what it does in a loop.
+        base = self._base_for_tick(opening)
+        step = 1 << self._seq_shift
+        self._tick = opening
+        self._floor_fresh = False
+        first = base
+        if self._random_bits:
+            # A scheme with random bits (short60) also starts each tick's
+            # sequence at a random point and wraps round to cover the rest,
+            # so two processes minting a few IDs per ms rarely pick the same
+            # sequence numbers.
+            first = base + getrandbits(self._limit.bit_length() - 1) * step
+            self._pending = range(base, first, step) if first != base else None
+        values = range(first, base + self._limit * step, step)
+        old = self._run
+        old.until_ns = 0  # threads still holding it drop what they take and come back
+        self._banked += old.size - length_hint(old.values)
+        run = _new(_Run)
+        # Our IDs are cut off the front before the run is published, so no
+        # other thread can take them: a slice of a range, O(1), no ints made.
+        run.values = iter(values[want:])
+        run.size = len(values)
+        run.until_ns = min((opening + 1) * tick_ns, until_cap)
+        self._run = run
+        return values[:want]
 
     def _check_lag(self, lag_ns: int) -> None:
         if self._floor_fresh and self._claim is not None:
@@ -618,31 +644,6 @@ class TickGenerator(Generic[IdT]):
         if lag_ns > self._max_clock_wait_ns:
             self._run.until_ns = 0  # keep the hot path out until the clock is back
             raise ClockMovedBackwards(lag_ns / 1e6, self._max_clock_wait_ns / 1e6)
-
-    def _open_tick(self, tick: int, until_cap: int = _NO_CEILING) -> None:
-        base = self._base_for_tick(tick)
-        step = 1 << self._seq_shift
-        self._tick = tick
-        self._floor_fresh = False
-        if self._random_bits:
-            # A scheme with random bits (short60) also starts each tick's
-            # sequence at a random point and wraps round to cover the rest,
-            # so two processes minting a few IDs per ms rarely pick the same
-            # sequence numbers.
-            first = base + getrandbits(self._limit.bit_length() - 1) * step
-            self._pending = range(base, first, step) if first != base else None
-        else:
-            first = base
-        # _switch_run(), inlined: this runs once per tick, usually cold.
-        values = range(first, base + self._limit * step, step)
-        old = self._run
-        old.until_ns = 0
-        self._banked += old.size - length_hint(old.values)
-        run = _new(_Run)
-        run.values = iter(values)
-        run.size = len(values)
-        run.until_ns = min((tick + 1) * self.tick_ns, until_cap)
-        self._run = run
 
     def _switch_run(self, values: range, until_ns: int) -> None:
         old = self._run
