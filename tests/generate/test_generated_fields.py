@@ -53,6 +53,34 @@ def test_uid64_fields(
 
 
 @settings(max_examples=30, deadline=None)
+@given(
+    block=st.integers(EPOCH_2018_MS >> 14, (2**42 >> 14) - 1),
+    mode=st.sampled_from(["spread", "time-sequential"]),
+)
+def test_uid64_fields_across_the_generators_16_s_blocks(block: int, mode: str) -> None:
+    """The generator works out the timestamp's upper 28 bits once per 2**14 ms."""
+    start_ms = (block << 14) - 2
+    clock = ManualClock(start_ns=start_ms * MS)
+    generator = Uid64Generator(3, 1, mode, clock=clock)
+    ids = list(generator.batch(300))
+    assert [i.timestamp_ms for i in ids] == [start_ms + n // 64 for n in range(300)]
+    assert {(i.generator, i.cluster) for i in ids} == {(3, 1)}
+
+
+def test_uid64_identity_change_reaches_the_next_tick() -> None:
+    """A claimed generator that is given another generator ID mints with it at once."""
+    clock = ManualClock(start_ns=1_700_000_000_000 * MS)
+    generator = Uid64Generator(3, 1, clock=clock)
+    assert generator.generate().generator == 3
+    with generator._lock:  # what adopting a new claim does
+        generator._set_identity({"generator": 9, "cluster": 2})
+        generator._retire_tick()
+    clock.advance_ms(1)
+    value = generator.generate()
+    assert (value.generator, value.cluster) == (9, 2)
+
+
+@settings(max_examples=30, deadline=None)
 @given(start_ms=times_ms, count=counts, generator_id=st.integers(0, 63))
 def test_uid64_v1_fields(start_ms: int, count: int, generator_id: int) -> None:
     clock = ManualClock(start_ns=start_ms * MS)

@@ -616,13 +616,20 @@ class TickGenerator(Generic[IdT]):
         old.until_ns = 0  # threads still holding it drop what they take and come back
         self._banked += old.size - length_hint(old.values)
         run = _new(_Run)
-        # Our IDs are cut off the front before the run is published, so no
-        # other thread can take them: a slice of a range, O(1), no ints made.
-        run.values = iter(values[want:])
+        # Our IDs come off the front before the run is published, so no other
+        # thread can take them; a batch's are a slice of the range (no ints made).
+        ours: Sequence[int]
+        if want == 1:
+            run.values = iter(values)
+            ours = (next(run.values),)
+        else:
+            ours = values[:want]
+            run.values = iter(values[want:])
         run.size = len(values)
-        run.until_ns = min((opening + 1) * tick_ns, until_cap)
+        end_ns = (opening + 1) * tick_ns
+        run.until_ns = end_ns if end_ns < until_cap else until_cap
         self._run = run
-        return values[:want]
+        return ours
 
     def _check_lag(self, lag_ns: int) -> None:
         if self._floor_fresh and self._claim is not None:

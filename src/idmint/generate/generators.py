@@ -28,6 +28,14 @@ from idmint.schemes.muid import Muid
 from idmint.schemes.short60 import Short60
 from idmint.schemes.uid64 import Mode, Uid64, Uid64V1
 
+# uid64's 42-bit timestamp in 14-bit parts, the size of the bit-reversal table:
+# the low part changes every ms, the rest once per 2**14 ms (16 s).
+_BLOCK_BITS = 14
+_BLOCK_MASK = (1 << _BLOCK_BITS) - 1
+_BLOCK_SHIFT = _BLOCK_BITS + u64.TIMESTAMP_SHIFT  # time-sequential: the block above the low part
+_SPREAD_LOW_SHIFT = 2 * _BLOCK_BITS + u64.TIMESTAMP_SHIFT  # spread: reversed low part on top
+_REVERSE_14_BITS = u64.REVERSE_14_BITS
+
 __all__ = [
     "DEFAULT_ELASTIC64_MAX_AHEAD_MS",
     "Elastic64Generator",
@@ -48,7 +56,7 @@ class Uid64Generator(TickGenerator[Uid64]):
     generator ID, or claim one through a coordinator.
     """
 
-    __slots__ = ("_cluster", "_generator", "_identity", "_mode", "_spread")
+    __slots__ = ("_block", "_block_bits", "_cluster", "_generator", "_identity", "_mode", "_spread")
     id_type: ClassVar[type[IdValue]] = Uid64
     _max_generator = u64.MAX_GENERATOR
 
@@ -91,6 +99,7 @@ class Uid64Generator(TickGenerator[Uid64]):
         )
         self._cluster = check_identity_field("cluster", identity["cluster"], 0, u64.MAX_CLUSTER)
         self._identity = u64.identity_bits(self._generator, self._cluster, self._mode)
+        self._block = -1  # _base_for_tick's cache holds the identity bits
 
     def _check_mode(self) -> None:
         pass
@@ -111,13 +120,23 @@ class Uid64Generator(TickGenerator[Uid64]):
         return f"generator {self._generator}, cluster {self._cluster}"
 
     def _base_for_tick(self, tick: int) -> int:
-        if tick > u64.MAX_TIMESTAMP_MS:
-            check_tick_range(self.id_type.scheme, tick, 0, u64.MAX_TIMESTAMP_MS)
+        # What changes only every 2**14 ms (the range check; the identity and
+        # the other 28 timestamp bits, reversed in spread mode) is worked out
+        # once per block: this runs once per tick, usually with cold caches.
+        block = tick >> _BLOCK_BITS
+        if block != self._block:
+            if tick > u64.MAX_TIMESTAMP_MS:
+                check_tick_range(self.id_type.scheme, tick, 0, u64.MAX_TIMESTAMP_MS)
+            if self._spread:
+                rev = u64.REVERSE_14_BITS  # reverse42() in two parts
+                high = rev[block & _BLOCK_MASK] << _BLOCK_BITS | rev[block >> _BLOCK_BITS]
+                self._block_bits = high << u64.TIMESTAMP_SHIFT | self._identity
+            else:
+                self._block_bits = block << _BLOCK_SHIFT | self._identity
+            self._block = block
         if self._spread:
-            rev = u64.REVERSE_14_BITS  # reverse42(), inlined: this runs once per tick
-            field = rev[tick & 0x3FFF] << 28 | rev[(tick >> 14) & 0x3FFF] << 14 | rev[tick >> 28]
-            return field << u64.TIMESTAMP_SHIFT | self._identity
-        return tick << u64.TIMESTAMP_SHIFT | self._identity
+            return _REVERSE_14_BITS[tick & _BLOCK_MASK] << _SPREAD_LOW_SHIFT | self._block_bits
+        return (tick & _BLOCK_MASK) << u64.TIMESTAMP_SHIFT | self._block_bits
 
     def __repr__(self) -> str:
         return (
