@@ -56,6 +56,7 @@ from idmint.discovery.nodes import (
 )
 from idmint.errors import ClaimLost
 from idmint.generate import Elastic64Generator
+from idmint.generate.clock import OffsetClock
 from idmint.generate.factory import new_generator
 
 WORKERS = 3
@@ -385,17 +386,18 @@ def test_width_grows_and_shrinks_under_load_without_a_duplicate(zk: ZooKeeperEns
 def _group0_full_with_a_narrow_peer(
     zk: ZooKeeperEnsemble, root: str
 ) -> Iterator[tuple[KazooClient, KazooClient]]:
-    """Group 0 (group_size 16: 8..15) held by fake peers and group 1 created.
+    """Group 0 (group_size 16: 8..15) held by fake peers, group 1 half held.
 
-    Nodes 8..14 are held by one session publishing width 9; node 15 by another,
-    ``narrow``, publishing width 8 (a peer that has not seen group 1 yet). Yields
+    Node 8 is held by ``narrow``, publishing width 8 (a peer that has not seen group
+    1 yet); nodes 9..15 and 256..263 by ``others``, publishing width 9. The next claim
+    lands on 264, whose ID at 8 bits is node 8's: its narrower twin. Yields
     ``(others, narrow)``.
     """
     with raw_client(zk) as others, raw_client(zk) as narrow:
         make_layout(others, root, range(2))
-        for node in range(8, 15):
+        narrow.create(node_path(root, 8), fake_peer_data(8), ephemeral=True)
+        for node in [*range(9, 16), *range(256, 264)]:
             others.create(node_path(root, node), fake_peer_data(9), ephemeral=True)
-        narrow.create(node_path(root, 15), fake_peer_data(8), ephemeral=True)
         yield others, narrow
 
 
@@ -442,45 +444,107 @@ def _wait_published(client: KazooClient, root: str, node: int, width: int) -> No
 
 
 @pytest.mark.parametrize("peer_then", ["widens", "vanishes"])
-def test_a_node_needing_more_bits_than_a_peer_publishes_waits_for_it(
+def test_a_node_waits_for_its_narrower_twin_and_only_for_it(
     zk: ZooKeeperEnsemble, peer_then: str
 ) -> None:
     root = unique_root()
     coordinator = coordinator_for(zk_url(zk, root, session_timeout=4, group_size=16))
     with _group0_full_with_a_narrow_peer(zk, root) as (others, narrow):
+        # Peers that are not 264's twins switched "later": that must not hold it up.
+        not_twins_switched = now_ms() + 10_000
+        for node in [*range(9, 16), *range(256, 264)]:
+            others.set(node_path(root, node), fake_peer_data(9, not_twins_switched))
         claiming = _ClaimInThread(coordinator)
         try:
-            # Group 0 is full: the claim lands on 256 and publishes the 9 bits it needs...
-            _wait_published(others, root, 256, 9)
-            # ...and goes no further while node 15 publishes 8.
+            # The claim lands on 264 and publishes the 9 bits it needs...
+            _wait_published(others, root, 264, 9)
+            # ...and goes no further while its twin, node 8, publishes 8.
             assert not claiming.done.wait(1.0), (
-                f"the claim returned while a live peer publishes width 8: "
+                f"the claim returned while its narrower twin publishes width 8: "
                 f"{claiming.claim or claiming.error!r}"
             )
-            # Peers that switched "just now": the new node must start after their ticks.
-            switched = now_ms() + 300
-            for node in range(8, 15):
-                others.set(node_path(root, node), fake_peer_data(9, switched))
+            # The twin switched "just now" (or left, having minted up to its mark):
+            # the new node must start after that tick.
+            twin_done = now_ms() + 300
             changed_at = time.monotonic()
             if peer_then == "widens":
-                switched += 50
-                narrow.set(node_path(root, 15), fake_peer_data(9, switched))
+                narrow.set(node_path(root, 8), fake_peer_data(9, twin_done))
             else:
+                mark = json.dumps({"ceiling_ms": twin_done, "holder": "test:fake"})
+                others.create(f"{root}/nodehwm/0008", mark.encode())
                 narrow.stop()  # its session ends; the narrow znode goes with it
             claim = claiming.result(15)
             assert claiming.done_at >= changed_at
-            assert claim.node == 256
-            assert claim.width == 9
+            assert (claim.node, claim.width) == (264, 9)
             generator = Elastic64Generator(claim=claim)
             try:
                 first = generator.generate()
             finally:
                 generator.close()
-            assert first.node_bits == 9
-            assert first.node == 256
-            assert first.timestamp_ms > switched
+            assert (first.node, first.node_bits) == (264, 9)
+            assert first.timestamp_ms > twin_done
+            assert first.timestamp_ms < not_twins_switched
         finally:
             claiming.close()
+
+
+@pytest.mark.parametrize("successor_publishes_after_ms", [True, False])
+def test_a_wider_node_starts_after_the_ids_a_departed_narrower_node_minted(
+    zk: ZooKeeperEnsemble, successor_publishes_after_ms: bool
+) -> None:
+    """Node 8 minting at 8 bits and node 264 at 9 share their low 8 bits: 264's IDs
+    must come after every millisecond 8 used, even when 8 has left and its host's
+    clock ran ahead. Its node ID is held again by the time 264 claims (group 0 must be
+    full for a claim to land in group 1); the new holder publishes the mark it
+    started after, or, if it does not say, 264 reads node 8's high-water mark. Node
+    256, whose twin would be the reserved node 0, does not wait for node 8."""
+    root = unique_root()
+    url = zk_url(zk, root, session_timeout=4, group_size=16)
+    ahead = OffsetClock(1_500)
+    with raw_client(zk) as others:
+        make_layout(others, root, range(1))
+        first = coordinator_for(url).claim(clock=ahead)
+        try:
+            assert (first.node, first.width) == (8, 8)
+            narrow = Elastic64Generator(claim=first, clock=ahead)
+            last_narrow_ms = max(narrow.generate().timestamp_ms for _ in range(5))
+            narrow.close()
+        finally:
+            first.close()
+        mark = json.loads(others.get(f"{root}/nodehwm/0008")[0])
+        assert mark["ceiling_ms"] >= last_narrow_ms
+        # The fleet moves on: node 8 is held again, group 0 fills, group 1 appears.
+        after = {"after_ms": mark["ceiling_ms"]} if successor_publishes_after_ms else {}
+        for node in range(8, 16):
+            data = {**json.loads(fake_peer_data(9)), **(after if node == 8 else {})}
+            others.create(node_path(root, node), json.dumps(data).encode(), ephemeral=True)
+        others.create(f"{root}/nodes/01")
+        not_a_twin = coordinator_for(url).claim()
+        try:
+            assert (not_a_twin.node, not_a_twin.width) == (256, 9)
+            unrelated = Elastic64Generator(claim=not_a_twin)
+            try:
+                assert unrelated.generate().timestamp_ms < last_narrow_ms
+            finally:
+                unrelated.close()
+        finally:
+            not_a_twin.close()
+        for node in range(256, 264):
+            others.create(node_path(root, node), fake_peer_data(9), ephemeral=True)
+        wide_claim = coordinator_for(url).claim()
+        try:
+            assert (wide_claim.node, wide_claim.width) == (264, 9)
+            wide = Elastic64Generator(claim=wide_claim)
+            try:
+                first_wide = wide.generate()
+            finally:
+                wide.close()
+        finally:
+            wide_claim.close()
+    assert first_wide.timestamp_ms > last_narrow_ms, (
+        f"node 264 minted at {first_wide.timestamp_ms}, not after node 8's last "
+        f"narrow millisecond {last_narrow_ms}"
+    )
 
 
 def test_a_claim_gives_up_when_a_peer_never_widens(zk: ZooKeeperEnsemble) -> None:
@@ -488,7 +552,7 @@ def test_a_claim_gives_up_when_a_peer_never_widens(zk: ZooKeeperEnsemble) -> Non
     url = zk_url(zk, root, session_timeout=4, group_size=16, claim_timeout=2)
     with _group0_full_with_a_narrow_peer(zk, root):
         started = time.monotonic()
-        with pytest.raises(ClaimLost, match=r"needs 9-bit node IDs.*\(e\.g\. 15\)"):
+        with pytest.raises(ClaimLost, match=r"needs 9-bit node IDs.*\(e\.g\. 8\)"):
             coordinator_for(url).claim()
         assert time.monotonic() - started >= 2
 
@@ -499,44 +563,44 @@ def test_a_failed_claim_gives_its_node_id_back(zk: ZooKeeperEnsemble) -> None:
     with _group0_full_with_a_narrow_peer(zk, root) as (others, _):
         with pytest.raises(ClaimLost):
             coordinator_for(url).claim()
-        # The claim failed: nobody should hold 256 any more (at most a session timeout).
+        # The claim failed: nobody should hold 264 any more (at most a session timeout).
         wait_for(
-            lambda: published(others, root, 256) is None,
+            lambda: published(others, root, 264) is None,
             timeout=5,
-            what="the failed claim's node 256 to be given back",
+            what="the failed claim's node 264 to be given back",
         )
 
 
 def test_claims_in_flight_when_a_group_is_added_widen_too(zk: ZooKeeperEnsemble) -> None:
     """A claim still in ``_acquire`` when another node adds a group must follow it.
 
-    Node A lands on 256 (group 1) and waits for the narrow peer 15. Meanwhile node C
+    Node A lands on 264 (group 1) and waits for its narrow twin 8. Meanwhile node C
     lands on 267, the 12th of group 1's 16 IDs, so C's ``maintain_groups`` adds group
-    2 (width 10). When the peer widens both go ahead; A must then use 10 bits too.
+    2 (width 10). When the twin widens both go ahead; A must then use 10 bits too.
     """
     root = unique_root()
     coordinator = coordinator_for(zk_url(zk, root, session_timeout=2, group_size=16))
     with _group0_full_with_a_narrow_peer(zk, root) as (others, narrow):
-        for node in range(257, 267):
-            others.create(node_path(root, node), fake_peer_data(9), ephemeral=True)
         first = _ClaimInThread(coordinator)
         second: _ClaimInThread | None = None
         try:
-            _wait_published(others, root, 256, 9)
+            _wait_published(others, root, 264, 9)
+            for node in (265, 266):
+                others.create(node_path(root, node), fake_peer_data(9), ephemeral=True)
             second = _ClaimInThread(coordinator)
             _wait_published(others, root, 267, 10)
             assert sorted(group_members(others, root)) == [0, 1, 2]
-            narrow.set(node_path(root, 15), fake_peer_data(10))
+            narrow.set(node_path(root, 8), fake_peer_data(10))
             claim_a = first.result(15)
             claim_c = second.result(15)
-            assert (claim_a.node, claim_c.node) == (256, 267)
+            assert (claim_a.node, claim_c.node) == (264, 267)
             assert claim_c.width == 10
             wait_for(
                 lambda: (
-                    claim_a.width == 10 and (published(others, root, 256) or {}).get("width") == 10
+                    claim_a.width == 10 and (published(others, root, 264) or {}).get("width") == 10
                 ),
                 timeout=4,
-                what="node 256 to follow group 2 to width 10",
+                what="node 264 to follow group 2 to width 10",
             )
         finally:
             first.close()

@@ -624,11 +624,16 @@ def read_mark(client: Any, path: str) -> tuple[HighWaterMark | None, int]:
         data, stat = client.get(path)
     except kazoo.exceptions.NoNodeError:
         return None, -1
+    return mark_from_data(data), stat.version
+
+
+def mark_from_data(data: bytes) -> HighWaterMark:
+    """A high-water mark from a znode's data."""
     try:
-        return HighWaterMark.from_json(json.loads(data)), stat.version
+        return HighWaterMark.from_json(json.loads(data))
     except (ValueError, TypeError, AttributeError):
         # Unreadable: treat as "someone used it, we do not know how far".
-        return HighWaterMark(ceiling_ms=2**62), stat.version
+        return HighWaterMark(ceiling_ms=2**62)
 
 
 def write_mark(client: Any, path: str, mark: HighWaterMark, version: int, acl: Any) -> int:

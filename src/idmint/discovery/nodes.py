@@ -4,7 +4,7 @@ Layout under the discovery root (default ``/discovery``)::
 
     <root>/nodes/<GG>          persistent group znode; GG = group, 2 upper-case hex digits
     <root>/nodes/<GG>/<II>     EPHEMERAL: node ID (GG << 8) | II is held; data is JSON
-                               {"width", "switched_ms", "holder", "token"}
+                               {"width", "switched_ms", "after_ms", "holder", "token"}
     <root>/nodehwm/<GGII>      persistent high-water mark of node ID GGII (JSON)
 
 Node IDs are 16 bits, in 256 groups of 256 so no znode has thousands of
@@ -22,16 +22,23 @@ width flapping). So the width grows before any node needs it.
 **No duplicate while the width changes.** Two nodes with IDs ``a`` and ``b``
 using widths ``wa <= wb`` can mint the same 64 bits in the same ms only if
 ``b mod 2**wa == a``, which needs ``b >= 2**wa``: only a node whose ID needs a
-wider width than some peer uses is ever at risk. So:
+wider width than some peer uses is ever at risk, and only from that peer if it is
+``b``'s *narrower twin* ``b mod 2**wa`` (at most one per width below ``b``'s, so at
+most eight nodes in all). So:
 
 1. Every node publishes in its znode the width it uses (``width``) and the
    newest tick it minted at the width before (``switched_ms``). Growing, it
    switches first and then publishes; shrinking, it publishes first and then
    switches, so the published width is never wider than the one in use.
-2. A node whose ID needs ``k`` bits mints nothing until every live node
-   publishes a width of at least ``k``, and then only at ticks after every
-   peer's ``switched_ms``: a peer's narrower-width IDs all have ticks at or
-   before that.
+2. A node whose ID needs ``k`` bits mints nothing until each of its narrower
+   twins that is live and older than it (lower ``czxid``) publishes a width of
+   at least ``k``, and then only at ticks after their ``switched_ms``: a twin's
+   narrower-width IDs all have ticks at or before that. A newer twin made its
+   znode after ours and our group existed, so by point 3 it never mints below
+   our width. A twin that has left minted up to its node ID's high-water mark;
+   if its node ID is held again, the holder publishes that mark as
+   ``after_ms`` (it started after it too). A claim reads a handful of znodes,
+   however large the fleet.
 3. A node re-reads the groups (after a ``sync``) *after* creating its znode,
    so a node joining while a group is being added sees it before minting.
 4. A group is removed only when empty (ZooKeeper refuses to delete a znode
@@ -66,6 +73,7 @@ from idmint.coordinate.zookeeper import (
     ZooKeeperClaim,
     ZooKeeperCoordinator,
     kazoo_module,
+    mark_from_data,
     read_mark,
     translate_error,
 )
@@ -182,30 +190,24 @@ class NodeIdCoordinator(ZooKeeperCoordinator):
                     break
 
     def peers(self, client: Any) -> dict[int, dict[str, Any]]:
-        """Every live node ID with its published data."""
-        return {node: info for node, (info, _) in self.peer_stats(client).items()}
+        """Every live node ID with its published data (reads pipelined)."""
+        live = self.read_peers(client, self.live_nodes(client))
+        return {node: info for node, (info, _) in live.items()}
 
-    def peer_stats(self, client: Any) -> dict[int, PeerInfo]:
-        """Every live node ID with its published data and creation zxid.
-
-        The reads are pipelined (all sent, then all awaited), so a thousand
-        nodes cost a few round trips, not a thousand.
-        """
+    def live_nodes(self, client: Any) -> set[int]:
+        """The node IDs whose znodes exist (after a sync; listings pipelined)."""
         client.sync(self.nodes_path)
         listings = [
             (group, client.get_children_async(f"{self.nodes_path}/{group:02X}"))
             for group in self.groups(client, sync=False)
         ]
-        reads = []
-        for group, listing in listings:
-            for name in _result_or_empty(listing):
-                path = f"{self.nodes_path}/{group:02X}/{name}"
-                reads.append((group << 8 | int(name, 16), client.get_async(path)))
-        return _node_infos(reads)
+        return {
+            group << 8 | int(name, 16)
+            for group, listing in listings
+            for name in _result_or_empty(listing)
+        }
 
-    def read_peers(
-        self, client: Any, nodes: Iterable[int]
-    ) -> dict[int, tuple[dict[str, Any], int]]:
+    def read_peers(self, client: Any, nodes: Iterable[int]) -> dict[int, PeerInfo]:
         """The published data and creation zxid of ``nodes`` that are still live."""
         client.sync(self.nodes_path)
         reads = []
@@ -240,6 +242,7 @@ class NodeIdClaim(ZooKeeperClaim):
         self.node: int | None = None
         self.width = e64.MIN_NODE_BITS
         self._switched_ms = -1
+        self._after_ms = -1  # the newest tick earlier holders of our node ID may have used
         self._node_path: str | None = None
         self._node_version = -1
         self._groups_changed = threading.Event()
@@ -255,6 +258,11 @@ class NodeIdClaim(ZooKeeperClaim):
             nodes.ensure_node_layout(client)
             node = self._create_node(client, deadline)
             nodes.maintain_groups(client)
+            # Our node ID's earlier holders minted up to its high-water mark;
+            # we start after it, and say so in our znode for nodes that join
+            # later at a wider width (see _departed_narrower_ceiling).
+            mark, self._hwm_version = read_mark(client, self._hwm_path or "")
+            self._after_ms = mark.ceiling_ms if mark is not None else -1
             # Point 3 of the module docs: now that our znode exists, arm the
             # groups watch and read the groups with it, so a group added at any
             # moment from here on reaches us (through _maintain) before or
@@ -267,11 +275,8 @@ class NodeIdClaim(ZooKeeperClaim):
             floor = max(
                 self._wait_for_peers(client, node, deadline),
                 self._departed_ceiling(client, width),
+                self._after_ms,
             )
-            mark, version = read_mark(client, self._hwm_path or "")
-            self._hwm_version = version
-            if mark is not None:
-                floor = max(floor, mark.ceiling_ms)
         except kazoo.exceptions.KazooException as error:
             raise translate_error(error, "claiming a node ID") from error
         return {"node": node, "node_bits": width}, floor
@@ -336,6 +341,7 @@ class NodeIdClaim(ZooKeeperClaim):
             {
                 "width": width,
                 "switched_ms": switched_ms,
+                "after_ms": self._after_ms,
                 "holder": holder_description(),
                 "token": self._token,
             }
@@ -352,57 +358,79 @@ class NodeIdClaim(ZooKeeperClaim):
         self._node_version = stat.version
 
     def _wait_for_peers(self, client: Any, node: int, deadline: float) -> int:
-        """Point 2: wait until every peer uses our width; return the tick to start after.
+        """Point 2: wait until our twins use our width; return the tick to start after.
 
-        Only peers whose znodes are older than ours can be narrower for
-        long: a newer one read the groups after its znode was made, and ours
-        and our group existed by then, so it will not mint below our width.
-        The narrow older ones can only widen or leave, so after one full look
-        only they are read again.
+        Only a *twin* (:func:`_narrower_twins`), a node whose ID is ours cut to
+        a narrower width, can mint our 64 bits at that width; any other node's
+        IDs differ from ours in the low bits whatever widths the two use. And
+        only a twin whose znode is older than ours can still be narrow: a newer
+        one read the groups after its znode was made, when ours and our group
+        existed, so it never mints below our width. So we read our twins (at
+        most eight znodes, not the fleet), wait for the older narrow ones to
+        widen or leave, and start after their ``switched_ms`` and after what
+        departed holders of those node IDs minted.
         """
         needed = node.bit_length()
-        if needed <= e64.MIN_NODE_BITS:
-            return -1  # every width holds our ID: no peer can collide with us
-        peers = self._nodes.peer_stats(client)
+        twins = _narrower_twins(node)
+        if not twins:
+            return -1  # no narrower width can hold an ID equal to ours
+        peers = dict(self._nodes.read_peers(client, [node, *twins]))
         if node not in peers:
             raise ClaimLost(f"node ID {node}'s znode is gone; the session may have expired")
-        our_zxid = peers[node][1]
-        switched = -1
+        our_zxid = peers.pop(node)[1]
+        switched = self._departed_narrower_ceiling(client, twins, peers)
         waiting_for: list[int] = []
-        waited = False
         while True:
-            for peer, (info, zxid) in peers.items():
-                if peer == node:
-                    continue
+            for twin, (info, zxid) in peers.items():
                 if zxid < our_zxid and int(info.get("width", e64.MIN_NODE_BITS)) < needed:
-                    waiting_for.append(peer)
+                    waiting_for.append(twin)
                 else:
                     switched = max(switched, int(info.get("switched_ms", -1)))
             if not waiting_for:
-                if waited:
-                    # One more full look, as cheap as one poll: the tick to start
-                    # after is the newest switch of every live peer, as of now.
-                    everyone = self._nodes.peer_stats(client).values()
-                    switched = max(
-                        [switched, *(int(i.get("switched_ms", -1)) for i, _ in everyone)]
-                    )
                 return switched
             if time.monotonic() >= deadline:
                 raise ClaimLost(
                     f"node ID {node} needs {needed}-bit node IDs, but {len(waiting_for)} live "
-                    f"node(s) still use fewer (e.g. {waiting_for[0]}); they widen when they see "
-                    "the new group. Check that those nodes are healthy"
+                    f"node(s) whose IDs can equal ours at a narrower width still use it "
+                    f"(e.g. {waiting_for[0]}); they widen when they see the new group. "
+                    "Check that those nodes are healthy"
                 )
-            time.sleep(0.05)  # a poll of the few narrow peers; they widen within a round trip
-            waited = True
-            peers = self._nodes.read_peers(client, waiting_for)
-            for departed in set(waiting_for) - peers.keys():
-                # It left still narrow: its IDs can equal ours up to the
-                # newest tick it was granted, which its high-water mark holds.
-                mark, _ = read_mark(client, f"{self._nodes.root}/nodehwm/{departed:04X}")
-                if mark is not None:
-                    switched = max(switched, mark.ceiling_ms)
+            time.sleep(0.05)  # a poll of a few znodes; they widen within a round trip
+            peers = dict(self._nodes.read_peers(client, waiting_for))
+            # One that left still narrow minted narrow IDs up to its mark.
+            gone = [twin for twin in waiting_for if twin not in peers]
+            switched = max(switched, self._departed_narrower_ceiling(client, gone, {}))
             waiting_for = []
+
+    def _departed_narrower_ceiling(
+        self, client: Any, twins: Iterable[int], live: Mapping[int, PeerInfo]
+    ) -> int:
+        """The newest tick earlier holders of ``twins`` may have used (-1: none).
+
+        ``twins`` are node IDs that, at a narrower width, mint the same 64
+        bits as we do (see :func:`_narrower_twins`). A holder that left
+        (cleanly a moment ago, or on a clock ahead of ours) minted up to the
+        node's high-water mark. When the node ID has a live holder again, that
+        holder publishes ``after_ms``, the mark it started after, which bounds
+        its predecessors without counting its own minting: a live twin is
+        either older (then it widened, or we wait for it) or newer (then it
+        never mints below our width).
+        """
+        highest = -1
+        reads = []
+        for other in twins:
+            info = live.get(other)
+            if info is not None and "after_ms" in info[0]:
+                highest = max(highest, int(info[0]["after_ms"]))
+            else:
+                reads.append(client.get_async(f"{self._nodes.root}/nodehwm/{other:04X}"))
+        for read in reads:
+            try:
+                data, _ = read.get()
+            except kazoo_module().exceptions.NoNodeError:
+                continue
+            highest = max(highest, mark_from_data(data).ceiling_ms)
+        return highest
 
     # -- following the groups ------------------------------------------------------------
     def _watch_groups(self, client: Any) -> list[int]:
@@ -541,3 +569,15 @@ def _node_infos(reads: Iterable[tuple[int, Any]]) -> dict[int, PeerInfo]:
             info = {}
         found[node] = (info if isinstance(info, dict) else {}, stat.czxid)
     return found
+
+
+def _narrower_twins(node: int) -> list[int]:
+    """The node IDs that mint our IDs' 64 bits at a narrower width than ``node`` needs.
+
+    At width ``w`` a node ``p`` puts ``p`` in its IDs' low ``w`` bits and burst
+    bits above them; our ID has our node's low ``w`` bits there. So the only
+    node that can mint our bits at width ``w`` is ``node mod 2**w`` (reserved
+    IDs aside: they are not minted through idmint).
+    """
+    twins = {node & ((1 << width) - 1) for width in range(e64.MIN_NODE_BITS, node.bit_length())}
+    return sorted(twin for twin in twins if twin >= RESERVED and twin != node)

@@ -292,28 +292,37 @@ class Discovery:
 
     def instances(self, service: str) -> list[Instance]:
         """The live instances of ``service``, by node ID."""
-        kazoo = kazoo_module()
         _check_name("service", service)
-        client = self._reader()
-        found = []
-        for name in self._children(f"{self.root}/servicetypes/{service}"):
-            try:
-                data, _ = client.get(f"{self.root}/servicetypes/{service}/{name}")
-            except kazoo.exceptions.NoNodeError:
-                continue
-            found.append(Instance.from_json(service, int(name), data))
+        names = self._children(f"{self.root}/servicetypes/{service}")
+        found = self._read_instances([(service, name) for name in names])
         return sorted(found, key=lambda instance: instance.node)
 
     def resolve(self, endpoint: str, key: str | None = None) -> list[Instance]:
         """The live instances offering ``endpoint`` (with ``key``, or plain)."""
         wanted = Endpoint.parse(endpoint if key is None else f"{endpoint}:{key}")
         path = f"{self.root}/endpoints/{wanted.name}/{wanted.znode_key}"
-        found = []
-        for ref in self._children(path):
-            instance = self._lookup(None, ref, live_only=True)
-            if instance is not None:
-                found.append(instance)
+        refs = [ref.rpartition(":") for ref in self._children(path)]  # <service>:<node>
+        found = self._read_instances([(service, node) for service, _, node in refs])
         return sorted(found, key=lambda instance: (instance.service, instance.node))
+
+    def _read_instances(self, names: list[tuple[str, str]]) -> list[Instance]:
+        """The live instances among ``(service, node znode name)``, read pipelined."""
+        kazoo = kazoo_module()
+        client = self._reader()
+        reads = [
+            (service, name, client.get_async(f"{self.root}/servicetypes/{service}/{name}"))
+            for service, name in names
+        ]
+        found = []
+        for service, name, read in reads:
+            try:
+                data, _ = read.get()
+            except kazoo.exceptions.NoNodeError:
+                continue  # left since it was listed
+            except kazoo.exceptions.KazooException as error:
+                raise translate_error(error, f"reading instances of {service}") from error
+            found.append(Instance.from_json(service, int(name), data))
+        return found
 
     def endpoints(self) -> dict[str, dict[str, list[int]]]:
         """``{endpoint: {key or "_": [node IDs]}}`` for every endpoint with instances."""
@@ -400,21 +409,18 @@ class Discovery:
                 callback("leave", known.pop(key))
             for key in sorted(set(current) - set(known)):
                 instance = self._lookup(service, current[key])
-                if instance is not None:
-                    known[key] = instance
-                    callback("join", instance)
+                known[key] = instance
+                callback("join", instance)
             return None
 
         ChildrenWatch(client, path, on_children)
         return handle
 
-    def _lookup(
-        self, service: str | None, name: str, *, live_only: bool = False
-    ) -> Instance | None:
+    def _lookup(self, service: str | None, name: str) -> Instance:
         """The instance a znode name stands for; ``service=None``: an endpoint ref.
 
-        An instance already gone is ``None`` with ``live_only``, else just its
-        service and node (a watch still reports who left).
+        An instance already gone is just its service and node (a watch still
+        reports who left).
         """
         kazoo = kazoo_module()
         if service is None:  # an endpoint ref: <service>:<node>
@@ -422,7 +428,7 @@ class Discovery:
         try:
             data, _ = self._reader().get(f"{self.root}/servicetypes/{service}/{name}")
         except kazoo.exceptions.NoNodeError:
-            return None if live_only else Instance(service=service, node=int(name))
+            return Instance(service=service, node=int(name))
         return Instance.from_json(service, int(name), data)
 
     def close(self) -> None:
