@@ -22,10 +22,9 @@ to the last successful claim, claims/s, per-claim latency p50/p99/max, the group
 claiming after its first failure (the rest count as ``skipped``), so a fleet
 that cannot grow costs one claim_timeout, not one per remaining claim.
 
-What it costs: a claim in group 0 is about 18 ZooKeeper requests; a claim that
-needs a wider width than group 0's 8 bits reads every live peer once (one
-pipelined scan, so O(nodes) requests but few round trips) to check that the
-older ones publish that width. On a 2-core machine the 1,000 sessions' own
+What it costs: a claim in group 0 is about 18 ZooKeeper requests; a claim in a
+wider group also reads its narrower twins (at most eight znodes) and waits for
+the older narrow ones to widen. On a 2-core machine the 1,000 sessions' own
 renewals and kazoo threads (10 processes, ~4 threads per claim) use both cores,
 so this measures the client fleet as much as the protocol.
 
