@@ -23,6 +23,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -545,6 +546,33 @@ def test_a_wider_node_starts_after_the_ids_a_departed_narrower_node_minted(
         f"node 264 minted at {first_wide.timestamp_ms}, not after node 8's last "
         f"narrow millisecond {last_narrow_ms}"
     )
+
+
+def test_node_ids_on_three_members_grow_a_group_and_outlive_the_leader(
+    zk3: ZooKeeperEnsemble,
+) -> None:
+    """24 nodes claim at once through a 3-member ensemble (group_size 16, so group 1 is
+    made and the twin rule runs across members), then the leader stops: every node keeps
+    its ID and mints on, and no two IDs are equal."""
+    root = unique_root()
+    url = zk_url(zk3, root, session_timeout=8, group_size=16)
+    with contextlib.ExitStack() as stack:
+        with ThreadPoolExecutor(8) as pool:
+            generators = list(pool.map(lambda _: elastic64_on(url), range(24)))
+        for generator in generators:
+            stack.callback(generator.close)
+        nodes = [generator.node for generator in generators]
+        assert len(set(nodes)) == 24
+        assert min(nodes) >= RESERVED
+        values = [value.int for g in generators for value in g.batch(50)]
+        leader = zk3.leader()
+        assert leader is not None, "no member says it leads"
+        with zk3.member_stopped(leader):
+            values += [value.int for g in generators for value in g.batch(50)]
+            assert [g.node for g in generators] == nodes
+        values += [value.int for g in generators for value in g.batch(50)]
+    assert len(values) == 24 * 150
+    assert len(set(values)) == len(values), "an ID was minted twice"
 
 
 def test_a_claim_gives_up_when_a_peer_never_widens(zk: ZooKeeperEnsemble) -> None:
