@@ -45,6 +45,7 @@ import atexit
 import contextlib
 import enum
 import logging
+import math
 import os
 import socket
 import threading
@@ -236,6 +237,9 @@ class Claim:
         self._generators: set[Any] = set()
         self._detached_highest = -1
         self._held_off_since: dict[Any, float] = {}
+        # Seconds until the soonest hold-off seen by _held_off ends: a driver
+        # that waits for a free identity need not look again before then.
+        self.soonest_holdoff_end_s = math.inf
         self._wake = threading.Event()
         self._closing = False
         self._thread: threading.Thread | None = None
@@ -425,10 +429,15 @@ class Claim:
         if mark is None:
             return False
         ttl_ms = round(self.ttl_s * 1000)
-        if mark.holdoff_until_ms(ttl_ms, self.options.skew_ms) <= now_ms:
+        by_clock_s = (mark.holdoff_until_ms(ttl_ms, self.options.skew_ms) - now_ms) / 1000
+        if by_clock_s <= 0:
             return False
         first_seen = self._held_off_since.setdefault(key, time.monotonic())
-        return time.monotonic() - first_seen < (ttl_ms + self.options.skew_ms) / 1000
+        by_real_time_s = (ttl_ms + self.options.skew_ms) / 1000 - (time.monotonic() - first_seen)
+        if by_real_time_s <= 0:
+            return False
+        self.soonest_holdoff_end_s = min(self.soonest_holdoff_end_s, by_clock_s, by_real_time_s)
+        return True
 
     def _maintain(self) -> None:
         """Driver work done in the renewal thread after each renewal (default: none)."""

@@ -53,6 +53,7 @@ import base64
 import contextlib
 import json
 import logging
+import math
 import random
 import threading
 import time
@@ -423,6 +424,7 @@ class EtcdClaim(Claim):
             }
             marks = coordinator.read_marks()
             now_ms = self.clock.time_ns() // 1_000_000
+            self.soonest_holdoff_end_s = math.inf
             for cluster in clusters:
                 ready = [
                     generator
@@ -456,9 +458,11 @@ class EtcdClaim(Claim):
                     f"off; waited {self.options.claim_timeout_s:g} s. Widen "
                     "generators=LO-HI, or see who holds them with `idmint claims list`"
                 )
-            # Keep the lease alive while we wait for an ID to come free.
+            # Keep the lease alive while we wait for an ID to come free: a
+            # key may go at any moment, a hold-off ends when it ends.
             self._gateway.keepalive(lease)
-            time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+            wake_in = min(0.25, self.soonest_holdoff_end_s + 0.01, deadline - time.monotonic())
+            time.sleep(max(0.0, wake_in))
 
     def _try_claim(self, lease: int, cluster: int, generator: int) -> bool:
         key = f"{self._coordinator.prefix}/pool/{cluster}:{generator}"

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import threading
 import time
@@ -386,6 +387,7 @@ class ZooKeeperClaim(Claim):
                 # waiting: a claimant waiting for its narrow range to free up
                 # must not hold up claimants whose ranges have room.
                 with self._queue_lock(client, deadline):
+                    self.soonest_holdoff_end_s = math.inf
                     found = self._try_claim(client)
                     if found is not None:
                         generator, floor = found
@@ -400,8 +402,10 @@ class ZooKeeperClaim(Claim):
                         "Widen generators=LO-HI, or see who holds them with "
                         "`idmint claims list`"
                     )
-                # Held-off IDs become free with time, not with an event: look again soon.
-                pool_changed.wait(max(0.0, min(deadline - time.monotonic(), 1.0)))
+                # Held-off IDs become free with time, not with an event: look again
+                # when the soonest hold-off ends (and at least once a second).
+                wake_in = min(deadline - time.monotonic(), 1.0, self.soonest_holdoff_end_s + 0.01)
+                pool_changed.wait(max(0.0, wake_in))
         except kazoo.exceptions.KazooException as error:
             raise translate_error(error, "claiming a generator ID") from error
 
