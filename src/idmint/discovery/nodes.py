@@ -242,7 +242,9 @@ class NodeIdClaim(ZooKeeperClaim):
         self.node: int | None = None
         self.width = e64.MIN_NODE_BITS
         self._switched_ms = -1
-        self._after_ms = -1  # the newest tick earlier holders of our node ID may have used
+        # The newest tick earlier holders of our node ID may have used; None
+        # until read, and then not published: readers fall back to the mark.
+        self._after_ms: int | None = None
         self._node_path: str | None = None
         self._node_version = -1
         self._groups_changed = threading.Event()
@@ -256,13 +258,15 @@ class NodeIdClaim(ZooKeeperClaim):
         deadline = time.monotonic() + self.options.claim_timeout_s
         try:
             nodes.ensure_node_layout(client)
+            self._after_ms = None  # a new node ID (after LOST): its mark is unread
             node = self._create_node(client, deadline)
             nodes.maintain_groups(client)
             # Our node ID's earlier holders minted up to its high-water mark;
             # we start after it, and say so in our znode for nodes that join
             # later at a wider width (see _departed_narrower_ceiling).
             mark, self._hwm_version = read_mark(client, self._hwm_path or "")
-            self._after_ms = mark.ceiling_ms if mark is not None else -1
+            after_ms = mark.ceiling_ms if mark is not None else -1
+            self._after_ms = after_ms
             # Point 3 of the module docs: now that our znode exists, arm the
             # groups watch and read the groups with it, so a group added at any
             # moment from here on reaches us (through _maintain) before or
@@ -275,7 +279,7 @@ class NodeIdClaim(ZooKeeperClaim):
             floor = max(
                 self._wait_for_peers(client, node, deadline),
                 self._departed_ceiling(client, width),
-                self._after_ms,
+                after_ms,
             )
         except kazoo.exceptions.KazooException as error:
             raise translate_error(error, "claiming a node ID") from error
@@ -337,15 +341,15 @@ class NodeIdClaim(ZooKeeperClaim):
         return None
 
     def _node_data(self, width: int, switched_ms: int) -> bytes:
-        return json.dumps(
-            {
-                "width": width,
-                "switched_ms": switched_ms,
-                "after_ms": self._after_ms,
-                "holder": holder_description(),
-                "token": self._token,
-            }
-        ).encode()
+        data: dict[str, Any] = {
+            "width": width,
+            "switched_ms": switched_ms,
+            "holder": holder_description(),
+            "token": self._token,
+        }
+        if self._after_ms is not None:
+            data["after_ms"] = self._after_ms
+        return json.dumps(data).encode()
 
     def _publish(self, client: Any) -> None:
         """Write our width and switch tick into our znode."""
