@@ -241,17 +241,25 @@ class Discovery:
         acls = self.nodes.acls()
         owned = claim.owned_acl
         data = json.dumps({"service": instance.service, **instance.to_json()}).encode()
+        service_path = f"{self.root}/servicetypes/{instance.service}"
+        znodes = [(f"{service_path}/{instance.node}", data)]
         try:
-            self._ensure(client, f"{self.root}/servicetypes/{instance.service}", acls)
-            self._create_ephemeral(
-                client, f"{self.root}/servicetypes/{instance.service}/{instance.node}", data, owned
-            )
+            self._ensure(client, service_path, acls)
             for endpoint in instance.endpoints:
                 parent = f"{self.root}/endpoints/{endpoint.name}/{endpoint.znode_key}"
                 self._ensure(client, parent, acls)
-                self._create_ephemeral(
-                    client, f"{parent}/{instance.service}:{instance.node}", b"", owned
-                )
+                znodes.append((f"{parent}/{instance.service}:{instance.node}", b""))
+            # One transaction, so a reader never sees the instance without its
+            # endpoints (or an endpoint pointing at no instance yet).
+            transaction = client.transaction()
+            for path, content in znodes:
+                transaction.create(path, content, acl=owned, ephemeral=True)
+            results = transaction.commit()
+            if any(isinstance(result, Exception) for result in results):
+                # Typically a retried write whose first attempt landed: make
+                # sure each znode is there and ours, one by one.
+                for path, content in znodes:
+                    self._create_ephemeral(client, path, content, owned)
         except kazoo.exceptions.KazooException as error:
             raise translate_error(error, f"registering {instance.service}") from error
 
