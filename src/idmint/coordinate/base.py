@@ -60,6 +60,7 @@ from idmint.errors import (
     ConfigurationError,
     CoordinationError,
     CoordinatorUnavailable,
+    PoolExhausted,
 )
 from idmint.generate.clock import SYSTEM_CLOCK, Clock
 
@@ -438,6 +439,24 @@ class Claim:
             return False
         self.soonest_holdoff_end_s = min(self.soonest_holdoff_end_s, by_clock_s, by_real_time_s)
         return True
+
+    def _next_look_s(self, deadline: float, *, every_s: float) -> float:
+        """How long a claimant finding no free identity may wait before looking again.
+
+        At most ``every_s`` (an identity may be released at any moment), and no
+        later than the soonest hold-off :meth:`_held_off` saw ends, or ``deadline``.
+        """
+        next_look = min(every_s, self.soonest_holdoff_end_s + 0.01)
+        return max(0.0, min(next_look, deadline - time.monotonic()))
+
+    def _pool_exhausted(self, clusters: str, where: str) -> PoolExhausted:
+        """The error for a claim that found no free identity before its claim_timeout."""
+        pool = self.options.pool
+        return PoolExhausted(
+            f"all {len(pool)} generator IDs of pool {pool.start}-{pool.stop - 1} ({clusters}) "
+            f"at {where} are held or held off; waited {self.options.claim_timeout_s:g} s. "
+            "Widen generators=LO-HI, or see who holds them with `idmint claims list`"
+        )
 
     def _maintain(self) -> None:
         """Driver work done in the renewal thread after each renewal (default: none)."""

@@ -75,7 +75,6 @@ from idmint.errors import (
     ConfigurationError,
     CoordinationError,
     CoordinatorUnavailable,
-    PoolExhausted,
 )
 from idmint.generate.clock import Clock
 
@@ -451,18 +450,11 @@ class EtcdClaim(Claim):
                             mark.ceiling_ms if mark else -1,
                         )
             if time.monotonic() >= deadline:
-                pool = self.options.pool
-                raise PoolExhausted(
-                    f"all {len(pool)} generator IDs of pool {pool.start}-{pool.stop - 1} "
-                    f"(clusters {clusters}) at {coordinator.description} are held or held "
-                    f"off; waited {self.options.claim_timeout_s:g} s. Widen "
-                    "generators=LO-HI, or see who holds them with `idmint claims list`"
-                )
+                raise self._pool_exhausted(f"clusters {clusters}", coordinator.description)
             # Keep the lease alive while we wait for an ID to come free: a
             # key may go at any moment, a hold-off ends when it ends.
             self._gateway.keepalive(lease)
-            wake_in = min(0.25, self.soonest_holdoff_end_s + 0.01, deadline - time.monotonic())
-            time.sleep(max(0.0, wake_in))
+            time.sleep(self._next_look_s(deadline, every_s=0.25))
 
     def _try_claim(self, lease: int, cluster: int, generator: int) -> bool:
         key = f"{self._coordinator.prefix}/pool/{cluster}:{generator}"

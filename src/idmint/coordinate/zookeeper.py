@@ -394,18 +394,12 @@ class ZooKeeperClaim(Claim):
                         return {"generator": generator, "cluster": cluster}, floor
                     pool_changed = self._watch_pool(client)
                 if time.monotonic() >= deadline:
-                    pool = self.options.pool
-                    raise PoolExhausted(
-                        f"all {len(pool)} generator IDs of pool {pool.start}-{pool.stop - 1} "
-                        f"(cluster {cluster}) at zk://{coordinator.hosts}{coordinator.root} "
-                        f"are held or held off; waited {self.options.claim_timeout_s:g} s. "
-                        "Widen generators=LO-HI, or see who holds them with "
-                        "`idmint claims list`"
+                    raise self._pool_exhausted(
+                        f"cluster {cluster}", f"zk://{coordinator.hosts}{coordinator.root}"
                     )
-                # Held-off IDs become free with time, not with an event: look again
-                # when the soonest hold-off ends (and at least once a second).
-                wake_in = min(deadline - time.monotonic(), 1.0, self.soonest_holdoff_end_s + 0.01)
-                pool_changed.wait(max(0.0, wake_in))
+                # A claim node going is an event; a hold-off ending is not, so look
+                # again when the soonest one ends (and at least once a second).
+                pool_changed.wait(self._next_look_s(deadline, every_s=1.0))
         except kazoo.exceptions.KazooException as error:
             raise translate_error(error, "claiming a generator ID") from error
 

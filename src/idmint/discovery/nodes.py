@@ -106,7 +106,7 @@ def width_for_groups(highest_group: int) -> int:
 
 
 PeerInfo = tuple[dict[str, Any], int]
-"""A live node's published JSON (width, switched_ms, holder) and its znode's czxid."""
+"""A live node's published JSON (width, switched_ms, after_ms, holder) and its znode's czxid."""
 
 
 def node_name(node: int) -> tuple[str, str]:
@@ -191,7 +191,7 @@ class NodeIdCoordinator(ZooKeeperCoordinator):
 
     def peers(self, client: Any) -> dict[int, dict[str, Any]]:
         """Every live node ID with its published data (reads pipelined)."""
-        live = self.read_peers(client, self.live_nodes(client))
+        live = self.read_peers(client, self.live_nodes(client), sync=False)
         return {node: info for node, (info, _) in live.items()}
 
     def live_nodes(self, client: Any) -> set[int]:
@@ -207,9 +207,12 @@ class NodeIdCoordinator(ZooKeeperCoordinator):
             for name in _result_or_empty(listing)
         }
 
-    def read_peers(self, client: Any, nodes: Iterable[int]) -> dict[int, PeerInfo]:
+    def read_peers(
+        self, client: Any, nodes: Iterable[int], *, sync: bool = True
+    ) -> dict[int, PeerInfo]:
         """The published data and creation zxid of ``nodes`` that are still live."""
-        client.sync(self.nodes_path)
+        if sync:
+            client.sync(self.nodes_path)
         reads = []
         for node in nodes:
             group, index = node_name(node)
@@ -378,7 +381,7 @@ class NodeIdClaim(ZooKeeperClaim):
         twins = _narrower_twins(node)
         if not twins:
             return -1  # no narrower width can hold an ID equal to ours
-        peers = dict(self._nodes.read_peers(client, [node, *twins]))
+        peers = self._nodes.read_peers(client, [node, *twins])
         if node not in peers:
             raise ClaimLost(f"node ID {node}'s znode is gone; the session may have expired")
         our_zxid = peers.pop(node)[1]
@@ -400,7 +403,7 @@ class NodeIdClaim(ZooKeeperClaim):
                     "Check that those nodes are healthy"
                 )
             time.sleep(0.05)  # a poll of a few znodes; they widen within a round trip
-            peers = dict(self._nodes.read_peers(client, waiting_for))
+            peers = self._nodes.read_peers(client, waiting_for)
             # One that left still narrow minted narrow IDs up to its mark.
             gone = [twin for twin in waiting_for if twin not in peers]
             switched = max(switched, self._departed_narrower_ceiling(client, gone, {}))
@@ -421,13 +424,20 @@ class NodeIdClaim(ZooKeeperClaim):
         never mints below our width).
         """
         highest = -1
-        reads = []
+        unpublished = []
         for other in twins:
             info = live.get(other)
             if info is not None and "after_ms" in info[0]:
                 highest = max(highest, int(info[0]["after_ms"]))
             else:
-                reads.append(client.get_async(f"{self._nodes.root}/nodehwm/{other:04X}"))
+                unpublished.append(other)
+        return max(highest, self._highest_mark(client, unpublished))
+
+    def _highest_mark(self, client: Any, nodes: Iterable[int]) -> int:
+        """The highest ceiling among the high-water marks of ``nodes`` (-1: none); pipelined."""
+        path = f"{self._nodes.root}/nodehwm"
+        reads = [client.get_async(f"{path}/{node:04X}") for node in nodes]
+        highest = -1
         for read in reads:
             try:
                 data, _ = read.get()
@@ -464,18 +474,15 @@ class NodeIdClaim(ZooKeeperClaim):
         but their IDs, at the wider width, can equal ours at ``width``; so we
         mint at ``width`` only after their recorded high-water marks.
         """
-        path = f"{self._nodes.root}/nodehwm"
-        highest = -1
-        for name in client.get_children(path):
+        wider = []
+        for name in client.get_children(f"{self._nodes.root}/nodehwm"):
             try:
                 node = int(name, 16)
             except ValueError:
                 continue
             if node >> width:
-                mark, _ = read_mark(client, f"{path}/{name}")
-                if mark is not None:
-                    highest = max(highest, mark.ceiling_ms)
-        return highest
+                wider.append(node)
+        return self._highest_mark(client, wider)
 
     def _maintain(self) -> None:
         if not self._groups_changed.is_set():

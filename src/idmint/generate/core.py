@@ -470,7 +470,7 @@ class TickGenerator(Generic[IdT]):
         elif len(taken) == count and not self._random_bits:
             return IdBatch(taken, self._make, self._int_mask, self.id_type.text_of_int)
         else:
-            out = list(map(or_, taken, map(getrandbits, repeat(self._random_bits))))
+            out = self._with_random_bits(taken)
         while True:
             wait_until_ns = self._fill(out, count)
             if wait_until_ns is None:
@@ -538,10 +538,14 @@ class TickGenerator(Generic[IdT]):
                 taken = self._take_locked(count - len(out))
             if isinstance(taken, int):
                 return taken
-            if self._random_bits:
-                taken = list(map(or_, taken, map(getrandbits, repeat(self._random_bits))))
-            out.extend(taken)
+            out += self._with_random_bits(taken) if self._random_bits else taken
         return None
+
+    def _with_random_bits(self, ints: Sequence[int]) -> list[int]:
+        """``ints`` with the scheme's random bits (if it has any) filled in, each afresh."""
+        if not self._random_bits:
+            return list(ints)
+        return list(map(or_, ints, map(getrandbits, repeat(self._random_bits))))
 
     def _take_locked(self, want: int) -> Sequence[int] | int:  # noqa: PLR0915
         """Take up to ``want`` IDs of one tick, or say when to ask again.
