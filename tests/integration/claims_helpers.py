@@ -52,8 +52,10 @@ __all__ = [
     "MintError",
     "Minter",
     "RenewalWatch",
+    "all_backends",
     "assert_one_error_line",
     "backend_params",
+    "claimed_backends",
     "decode",
     "held_generators",
     "holder_of_this_process",
@@ -95,6 +97,14 @@ def backend_params(names: Iterable[str], *, xfail: dict[str, str] | None = None)
         )
         for name in names
     ]
+
+
+all_backends = pytest.mark.parametrize("backend", backend_params(ALL_BACKENDS), indirect=True)
+"""Run a test once per backend, static included (the ``backend`` fixture)."""
+claimed_backends = pytest.mark.parametrize(
+    "backend", backend_params(CLAIMED_BACKENDS), indirect=True
+)
+"""Run a test once per backend that claims its identity (ZooKeeper, etcd)."""
 
 
 def known_bug(request: pytest.FixtureRequest, reason: str) -> None:

@@ -17,15 +17,16 @@ from collections.abc import Callable
 
 import pytest
 from tests.integration.claims_helpers import (
-    ALL_BACKENDS,
     CLAIMED_BACKENDS,
     DEFAULT_TTL_S,
     STATIC_CLUSTER,
     STATIC_GENERATOR,
     Backend,
     CliProcess,
+    all_backends,
     assert_one_error_line,
     backend_params,
+    claimed_backends,
     decode,
     held_generators,
     holder_of_this_process,
@@ -42,12 +43,6 @@ from idmint import (
     new_generator,
 )
 from idmint.coordinate import ClaimState
-
-all_backends = pytest.mark.parametrize("backend", backend_params(ALL_BACKENDS), indirect=True)
-claimed_backends = pytest.mark.parametrize(
-    "backend", backend_params(CLAIMED_BACKENDS), indirect=True
-)
-
 
 # -- minting ---------------------------------------------------------------------------
 

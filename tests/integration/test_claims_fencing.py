@@ -15,12 +15,11 @@ from typing import Any
 
 import pytest
 from tests.integration.claims_helpers import (
-    CLAIMED_BACKENDS,
     DEFAULT_TTL_S,
     Backend,
     Minter,
     RenewalWatch,
-    backend_params,
+    claimed_backends,
     decode,
     held_generators,
     holder_of_this_process,
@@ -40,10 +39,6 @@ from idmint import (
 )
 from idmint.coordinate import ClaimState
 from idmint.generate.clock import OffsetClock
-
-claimed_backends = pytest.mark.parametrize(
-    "backend", backend_params(CLAIMED_BACKENDS), indirect=True
-)
 
 
 def _timestamps(values: list[int]) -> list[int]:

@@ -11,20 +11,14 @@ import signal
 import time
 from collections import Counter
 
-import pytest
 from tests.integration.claims_helpers import (
-    CLAIMED_BACKENDS,
     DEFAULT_TTL_S,
     Backend,
     CliProcess,
-    backend_params,
+    claimed_backends,
     decode,
     held_generators,
     wait_for,
-)
-
-claimed_backends = pytest.mark.parametrize(
-    "backend", backend_params(CLAIMED_BACKENDS), indirect=True
 )
 
 PROCESSES = 16
