@@ -43,7 +43,7 @@ DECODE_KEYS = {
     "uid64-v1": UID64_KEYS,
     "elastic64": {"scheme", "id", "time", "timestamp_ms", "burst", "node", "node_bits"},
     "muid": {"scheme", "id", "time", "timestamp_us", "medallion", "offset"},
-    "short60": {"scheme", "id", "time", "timestamp_ms", "sequence", "random", "int"},
+    "short60": {"scheme", "id", "time", "timestamp_ms", "sequence", "node", "int"},
 }
 # What `generate` needs besides --scheme; elastic64 has no default node ID.
 GENERATE_OPTIONS: dict[str, list[str]] = {
@@ -183,7 +183,6 @@ def test_generate_json_lines(capsys: pytest.CaptureFixture[str], scheme: str) ->
             ["--generator", "0x7ff", "--cluster", "3", "--mode", "spread"],
             {"generator": 2047, "cluster": 3, "mode": "spread"},
         ),
-        ("uid64", [], {"generator": 0, "cluster": 0, "mode": "spread"}),
         (
             "uid64-v1",
             ["--generator", "63", "--cluster", "9"],
@@ -196,6 +195,7 @@ def test_generate_json_lines(capsys: pytest.CaptureFixture[str], scheme: str) ->
             {"node": 65535, "node_bits": 16, "burst": 0},
         ),
         ("elastic64", ["--node", "255"], {"node": 255, "node_bits": 8}),
+        ("short60", ["--node", "511"], {"node": 511}),
         ("muid", ["--medallion", "0x17B9F5B9479DF"], {"medallion": 417399343184351, "offset": 0}),
     ],
 )
@@ -229,7 +229,9 @@ def test_generate_muid_picks_a_medallion_in_the_spec_range(
     [
         (["--scheme", "short60", "--generator", "3"], ("generator", "uid64")),
         (["--scheme", "short60", "--medallion", "3"], ("medallion", "muid")),
-        (["--scheme", "short60", "--node", "3"], ("node", "elastic64")),
+        (["--scheme", "short60", "--node", "3", "--random"], ("random", "node")),
+        (["--scheme", "short60", "--node", "512"], ("node", "511")),
+        (["--scheme", "uid64", "--random"], ("random", "short60")),
         (["--scheme", "uid64", "--node", "3"], ("node", "elastic64")),
         (["--scheme", "uid64", "--node-bits", "11"], ("node-bits",)),
         (["--scheme", "uid64-v1", "--medallion", "3"], ("medallion",)),
@@ -237,7 +239,6 @@ def test_generate_muid_picks_a_medallion_in_the_spec_range(
         (["--scheme", "muid", "--cluster", "1"], ("cluster",)),
         (["--scheme", "elastic64", "--node", "1", "--generator", "2"], ("generator",)),
         (["--scheme", "elastic64", "--node", "1", "--mode", "spread"], ("mode",)),
-        (["--scheme", "elastic64"], ("node",)),
         (["--scheme", "elastic64", "--node-bits", "11"], ("node",)),
     ],
 )
@@ -304,7 +305,7 @@ for _row in load_rows("short60.csv")[:4]:
             {
                 "timestamp_ms": int(_row["timestamp_ms_since_2018_03_01"]) + SHORT60_EPOCH_MS,
                 "sequence": int(_row["sequence"]),
-                "random": int(_row["random"]),
+                "node": int(_row["random"]),
                 "int": int(_row["int"]),
             },
         )
@@ -537,7 +538,7 @@ def test_encode_json(capsys: pytest.CaptureFixture[str], scheme: str) -> None:
         "uid64-v1": ["--timestamp-ms", "1767225600000", "--sequence", "7", "--generator", "33"],
         "elastic64": ["--timestamp-ms", "1785000000123", "--node", "513", "--node-bits", "11"],
         "muid": ["--timestamp-us", "1642579230975519", "--medallion", "417399343184351"],
-        "short60": ["--timestamp-ms", "1562179504129", "--sequence", "270", "--random", "98"],
+        "short60": ["--timestamp-ms", "1562179504129", "--sequence", "270", "--node", "98"],
     }[scheme]
     result = run_main(capsys, ["encode", "--scheme", scheme, "--format", "json", *argv])
     assert result.status == 0

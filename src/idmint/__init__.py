@@ -15,11 +15,13 @@ from idmint.errors import (
     CoordinatorUnavailable,
     GeneratorError,
     GeneratorForked,
+    IdentityInUse,
     IdmintError,
     InvalidId,
     PoolExhausted,
     TransactionFull,
 )
+from idmint.factory import new_generator
 from idmint.generate import (
     Elastic64Generator,
     ManualClock,
@@ -30,7 +32,6 @@ from idmint.generate import (
     Uid64V1Generator,
 )
 from idmint.generate.core import IdBatch
-from idmint.generate.factory import new_generator
 from idmint.schemes import (
     SCHEMES,
     Elastic64,
@@ -57,6 +58,7 @@ __all__ = [
     "GeneratorForked",
     "IdBatch",
     "IdValue",
+    "IdentityInUse",
     "IdmintError",
     "InvalidId",
     "ManualClock",

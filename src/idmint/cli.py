@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NoReturn, TextIO
 
 from idmint.errors import IdmintError, InvalidId
-from idmint.generate.factory import SCHEME_OPTIONS, new_generator
+from idmint.factory import SCHEME_OPTIONS, new_generator
 from idmint.schemes import SCHEMES, IdValue, parse_id, scheme_type
 from idmint.schemes._base import iso_ms
 
@@ -34,7 +34,7 @@ _ENCODE_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "uid64-v1": (("timestamp_ms",), ("sequence", "generator", "cluster", "mode")),
     "elastic64": (("timestamp_ms", "node", "node_bits"), ("burst",)),
     "muid": (("timestamp_us", "medallion"), ("offset",)),
-    "short60": (("timestamp_ms",), ("sequence", "random")),
+    "short60": (("timestamp_ms",), ("sequence", "node", "random")),
 }
 
 
@@ -91,14 +91,21 @@ def _add_id_commands(commands: Any) -> None:
     generate.add_argument("--generator", type=_integer, help="uid64: generator ID")
     generate.add_argument("--cluster", type=_integer, help="uid64: cluster ID")
     generate.add_argument("--mode", choices=["spread", "time-sequential"], help="uid64 mode")
-    generate.add_argument("--node", type=_integer, help="elastic64: node ID")
+    generate.add_argument("--node", type=_integer, help="elastic64, short60: node ID")
     generate.add_argument("--node-bits", type=_integer, help="elastic64: node-ID width 8..16")
     generate.add_argument("--medallion", type=_integer, help="muid: medallion (random if unset)")
+    generate.add_argument(
+        "--random",
+        action="store_true",
+        default=None,
+        help="short60: 9 random bits per ID instead of a node ID (collisions possible)",
+    )
     generate.add_argument("--format", choices=["text", "json"], default="text")
     generate.add_argument(
         "--coordinator",
         metavar="URL",
-        help="where the generator ID comes from: static://?generator=G (default), "
+        help="where the generator ID comes from: a free one on this host (default, "
+        "local://), static://?generator=G (configured, held on this host), "
         "zk://host:port/root or etcd://host:port/prefix (claimed, released on exit)",
     )
     generate.set_defaults(handler=_cmd_generate, graceful=True)
@@ -219,6 +226,7 @@ def _cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
         "node": args.node,
         "node_bits": args.node_bits,
         "medallion": args.medallion,
+        "random": args.random,
     }
     render = _renderer(args.format)
     with new_generator(args.scheme, coordinator=args.coordinator, **options) as generator:

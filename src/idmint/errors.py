@@ -18,7 +18,9 @@ raise with one clause, and a few branches that match how a caller reacts:
  │    └── ``CoordinationError``: anything about claimed identities.
  │         ├── ``ClaimLost``: our claim may be held by someone else now.
  │         ├── ``CoordinatorUnavailable``: the coordinator cannot be reached.
- │         └── ``PoolExhausted``: every identity in the pool is taken.
+ │         ├── ``PoolExhausted``: every identity in the pool is taken.
+ │         └── ``IdentityInUse``: a configured identity is held by another
+ │              process on this host.
  └── (nothing else: library bugs surface as ordinary Python exceptions)
 
 Messages say what was wrong and what was expected, so the CLI can print
@@ -35,6 +37,7 @@ __all__ = [
     "CoordinatorUnavailable",
     "GeneratorError",
     "GeneratorForked",
+    "IdentityInUse",
     "IdmintError",
     "InvalidId",
     "PoolExhausted",
@@ -117,3 +120,10 @@ class CoordinatorUnavailable(CoordinationError):
 
 class PoolExhausted(CoordinationError):
     """Every identity in the pool this client may claim from is held by someone."""
+
+
+class IdentityInUse(CoordinationError):
+    """A configured (static) identity is already held by another process on this host.
+
+    Two processes with one identity would mint the same IDs; the second refuses.
+    """

@@ -20,7 +20,7 @@ MS = 1_000_000
 def test_sequence_exhausted_waits_exactly_until_the_next_ms() -> None:
     clock = ManualClock()
     clock.advance_ns(400_000)  # 0.4 ms into a millisecond
-    generator = Uid64Generator(clock=clock, mode="time-sequential")
+    generator = Uid64Generator(0, clock=clock, mode="time-sequential")
     first_ms = [generator.generate() for _ in range(64)]
     assert clock.sleeps == []
     following = generator.generate()
@@ -47,7 +47,7 @@ def test_batch_spans_ms_and_stays_unique_and_ordered() -> None:
 
 def test_small_step_back_waits_and_never_reuses_a_pair() -> None:
     clock = ManualClock()
-    generator = Uid64Generator(clock=clock, mode="time-sequential", max_clock_wait_ms=10)
+    generator = Uid64Generator(0, clock=clock, mode="time-sequential", max_clock_wait_ms=10)
     before = generator.batch(100)  # two ms worth
     newest = max(i.timestamp_ms for i in before)
     clock.step_back_ms(5)
@@ -63,8 +63,8 @@ def test_small_step_back_waits_and_never_reuses_a_pair() -> None:
 @pytest.mark.parametrize(
     "make",
     [
-        lambda c: Uid64Generator(clock=c, max_clock_wait_ms=10),
-        lambda c: Short60Generator(clock=c, max_clock_wait_ms=10),
+        lambda c: Uid64Generator(0, clock=c, max_clock_wait_ms=10),
+        lambda c: Short60Generator(0, clock=c, max_clock_wait_ms=10),
         lambda c: Elastic64Generator(9, 8, clock=c, max_clock_wait_ms=10, max_ahead_ms=0),
         lambda c: MuidGenerator(clock=c, max_clock_wait_ms=10, max_ahead_us=0),
     ],
@@ -87,7 +87,7 @@ def test_large_step_back_raises_and_recovers_when_the_clock_catches_up(make: obj
 
 def test_error_message_says_what_to_check() -> None:
     clock = ManualClock()
-    generator = Uid64Generator(clock=clock)
+    generator = Uid64Generator(0, clock=clock)
     generator.batch(65)
     clock.step_back_ms(1000)
     with pytest.raises(ClockMovedBackwards) as caught:
@@ -98,7 +98,7 @@ def test_error_message_says_what_to_check() -> None:
 
 def test_step_back_is_caught_by_the_next_tick_boundary_at_the_latest() -> None:
     clock = ManualClock()
-    generator = Uid64Generator(clock=clock, mode="time-sequential")
+    generator = Uid64Generator(0, clock=clock, mode="time-sequential")
     first = generator.generate()
     clock.step_back_ms(1000)
     # The hot path may finish the current tick: those 63 pairs were never used.
@@ -192,9 +192,10 @@ def test_muid_transaction_full_is_a_clear_error() -> None:
         transaction.batch(1)
 
 
-def test_short60_sequence_unique_within_a_ms_and_capped_at_512() -> None:
+@pytest.mark.parametrize("random", [False, True], ids=["node", "random"])
+def test_short60_sequence_unique_within_a_ms_and_capped_at_512(random: bool) -> None:
     clock = ManualClock()
-    generator = Short60Generator(clock=clock)
+    generator = Short60Generator(None if random else 5, random=random, clock=clock)
     first = generator.batch(512)
     assert clock.sleeps == []
     assert len({i.sequence for i in first}) == 512
@@ -203,9 +204,9 @@ def test_short60_sequence_unique_within_a_ms_and_capped_at_512() -> None:
     assert clock.sleeps == [MS]
 
 
-def test_short60_sequence_origin_is_random_per_ms() -> None:
+def test_short60_random_bits_start_each_ms_at_a_random_sequence() -> None:
     clock = ManualClock()
-    generator = Short60Generator(clock=clock)
+    generator = Short60Generator(random=True, clock=clock)
     starts = set()
     for _ in range(30):
         starts.add(generator.generate().sequence)
@@ -216,7 +217,7 @@ def test_short60_sequence_origin_is_random_per_ms() -> None:
 def test_clock_outside_the_scheme_range_is_refused() -> None:
     before_2018 = ManualClock(start_ns=1_500_000_000_000 * MS)
     with pytest.raises(GeneratorError, match="outside what short60 IDs can hold"):
-        Short60Generator(clock=before_2018).generate()
+        Short60Generator(0, clock=before_2018).generate()
 
 
 def test_invalid_generator_options() -> None:
@@ -225,9 +226,9 @@ def test_invalid_generator_options() -> None:
     with pytest.raises(ConfigurationError, match="cluster"):
         Uid64Generator(0, 16)
     with pytest.raises(ConfigurationError, match="max_clock_wait_ms"):
-        Uid64Generator(max_clock_wait_ms=-1)
+        Uid64Generator(0, max_clock_wait_ms=-1)
     with pytest.raises(ConfigurationError, match="count"):
-        Uid64Generator().batch(-1)
+        Uid64Generator(0).batch(-1)
     from idmint.generate import Uid64V1Generator
 
     with pytest.raises(ConfigurationError, match="always in spread mode"):

@@ -49,7 +49,7 @@ def _mint_in_threads(generator: TickGenerator[Any], use_batch: bool) -> list[int
     ("make", "use_batch"),
     [
         (lambda: Uid64Generator(3, 1), False),
-        (Short60Generator, False),
+        (lambda: Short60Generator(5), False),
         (lambda: Elastic64Generator(77, 8, max_ahead_ms=2), True),
     ],
     ids=["uid64-generate", "short60-generate", "elastic64-batch"],
@@ -66,7 +66,7 @@ def test_eight_threads_mint_100k_each_without_a_duplicate(
 
 @pytest.mark.parametrize(
     "make",
-    [lambda: Uid64Generator(4, 2), Short60Generator, lambda: Elastic64Generator(9, 8)],
+    [lambda: Uid64Generator(4, 2), lambda: Short60Generator(6), lambda: Elastic64Generator(9, 8)],
     ids=["uid64", "short60", "elastic64"],
 )
 def test_generate_and_small_batches_in_threads_never_share_an_id(
@@ -100,7 +100,7 @@ def test_generate_and_small_batches_in_threads_never_share_an_id(
 
 
 def test_agenerate_yields_to_the_event_loop_while_waiting() -> None:
-    generator = Uid64Generator(mode="time-sequential")
+    generator = Uid64Generator(0, mode="time-sequential")
     ticks = 0
 
     async def ticker(stop: asyncio.Event) -> None:
@@ -199,8 +199,8 @@ def test_muid_transaction_opened_before_fork_refuses_in_the_child() -> None:
     assert transaction.new().offset == 2  # the parent's transaction goes on
 
 
-def test_short60_child_keeps_minting_on_a_fresh_ms() -> None:
-    generator = Short60Generator()
+def test_short60_with_random_bits_keeps_minting_in_a_child_on_a_fresh_ms() -> None:
+    generator = Short60Generator(random=True)
     parent_ids = [i.int for i in generator.batch(100)]
     outcome = _in_child(lambda: [i.int for i in generator.batch(100)])
     assert outcome[0] == "ok"

@@ -119,7 +119,7 @@ def test_elastic64_fields(
 @given(start_ms=times_ms, offset_ns=offsets_ns, count=st.integers(1, 1200))
 def test_short60_fields(start_ms: int, offset_ns: int, count: int) -> None:
     clock = ManualClock(start_ns=start_ms * MS + offset_ns)
-    ids = list(Short60Generator(clock=clock).batch(count))
+    ids = list(Short60Generator(7, clock=clock).batch(count))
     assert [Short60(str(i)) for i in ids] == ids
     by_ms: dict[int, set[int]] = {}
     for i in ids:

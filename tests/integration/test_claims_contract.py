@@ -17,7 +17,6 @@ from collections.abc import Callable
 
 import pytest
 from tests.integration.claims_helpers import (
-    CLAIMED_BACKENDS,
     DEFAULT_TTL_S,
     STATIC_CLUSTER,
     STATIC_GENERATOR,
@@ -25,11 +24,11 @@ from tests.integration.claims_helpers import (
     CliProcess,
     all_backends,
     assert_one_error_line,
-    backend_params,
     claimed_backends,
     decode,
     held_generators,
     holder_of_this_process,
+    network_backends,
     now_ms,
     run_idmint,
     wait_for,
@@ -39,6 +38,7 @@ from idmint import (
     ClaimLost,
     ConfigurationError,
     CoordinatorUnavailable,
+    IdentityInUse,
     PoolExhausted,
     new_generator,
 )
@@ -68,7 +68,12 @@ def test_minted_ids_are_unique_and_carry_the_claimed_identity(
         }
     else:
         assert (generator.generator, generator.cluster) == (STATIC_GENERATOR, STATIC_CLUSTER)
-        assert generator.claim is None
+        # A configured identity is held on this host, nothing more.
+        assert generator.claim is not None
+        assert dict(generator.claim.identity or {}) == {
+            "generator": STATIC_GENERATOR,
+            "cluster": STATIC_CLUSTER,
+        }
 
 
 @all_backends
@@ -77,12 +82,17 @@ def test_two_generators_get_distinct_generator_ids(
 ) -> None:
     url = backend.url()
     first = exit_stack.enter_context(new_generator("uid64", coordinator=url))
-    second = exit_stack.enter_context(new_generator("uid64", coordinator=url))
     if not backend.claims:
-        # A configured identity is the same for everyone given it: that is the contract.
-        assert first.generator == second.generator == STATIC_GENERATOR
-        assert first.cluster == second.cluster == STATIC_CLUSTER
+        # A configured identity is the same for everyone given it, so on one host
+        # a second holder refuses: together they would mint the same IDs.
+        assert (first.generator, first.cluster) == (STATIC_GENERATOR, STATIC_CLUSTER)
+        with pytest.raises(IdentityInUse, match=f"generator {STATIC_GENERATOR}, cluster"):
+            new_generator("uid64", coordinator=url)
+        first.close()
+        again = exit_stack.enter_context(new_generator("uid64", coordinator=url))
+        assert again.generator == STATIC_GENERATOR, "a closed holder lets the identity go"
         return
+    second = exit_stack.enter_context(new_generator("uid64", coordinator=url))
 
     assert first.generator != second.generator
     assert first.cluster == second.cluster
@@ -149,6 +159,7 @@ def test_cli_claims_list_shows_holder_since_and_high_water_mark(
                 "since_ms": None,
                 "high_water_mark_ms": None,
                 "state": "static",
+                "space": "generator",
             }
         ]
         return
@@ -268,7 +279,7 @@ def test_failed_claim_leaves_nothing_running(
         pytest.fail(f"{threading.active_count() - threads_before} threads left running: {names}")
 
 
-@claimed_backends
+@network_backends
 def test_unreachable_coordinator_raises_coordinator_unavailable_quickly(backend: Backend) -> None:
     url = backend.unreachable_url(backend.new_root(), connect_timeout=1)
     started = time.monotonic()
@@ -279,7 +290,7 @@ def test_unreachable_coordinator_raises_coordinator_unavailable_quickly(backend:
     assert "127.0.0.1" in str(unavailable.value)
 
 
-@pytest.mark.parametrize("backend", backend_params(CLAIMED_BACKENDS), indirect=True)
+@network_backends
 def test_cli_unreachable_coordinator_prints_one_line(backend: Backend) -> None:
     url = backend.unreachable_url(backend.new_root(), connect_timeout=1)
     started = time.monotonic()
@@ -343,7 +354,7 @@ def test_bad_url_or_option_raises_configuration_error(backend: Backend) -> None:
     with pytest.raises(ConfigurationError):
         new_generator("uid64", coordinator=backend.url(), generator=5)
     with pytest.raises(ConfigurationError):
-        new_generator("short60", coordinator=backend.url())
+        new_generator("muid", coordinator=backend.url())
 
 
 @all_backends

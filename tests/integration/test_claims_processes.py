@@ -18,6 +18,7 @@ from tests.integration.claims_helpers import (
     claimed_backends,
     decode,
     held_generators,
+    network_backends,
     wait_for,
 )
 
@@ -57,7 +58,7 @@ def test_sixteen_processes_mint_800000_unique_ids(
     assert held_generators(backend, url) == {}, "every process should have released its claim"
 
 
-@claimed_backends
+@network_backends
 def test_paused_holder_never_overlaps_its_successor(
     backend: Backend, exit_stack: contextlib.ExitStack
 ) -> None:

@@ -56,9 +56,9 @@ from idmint.discovery.nodes import (
     width_for_groups,
 )
 from idmint.errors import ClaimLost
+from idmint.factory import new_generator
 from idmint.generate import Elastic64Generator
 from idmint.generate.clock import OffsetClock
-from idmint.generate.factory import new_generator
 
 WORKERS = 3
 """Processes sharing the 300 sessions of the big test (each ~100 sessions, 4 threads each)."""

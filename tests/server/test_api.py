@@ -247,7 +247,7 @@ def csv_fields(scheme: str, row: dict[str, str]) -> dict[str, Any]:
             "id": row["display"],
             "int": int(row["int"]),
             "sequence": int(row["sequence"]),
-            "random": int(row["random"]),
+            "node": int(row["random"]),
             "timestamp_ms": int(row["timestamp_ms_since_2018_03_01"]) + 1_519_862_400_000,
         }
     assert scheme == "elastic64"

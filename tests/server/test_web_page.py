@@ -213,13 +213,13 @@ def test_decode_a_pasted_short60_beyond_javascript_numbers(page: Any, server_url
     shown = shown_fields(page)
     assert shown == expected_fields(row["display"], "short60")
     assert shown["int"] == row["int"]
-    assert (shown["sequence"], shown["random"]) == (row["sequence"], row["random"])
+    assert (shown["sequence"], shown["node"]) == (row["sequence"], row["random"])
     cells = bit_cells(page)
     assert len(cells) == 60
     assert cells[0][0] == 59
     assert "".join(digit for _, digit in cells) == f"{int(row['int']):060b}"
     assert field_bits(page, "sequence") == f"{int(row['sequence']):09b}"
-    assert field_bits(page, "random") == f"{int(row['random']):09b}"
+    assert field_bits(page, "node") == f"{int(row['random']):09b}"
 
 
 def test_decode_elastic64_with_its_node_bits(page: Any, server_url: str) -> None:

@@ -6,6 +6,7 @@ module docstring gives its URL grammar and an options table:
 ==============  ==============================================  ===========================
 scheme          driver                                          needs
 ==============  ==============================================  ===========================
+``local://``    :class:`~idmint.coordinate.local.LocalCoordinator`          nothing (the default)
 ``static://``   :class:`~idmint.coordinate.static.StaticCoordinator`        nothing
 ``zk://``       :class:`~idmint.coordinate.zookeeper.ZooKeeperCoordinator`  ``idmint[zookeeper]``
 ``etcd://``     :class:`~idmint.coordinate.etcd.EtcdCoordinator`            ``idmint[etcd]``
@@ -42,29 +43,61 @@ __all__ = [
     "CoordinatorUrl",
     "Grant",
     "connect",
+    "driver",
+    "drivers",
     "parse_url",
     "release_all_claims",
 ]
 
-DEFAULT_COORDINATOR = "static://?generator=0&cluster=0"
+DEFAULT_COORDINATOR = "local://"
+"""Where identities come from when nothing is said: a free one on this host."""
+
+ENTRY_POINT_GROUP = "idmint.coordinators"
+"""Drivers register under this entry-point group, by URL scheme (``zk = pkg.mod:Class``)."""
+
+_BUILT_IN = {
+    "static": "idmint.coordinate.static:StaticCoordinator",
+    "local": "idmint.coordinate.local:LocalCoordinator",
+    "zk": "idmint.coordinate.zookeeper:ZooKeeperCoordinator",
+    "zookeeper": "idmint.coordinate.zookeeper:ZooKeeperCoordinator",
+    "etcd": "idmint.coordinate.etcd:EtcdCoordinator",
+    "etcds": "idmint.coordinate.etcd:EtcdCoordinator",
+}
+"""The drivers idmint ships, also registered in its package metadata; this table
+serves a source tree that was never installed."""
+
+
+def drivers() -> dict[str, str]:
+    """URL scheme -> ``module:Class`` of every driver known, built-in or installed."""
+    from importlib.metadata import entry_points
+
+    found = dict(_BUILT_IN)
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        found[entry.name] = entry.value
+    return found
+
+
+def driver(scheme: str) -> type[Coordinator]:
+    """The driver class for URL scheme ``scheme`` (imported on first use)."""
+    from importlib import import_module
+
+    known = drivers()
+    target = known.get(scheme)
+    if target is None:
+        raise ConfigurationError(
+            f"unknown coordinator scheme {scheme!r}; expected one of "
+            + ", ".join(f"{name}://" for name in sorted(known))
+        )
+    module_name, _, attribute = target.partition(":")
+    loaded = getattr(import_module(module_name), attribute)
+    if not (isinstance(loaded, type) and issubclass(loaded, Coordinator)):
+        raise ConfigurationError(
+            f"the {scheme}:// driver {target} is not an idmint.coordinate.Coordinator"
+        )
+    return loaded
 
 
 def connect(url: str) -> Any:
     """The coordinator for ``url``; raises ``ConfigurationError`` for an unknown scheme."""
     parsed = parse_url(url)
-    if parsed.scheme == "static":
-        from idmint.coordinate.static import StaticCoordinator
-
-        return StaticCoordinator(parsed)
-    if parsed.scheme in ("zk", "zookeeper"):
-        from idmint.coordinate.zookeeper import ZooKeeperCoordinator
-
-        return ZooKeeperCoordinator(parsed)
-    if parsed.scheme in ("etcd", "etcds"):
-        from idmint.coordinate.etcd import EtcdCoordinator
-
-        return EtcdCoordinator(parsed)
-    raise ConfigurationError(
-        f"unknown coordinator scheme {parsed.scheme!r} in {parsed.redacted()}; "
-        "expected static://, zk:// or etcd://"
-    )
+    return driver(parsed.scheme)(parsed)

@@ -53,7 +53,7 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from idmint.errors import (
     ClaimLost,
@@ -63,6 +63,9 @@ from idmint.errors import (
     PoolExhausted,
 )
 from idmint.generate.clock import SYSTEM_CLOCK, Clock
+
+if TYPE_CHECKING:
+    from idmint.coordinate.url import CoordinatorUrl
 
 __all__ = [
     "Claim",
@@ -146,9 +149,12 @@ class ClaimInfo:
     since_ms: int | None
     high_water_mark_ms: int | None
     state: str = "held"
+    space: str = "generator"
+    """Which kind of identity: ``generator`` (uid64), ``node`` (elastic64), ``short60``."""
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "space": self.space,
             "cluster": self.cluster,
             "generator": self.generator,
             "holder": self.holder,
@@ -237,15 +243,25 @@ class Claim:
         # generator of this claim used, so none may vanish unaccounted for.
         self._generators: set[Any] = set()
         self._detached_highest = -1
-        self._held_off_since: dict[Any, float] = {}
+        self._held_off_since: dict[tuple[Any, HighWaterMark], float] = {}
         # Seconds until the soonest hold-off seen by _held_off ends: a driver
         # that waits for a free identity need not look again before then.
         self.soonest_holdoff_end_s = math.inf
         self._wake = threading.Event()
+        # Set by close(): waits in drivers (a claimant looking for a free ID,
+        # a retry) end at once instead of holding close() up.
+        self._closed = threading.Event()
+        self._waiting: set[threading.Event] = set()
         self._closing = False
         self._thread: threading.Thread | None = None
+        # The claim belongs to the process that made it. A child of fork()
+        # inherits the object, its sockets and its lock files, but none of it
+        # is the child's to renew or release (see _forsake).
+        self._owner_pid = os.getpid()
         self.renewals = 0
         self.renewal_failures = 0
+        self.losses = 0
+        """Times the claim was lost (session expired, lease gone, taken over)."""
 
     # -- what generators use ------------------------------------------------------
     @property
@@ -347,7 +363,14 @@ class Claim:
         return self
 
     def close(self) -> None:
-        """Stop issuing, record the final high-water mark, release the identity."""
+        """Stop issuing, record the final high-water mark, release the identity.
+
+        In a child of ``fork()`` this only lets go of the child's copy (see
+        :meth:`_forsake`): the parent still holds the identity and goes on using it.
+        """
+        if os.getpid() != self._owner_pid:
+            self._forsake()
+            return
         with self._cond:
             if self._state is ClaimState.RELEASED:
                 return
@@ -355,6 +378,9 @@ class Claim:
             self._closing = True
             self._set_state(ClaimState.RELEASED, "closed by its owner")
         self._wake.set()
+        self._closed.set()
+        for event in list(self._waiting):
+            event.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=self.ttl_s)
         highest = self._highest_tick_used()
@@ -371,6 +397,49 @@ class Claim:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def _forsake(self) -> None:
+        """In a child of ``fork()``: drop the parent's claim without touching it.
+
+        Runs in the child only, right after the fork (and from ``close()`` if it
+        is called there). The renewal thread did not survive the fork and the
+        locks it may have held are copies, so fresh ones replace them; nothing
+        is sent to the coordinator and nothing is written: the high-water mark,
+        the session, the lease and the lock file are the parent's. The child's
+        generators are fenced and refuse from now on.
+        """
+        self._cond = threading.Condition()
+        self._wake = threading.Event()
+        self._closed = threading.Event()
+        self._closing = True
+        self._thread = None
+        with self._cond:
+            self._set_state(
+                ClaimState.RELEASED,
+                f"the claim belongs to process {self._owner_pid}, which forked this one",
+            )
+        self._generators.clear()
+        self._owner_pid = os.getpid()
+        with contextlib.suppress(Exception):
+            self._forget()
+
+    def _sleep(self, seconds: float) -> bool:
+        """Wait ``seconds`` unless the claim is closed first; True if it was."""
+        return self._closed.wait(max(0.0, seconds))
+
+    def _wait_event(self, event: threading.Event, seconds: float) -> bool:
+        """Wait for ``event`` up to ``seconds``, or until the claim is closed.
+
+        True if ``event`` is set. ``close()`` sets every event being waited on,
+        so a claimant waiting for a free ID lets go at once.
+        """
+        self._waiting.add(event)
+        try:
+            if self._closed.is_set():
+                return event.is_set()
+            return event.wait(max(0.0, seconds))
+        finally:
+            self._waiting.discard(event)
 
     # -- the state machine --------------------------------------------------------------
     def _set_state(self, state: ClaimState, problem: str = "") -> None:
@@ -393,6 +462,7 @@ class Claim:
         """The claim is gone: stop issuing and claim again (safe from any thread)."""
         with self._cond:
             if self._state in (ClaimState.ACTIVE, ClaimState.SUSPENDED):
+                self.losses += 1
                 self._set_state(ClaimState.LOST, reason)
         self._wake.set()
 
@@ -433,7 +503,16 @@ class Claim:
         by_clock_s = (mark.holdoff_until_ms(ttl_ms, self.options.skew_ms) - now_ms) / 1000
         if by_clock_s <= 0:
             return False
-        first_seen = self._held_off_since.setdefault(key, time.monotonic())
+        # The real-time bound runs from when we first saw *this* mark: a mark
+        # written since (another holder came and went) starts it afresh, or a
+        # claimant that once waited on the identity would skip the wait after
+        # every later release.
+        seen_key = (key, mark)
+        first_seen = self._held_off_since.get(seen_key)
+        if first_seen is None:
+            for stale in [k for k in self._held_off_since if k[0] == key]:
+                del self._held_off_since[stale]
+            first_seen = self._held_off_since[seen_key] = time.monotonic()
         by_real_time_s = (ttl_ms + self.options.skew_ms) / 1000 - (time.monotonic() - first_seen)
         if by_real_time_s <= 0:
             return False
@@ -563,15 +642,32 @@ class Claim:
         """Record the final high-water mark (if known) and give the identity up."""
         raise NotImplementedError
 
+    def _forget(self) -> None:
+        """In a fork child: drop references to the parent's connections, sending nothing.
+
+        Closing a copied socket or file descriptor is allowed (the parent's copy
+        stays open); anything that talks to the coordinator or unlocks is not.
+        """
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.description} {self._state.value}>"
 
 
 class Coordinator:
-    """A connection to a coordination service, made by :func:`idmint.coordinate.connect`."""
+    """A connection to a coordination service, made by :func:`idmint.coordinate.connect`.
+
+    A driver subclasses it, takes its URL in ``__init__`` (checking every option
+    it is given), and implements :meth:`claim`, :meth:`list_claims` and
+    :meth:`close`; its claims subclass :class:`Claim`. docs/architecture.md
+    says how to register one.
+    """
 
     url: str
+    """The URL, password hidden: for messages."""
     _options_template: ClaimOptions
+
+    def __init__(self, url: CoordinatorUrl) -> None:
+        raise NotImplementedError
 
     def _options_for(self, pool: range | None) -> ClaimOptions:
         """The URL's claim options, with the pool narrowed to what the scheme can hold."""
@@ -586,8 +682,22 @@ class Coordinator:
             )
         return replace(options, pool=narrowed)
 
-    def claim(self, *, clock: Clock | None = None) -> Claim:
-        """Claim an identity from the pool (blocking); the claim renews itself."""
+    def claim(
+        self,
+        *,
+        clock: Clock | None = None,
+        pool: range | None = None,
+        space: str = "generator",
+        identity: Mapping[str, int] | None = None,
+    ) -> Claim:
+        """Claim an identity (blocking); the claim renews itself until closed.
+
+        ``space`` says what kind: ``generator`` (uid64: identity ``{"generator",
+        "cluster"}``), ``node`` (elastic64: ``{"node"}``, width 8) or ``short60``
+        (``{"node"}``, 0..511); each space is a pool of its own. ``pool`` narrows
+        the IDs to what the scheme can hold. ``identity`` asks for exactly that
+        one (a configured identity), where the driver supports it.
+        """
         raise NotImplementedError
 
     def list_claims(self) -> Sequence[ClaimInfo]:
@@ -604,14 +714,27 @@ class Coordinator:
 
 
 _OPEN_CLAIMS: weakref.WeakSet[Claim] = weakref.WeakSet()
+"""The claims this process made and has not closed."""
 
 
 @atexit.register
 def _release_open_claims() -> None:
-    """Release whatever is still claimed when the interpreter exits."""
+    """Release whatever this process still claims when the interpreter exits."""
     for claim in list(_OPEN_CLAIMS):
         with contextlib.suppress(Exception):  # exiting anyway; expiry cleans up
             claim.close()
+
+
+def _forsake_inherited_claims() -> None:
+    """In a fork child: the parent's claims are not ours to renew, record or release."""
+    inherited = list(_OPEN_CLAIMS)
+    _OPEN_CLAIMS.clear()
+    for claim in inherited:
+        claim._forsake()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forsake_inherited_claims)
 
 
 def release_all_claims() -> None:

@@ -340,39 +340,61 @@ class EtcdCoordinator(Coordinator):
             return [wanted]
         return clusters
 
-    def claim(self, *, clock: Clock | None = None, pool: range | None = None) -> EtcdClaim:
-        claim = EtcdClaim(self, self._options_for(pool), clock)
+    def claim(
+        self,
+        *,
+        clock: Clock | None = None,
+        pool: range | None = None,
+        space: str = "generator",
+        identity: Mapping[str, int] | None = None,
+    ) -> EtcdClaim:
+        if identity is not None:
+            raise ConfigurationError(
+                f"{self.url} claims a free ID; a configured identity is static://"
+            )
+        claim = EtcdClaim(self, self._options_for(pool), clock, space=space)
         claim.start()
         return claim
 
-    def read_marks(self) -> dict[tuple[int, int], tuple[HighWaterMark, int]]:
-        """Every high-water mark: (cluster, generator) -> (mark, mod_revision)."""
+    def space_prefix(self, space: str) -> str:
+        """Where a space's ``pool`` and ``hwm`` keys live: the prefix itself for
+        generator IDs (java-uniqueid's layout), ``<prefix>/<space>`` for the others."""
+        return self.prefix if space == "generator" else f"{self.prefix}/{space}"
+
+    def read_marks(
+        self, space: str = "generator"
+    ) -> dict[tuple[int, int], tuple[HighWaterMark, int]]:
+        """Every high-water mark of ``space``: (cluster, ID) -> (mark, mod_revision)."""
         marks = {}
-        for key, value, kv in self.gateway.get_prefix(f"{self.prefix}/hwm/"):
+        for key, value, kv in self.gateway.get_prefix(f"{self.space_prefix(space)}/hwm/"):
             pair = _pair(key)
             if pair is not None:
                 marks[pair] = (_mark(value), int(kv.get("mod_revision", 0)))
         return marks
 
     def list_claims(self) -> list[ClaimInfo]:
-        marks = self.read_marks()
-        rows = []
-        for key, value, _kv in self.gateway.get_prefix(f"{self.prefix}/pool/"):
-            pair = _pair(key)
-            if pair is None:
-                continue
-            holder, since = _holder(value)
-            mark = marks.get(pair)
-            rows.append(
-                ClaimInfo(
-                    cluster=pair[0],
-                    generator=pair[1],
-                    holder=holder,
-                    since_ms=since,
-                    high_water_mark_ms=mark[0].ceiling_ms if mark else None,
+        rows: list[ClaimInfo] = []
+        for space in ("generator", "node", "short60"):
+            marks = self.read_marks(space)
+            found = []
+            for key, value, _kv in self.gateway.get_prefix(f"{self.space_prefix(space)}/pool/"):
+                pair = _pair(key)
+                if pair is None:
+                    continue
+                holder, since = _holder(value)
+                mark = marks.get(pair)
+                found.append(
+                    ClaimInfo(
+                        cluster=pair[0],
+                        generator=pair[1],
+                        holder=holder,
+                        since_ms=since,
+                        high_water_mark_ms=mark[0].ceiling_ms if mark else None,
+                        space=space,
+                    )
                 )
-            )
-        return sorted(rows, key=lambda row: (row.cluster, row.generator))
+            rows += sorted(found, key=lambda row: (row.cluster, row.generator))
+        return rows
 
     def close(self) -> None:
         self.gateway.close()
@@ -382,15 +404,22 @@ class EtcdClaim(Claim):
     """One (cluster, generator) pair held by a lease."""
 
     def __init__(
-        self, coordinator: EtcdCoordinator, options: ClaimOptions, clock: Clock | None
+        self,
+        coordinator: EtcdCoordinator,
+        options: ClaimOptions,
+        clock: Clock | None,
+        *,
+        space: str = "generator",
     ) -> None:
         super().__init__(
             options=options,
             ttl_s=coordinator.ttl_s,
             clock=clock,
-            description=f"generator ID claim at {coordinator.description}",
+            description=f"{space} ID claim at {coordinator.description}",
         )
         self._coordinator = coordinator
+        self.space = space
+        self._base = coordinator.space_prefix(space)
         self._gateway = coordinator.gateway
         self._lease: int | None = None
         self._key: str | None = None
@@ -399,7 +428,8 @@ class EtcdClaim(Claim):
         self._token = uuid.uuid4().hex
 
     def _acquire(self) -> tuple[Mapping[str, int], int]:
-        clusters = self._coordinator.clusters()
+        # Only generator IDs belong to clusters; other spaces are one pool (0).
+        clusters = self._coordinator.clusters() if self.space == "generator" else [0]
         lease = self._gateway.grant(int(self.ttl_s))
         try:
             return self._acquire_with(lease, clusters)
@@ -413,7 +443,7 @@ class EtcdClaim(Claim):
 
     def _acquire_with(self, lease: int, clusters: list[int]) -> tuple[Mapping[str, int], int]:
         coordinator = self._coordinator
-        prefix = coordinator.prefix
+        prefix = self._base
         deadline = time.monotonic() + self.options.claim_timeout_s
         while True:
             taken = {
@@ -421,7 +451,7 @@ class EtcdClaim(Claim):
                 for key, _, _ in self._gateway.get_prefix(f"{prefix}/pool/")
                 if (pair := _pair(key)) is not None
             }
-            marks = coordinator.read_marks()
+            marks = coordinator.read_marks(self.space)
             now_ms = self.clock.time_ns() // 1_000_000
             self.soonest_holdoff_end_s = math.inf
             for cluster in clusters:
@@ -445,19 +475,22 @@ class EtcdClaim(Claim):
                         mark, revision = self._read_mark(cluster, generator)
                         self._lease = lease
                         self._hwm_revision = revision
-                        return (
-                            {"generator": generator, "cluster": cluster},
-                            mark.ceiling_ms if mark else -1,
+                        identity = (
+                            {"generator": generator, "cluster": cluster}
+                            if self.space == "generator"
+                            else {"node": generator}
                         )
+                        return identity, mark.ceiling_ms if mark else -1
             if time.monotonic() >= deadline:
                 raise self._pool_exhausted(f"clusters {clusters}", coordinator.description)
             # Keep the lease alive while we wait for an ID to come free: a
             # key may go at any moment, a hold-off ends when it ends.
             self._gateway.keepalive(lease)
-            time.sleep(self._next_look_s(deadline, every_s=0.25))
+            if self._sleep(self._next_look_s(deadline, every_s=0.25)):
+                raise ClaimLost(f"{self.description}: closed while claiming")
 
     def _try_claim(self, lease: int, cluster: int, generator: int) -> bool:
-        key = f"{self._coordinator.prefix}/pool/{cluster}:{generator}"
+        key = f"{self._base}/pool/{cluster}:{generator}"
         value = json.dumps(
             {
                 "holder": holder_description(),
@@ -481,7 +514,7 @@ class EtcdClaim(Claim):
         if not reply.get("succeeded"):
             return False
         self._key = key
-        self._hwm_key = f"{self._coordinator.prefix}/hwm/{cluster}:{generator}"
+        self._hwm_key = f"{self._base}/hwm/{cluster}:{generator}"
         return True
 
     def _is_ours(self, found: tuple[bytes, dict[str, Any]], lease: int) -> bool:
@@ -493,7 +526,7 @@ class EtcdClaim(Claim):
         return token == self._token and int(kv.get("lease", 0)) == lease
 
     def _read_mark(self, cluster: int, generator: int) -> tuple[HighWaterMark | None, int]:
-        found = self._gateway.get(f"{self._coordinator.prefix}/hwm/{cluster}:{generator}")
+        found = self._gateway.get(f"{self._base}/hwm/{cluster}:{generator}")
         if found is None:
             return None, 0
         return _mark(found[0]), int(found[1].get("mod_revision", 0))
@@ -574,6 +607,10 @@ class EtcdClaim(Claim):
             with contextlib.suppress(CoordinationError):  # expired already, most likely
                 self._gateway.revoke(lease)
         super()._reclaim()
+
+    def _forget(self) -> None:
+        # The lease is the parent's: revoking it here would end the parent's claim.
+        self._lease = None
 
 
 def _raise_if_tls(error: Exception, endpoint: str, doing: str) -> None:

@@ -1,35 +1,42 @@
-"""Fixed identities, configured rather than claimed: the default coordinator.
+"""Fixed identities, configured rather than claimed, and held on this host.
 
 URL grammar::
 
-    static://[?generator=G&cluster=C]
-    static://?node=N&node_bits=W          (elastic64)
+    static://?generator=G[&cluster=C]      (uid64, uid64-v1)
+    static://?node=N[&node_bits=W]         (elastic64; short60: node 0..511)
 
 =============  =======  ============================================
 option         default  meaning
 =============  =======  ============================================
 ``generator``  ``0``    the uid64 generator ID (0..2047)
 ``cluster``    ``0``    the cluster ID (0..15)
-``node``       none     the elastic64 node ID
+``node``       none     the elastic64 or short60 node ID
 ``node_bits``  ``8``    the elastic64 node-ID width (8..16)
 =============  =======  ============================================
 
-Nothing is coordinated: every process given the same static identity mints
-the same IDs. Give each process its own (for instance from its ordinal in a
-StatefulSet), or claim identities through ``zk://`` or ``etcd://``.
+Nothing is coordinated across hosts: every host given the same static
+identity mints the same IDs. Give each host its own (for instance from its
+ordinal in a StatefulSet), or claim identities through ``zk://`` or
+``etcd://``. On one host the identity is held with the same lock files as
+``local://`` (its default directory), so a second process given an identity
+that is in use refuses with :class:`~idmint.errors.IdentityInUse`, and a
+restarted process starts after what its predecessor minted.
 """
 
 from __future__ import annotations
 
-from idmint.coordinate.base import ClaimInfo, Coordinator
-from idmint.coordinate.url import CoordinatorUrl
+from collections.abc import Mapping
+
+from idmint.coordinate.base import Claim, ClaimInfo, Coordinator
+from idmint.coordinate.url import CoordinatorUrl, parse_url
 from idmint.errors import ConfigurationError
+from idmint.generate.clock import Clock
 
 __all__ = ["StaticCoordinator"]
 
 
 class StaticCoordinator(Coordinator):
-    """A configured (generator, cluster) pair; claims nothing, never fences."""
+    """A configured identity; its claim is a lock on this host, nothing more."""
 
     def __init__(self, url: CoordinatorUrl) -> None:
         url.check_known(("generator", "cluster", "node", "node_bits"))
@@ -42,6 +49,33 @@ class StaticCoordinator(Coordinator):
         self.cluster = url.integer("cluster", 0, low=0, high=15) or 0
         self.node = url.integer("node", None, low=0, high=65535)
         self.node_bits = url.integer("node_bits", None, low=8, high=16)
+
+    def identity(self, space: str) -> dict[str, int]:
+        """The configured identity as a claim of ``space`` names it."""
+        if space == "generator":
+            return {"generator": self.generator, "cluster": self.cluster}
+        if self.node is None:
+            raise ConfigurationError(
+                f"{self.url} gives no node ID; write static://?node=N"
+                + ("&node_bits=W" if space == "node" else "")
+            )
+        if space == "node":
+            return {"node": self.node, "node_bits": self.node_bits or 8}
+        return {"node": self.node}
+
+    def claim(
+        self,
+        *,
+        clock: Clock | None = None,
+        pool: range | None = None,
+        space: str = "generator",
+        identity: Mapping[str, int] | None = None,
+    ) -> Claim:
+        """Hold the configured identity on this host, or refuse if another process does."""
+        from idmint.coordinate.local import LocalCoordinator
+
+        host = LocalCoordinator(parse_url("local://"))
+        return host.claim(clock=clock, space=space, identity=identity or self.identity(space))
 
     def list_claims(self) -> list[ClaimInfo]:
         return [

@@ -213,10 +213,33 @@ class ZooKeeperCoordinator(Coordinator):
             return None
         return f"idmint-claim-{uuid.uuid4().hex}:{uuid.uuid4().hex}"
 
-    def ensure_layout(self, client: Any, cluster: int | None) -> int:
-        """Create root, queue, pool, hwm and cluster-id as needed; return the cluster ID."""
+    def space_root(self, space: str) -> str:
+        """Where a space's ``pool`` and ``hwm`` live: the root itself for generator IDs
+        (java-uniqueid's layout), ``<root>/<space>`` for the others."""
+        return self.root if space == "generator" else f"{self.root}/{space}"
+
+    def ensure_layout(self, client: Any, cluster: int | None, space: str = "generator") -> int:
+        """Create root, queue, pool, hwm and cluster-id as needed; return the cluster ID.
+
+        Spaces other than ``generator`` have a pool and marks of their own and no
+        cluster (0).
+        """
         kazoo = kazoo_module()
         acls = self.acls()
+        if space != "generator":
+            base = self.space_root(space)
+            try:
+                for path, acl in (
+                    (base, acls["tree"]),
+                    (f"{base}/pool", acls["pool"]),
+                    (f"{base}/hwm", acls["tree"]),
+                ):
+                    if client.exists(path) is None:
+                        with suppress(kazoo.exceptions.NodeExistsError):
+                            client.create(path, b"", acl=acl, makepath=True)
+            except kazoo.exceptions.KazooException as error:
+                raise translate_error(error, f"preparing {base} in ZooKeeper") from error
+            return 0
         try:
             for path, acl in (
                 (self.root, acls["tree"]),
@@ -248,40 +271,52 @@ class ZooKeeperCoordinator(Coordinator):
         return stored
 
     # -- the Coordinator interface ---------------------------------------------------------
-    def claim(self, *, clock: Clock | None = None, pool: range | None = None) -> ZooKeeperClaim:
-        claim = ZooKeeperClaim(self, self._options_for(pool), clock)
+    def claim(
+        self,
+        *,
+        clock: Clock | None = None,
+        pool: range | None = None,
+        space: str = "generator",
+        identity: Mapping[str, int] | None = None,
+    ) -> ZooKeeperClaim:
+        if identity is not None:
+            raise ConfigurationError(
+                f"{self.url} claims a free ID; a configured identity is static://"
+            )
+        claim = ZooKeeperClaim(self, self._options_for(pool), clock, space=space)
         claim.start()
         return claim
 
     def list_claims(self) -> list[ClaimInfo]:
         kazoo = kazoo_module()
         client, _ = self.client()
+        rows: list[ClaimInfo] = []
         try:
-            try:
-                held = client.get_children(f"{self.root}/pool")
-            except kazoo.exceptions.NoNodeError:
-                return []
-            cluster = self._read_cluster(client)
-            rows = []
-            for name in sorted(held, key=lambda n: (len(n), n)):
-                if not name.isdigit():
-                    continue
-                generator = int(name)
+            for space in ("generator", "short60"):
+                base = self.space_root(space)
                 try:
-                    data, stat = client.get(f"{self.root}/pool/{name}")
+                    held = client.get_children(f"{base}/pool")
                 except kazoo.exceptions.NoNodeError:
                     continue
-                holder = _holder_of(data)
-                mark, _ = read_mark(client, f"{self.root}/hwm/{name}")
-                rows.append(
-                    ClaimInfo(
-                        cluster=cluster,
-                        generator=generator,
-                        holder=holder,
-                        since_ms=int(stat.ctime),
-                        high_water_mark_ms=mark.ceiling_ms if mark else None,
+                cluster = self._read_cluster(client) if space == "generator" else 0
+                for name in sorted(held, key=lambda n: (len(n), n)):
+                    if not name.isdigit():
+                        continue
+                    try:
+                        data, stat = client.get(f"{base}/pool/{name}")
+                    except kazoo.exceptions.NoNodeError:
+                        continue
+                    mark, _ = read_mark(client, f"{base}/hwm/{name}")
+                    rows.append(
+                        ClaimInfo(
+                            cluster=cluster,
+                            generator=int(name),
+                            holder=_holder_of(data),
+                            since_ms=int(stat.ctime),
+                            high_water_mark_ms=mark.ceiling_ms if mark else None,
+                            space=space,
+                        )
                     )
-                )
         except kazoo.exceptions.KazooException as error:
             raise translate_error(error, f"listing claims under {self.root}") from error
         else:
@@ -306,15 +341,22 @@ class ZooKeeperClaim(Claim):
     """One generator ID held through its own ZooKeeper session."""
 
     def __init__(
-        self, coordinator: ZooKeeperCoordinator, options: ClaimOptions, clock: Clock | None
+        self,
+        coordinator: ZooKeeperCoordinator,
+        options: ClaimOptions,
+        clock: Clock | None,
+        *,
+        space: str = "generator",
     ) -> None:
         super().__init__(
             options=options,
             ttl_s=coordinator.session_timeout_s,
             clock=clock,
-            description=f"generator ID claim at zk://{coordinator.hosts}{coordinator.root}",
+            description=f"{space} ID claim at zk://{coordinator.hosts}{coordinator.root}",
         )
         self._coordinator = coordinator
+        self.space = space
+        self._base = coordinator.space_root(space)
         self._client: Any = None
         self._spy: _NegotiatedTimeout | None = None
         self._session_id: int | None = None
@@ -381,7 +423,7 @@ class ZooKeeperClaim(Claim):
             self._session_id = client.client_id[0] if client.client_id else None
         deadline = time.monotonic() + self.options.claim_timeout_s
         try:
-            cluster = coordinator.ensure_layout(client, self.options.cluster)
+            cluster = coordinator.ensure_layout(client, self.options.cluster, self.space)
             while True:
                 # The queue lock is held for one look at the pool, never while
                 # waiting: a claimant waiting for its narrow range to free up
@@ -390,22 +432,26 @@ class ZooKeeperClaim(Claim):
                     self.soonest_holdoff_end_s = math.inf
                     found = self._try_claim(client)
                     if found is not None:
-                        generator, floor = found
-                        return {"generator": generator, "cluster": cluster}, floor
+                        number, floor = found
+                        if self.space == "generator":
+                            return {"generator": number, "cluster": cluster}, floor
+                        return {"node": number}, floor
                     pool_changed = self._watch_pool(client)
                 if time.monotonic() >= deadline:
                     raise self._pool_exhausted(
-                        f"cluster {cluster}", f"zk://{coordinator.hosts}{coordinator.root}"
+                        f"cluster {cluster}", f"zk://{coordinator.hosts}{self._base}"
                     )
                 # A claim node going is an event; a hold-off ending is not, so look
                 # again when the soonest one ends (and at least once a second).
-                pool_changed.wait(self._next_look_s(deadline, every_s=1.0))
+                self._wait_event(pool_changed, self._next_look_s(deadline, every_s=1.0))
+                if self._closed.is_set():
+                    raise ClaimLost(f"{self.description}: closed while claiming")
         except kazoo.exceptions.KazooException as error:
             raise translate_error(error, "claiming a generator ID") from error
 
     def _try_claim(self, client: Any) -> tuple[int, int] | None:
         kazoo = kazoo_module()
-        root = self._coordinator.root
+        root = self._base
         taken = set(client.get_children(f"{root}/pool"))
         now_ms = self.clock.time_ns() // 1_000_000
         for generator in self.options.pool:
@@ -459,12 +505,14 @@ class ZooKeeperClaim(Claim):
     def _watch_pool(self, client: Any) -> threading.Event:
         """An event set when a claim node is added to or removed from the pool."""
         changed = threading.Event()
-        client.get_children(f"{self._coordinator.root}/pool", watch=lambda event: changed.set())
+        client.get_children(f"{self._base}/pool", watch=lambda event: changed.set())
         return changed
 
     @contextmanager
     def _queue_lock(self, client: Any, deadline: float) -> Iterator[None]:
-        if not self._coordinator.use_queue:
+        # java-uniqueid's queue orders claimants of generator IDs; other spaces
+        # are idmint's alone and need no queue (creating a claim is atomic).
+        if not self._coordinator.use_queue or self.space != "generator":
             yield
             return
         lock = _JavaQueueLock(client, f"{self._coordinator.root}/queue", self._coordinator.acls())
@@ -535,6 +583,13 @@ class ZooKeeperClaim(Claim):
         # A LOST session's client reconnects with a new session by itself.
         self._path = None
         super()._reclaim()
+
+    def _forget(self) -> None:
+        # The client's threads stayed in the parent and its socket carries the
+        # parent's session: stopping it here would close that session. Dropping
+        # the reference closes only our copy of the socket.
+        self._client = None
+        self._connected.clear()
 
 
 class _JavaQueueLock:

@@ -219,7 +219,18 @@ class NodeIdCoordinator(ZooKeeperCoordinator):
             reads.append((node, client.get_async(f"{self.nodes_path}/{group}/{index}")))
         return _node_infos(reads)
 
-    def claim(self, *, clock: Clock | None = None, pool: range | None = None) -> NodeIdClaim:
+    def claim(
+        self,
+        *,
+        clock: Clock | None = None,
+        pool: range | None = None,
+        space: str = "node",
+        identity: Mapping[str, int] | None = None,
+    ) -> NodeIdClaim:
+        if space != "node" or identity is not None:
+            raise ConfigurationError(
+                f"{self.url} hands out elastic64 node IDs from its groups, nothing else"
+            )
         claim = NodeIdClaim(self, self._options_template, clock)
         claim.start()
         return claim

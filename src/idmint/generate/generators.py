@@ -6,7 +6,7 @@ import secrets
 import threading
 from collections.abc import Mapping
 from types import TracebackType
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from idmint.errors import ConfigurationError, GeneratorForked, TransactionFull
 from idmint.generate.clock import Clock
@@ -62,7 +62,7 @@ class Uid64Generator(TickGenerator[Uid64]):
 
     def __init__(
         self,
-        generator: int = 0,
+        generator: int | None = None,
         cluster: int = 0,
         mode: Mode | str = Mode.SPREAD,
         *,
@@ -70,9 +70,17 @@ class Uid64Generator(TickGenerator[Uid64]):
         clock: Clock | None = None,
         max_clock_wait_ms: float = DEFAULT_MAX_CLOCK_WAIT_MS,
     ) -> None:
-        """``claim``: take generator and cluster IDs from a claim (see
-        :mod:`idmint.coordinate`) instead of the arguments, and stop issuing
-        whenever the claim is in doubt."""
+        """``generator``: the generator ID, which no other process may use at the
+        same time; nothing here checks that (:func:`idmint.new_generator` claims a
+        free one). ``claim``: take generator and cluster IDs from a claim (see
+        :mod:`idmint.coordinate`) instead, and stop issuing whenever the claim is
+        in doubt."""
+        if generator is None and claim is None:
+            raise ConfigurationError(
+                f"a {self.id_type.scheme} generator needs its generator ID, one per process: "
+                f"pass generator=N, or use idmint.new_generator({self.id_type.scheme!r}), "
+                "which claims a free one on this host"
+            )
         try:
             self._mode = Mode.parse(mode, self.id_type.scheme)
         except ValueError as error:
@@ -87,7 +95,7 @@ class Uid64Generator(TickGenerator[Uid64]):
             claim=claim,
         )
         if claim is None:
-            self._set_identity({"generator": generator, "cluster": cluster})
+            self._set_identity({"generator": cast(int, generator), "cluster": cluster})
         else:
             grant = claim.wait()
             with self._lock:
@@ -189,7 +197,7 @@ class Elastic64Generator(TickGenerator[Elastic64]):
 
     def __init__(
         self,
-        node: int = 0,
+        node: int | None = None,
         node_bits: int = e64.MIN_NODE_BITS,
         *,
         max_ahead_ms: int = DEFAULT_ELASTIC64_MAX_AHEAD_MS,
@@ -197,8 +205,15 @@ class Elastic64Generator(TickGenerator[Elastic64]):
         clock: Clock | None = None,
         max_clock_wait_ms: float = DEFAULT_MAX_CLOCK_WAIT_MS,
     ) -> None:
-        """``claim``: take the node ID and width from a node-ID claim (see
+        """``node``: the node ID, which no other process may use at the same time.
+        ``claim``: take the node ID and width from a claim (see
         :mod:`idmint.discovery`), following its width as the fleet grows."""
+        if node is None and claim is None:
+            raise ConfigurationError(
+                "an elastic64 generator needs its node ID, one per process: pass node=N "
+                "(and node_bits=W), or use idmint.new_generator('elastic64'), which claims "
+                "a free one"
+            )
         width = check_identity_field("node_bits", node_bits, e64.MIN_NODE_BITS, e64.MAX_NODE_BITS)
         super().__init__(
             limit=1 << (e64.LOW_BITS - width),
@@ -212,14 +227,16 @@ class Elastic64Generator(TickGenerator[Elastic64]):
         self._node_bits = width
         self._make = _make_elastic64
         if claim is None:
-            self._set_layout(node, width)
+            self._set_layout(cast(int, node), width)
         else:
             grant = claim.wait()
             with self._lock:
                 self._adopt(grant)
 
     def _set_identity(self, identity: Mapping[str, int]) -> None:
-        self._set_layout(identity["node"], identity["node_bits"])
+        # A claim from a plain pool of node IDs (not discovery's elastic
+        # groups) gives the narrowest width.
+        self._set_layout(identity["node"], identity.get("node_bits", e64.MIN_NODE_BITS))
 
     @property
     def node(self) -> int:
@@ -270,36 +287,94 @@ class Elastic64Generator(TickGenerator[Elastic64]):
 
 
 class Short60Generator(TickGenerator[Short60]):
-    """Mints short60 IDs: 512 per ms, with 9 random bits.
+    """Mints short60 IDs for one 9-bit node ID: 512 per ms.
 
-    short60 has no node field: two processes minting in the same millisecond
-    collide only if they pick the same sequence *and* the same random bits.
-    Each millisecond's sequence starts at a random point (and each ID gets
-    fresh random bits), so for two processes minting ``a`` and ``b`` IDs in
-    the same ms the expected number of collisions is about ``a*b / 2**18``.
-    See docs/schemes.md; use uid64 or elastic64 when that is not good enough.
+    short60's layout has 9 low bits that uexky fills at random; here they hold
+    a node ID (0..511) that no other process uses at the same time, so up to
+    512 processes never collide. ``node``: a configured node ID (nothing here
+    checks that it is yours alone; :func:`idmint.new_generator` claims a free
+    one). ``claim``: take it from a claim. ``random=True``: fill the bits at
+    random per ID, uexky's way, where two processes minting ``a`` and ``b``
+    IDs in the same ms collide about ``a*b / 2**18`` times (docs/schemes.md).
     """
 
-    __slots__ = ()
+    __slots__ = ("_node",)
     id_type = Short60
-    random_bits = s60.RANDOM_BITS
+
+    def __new__(
+        cls,
+        node: int | None = None,
+        *,
+        random: bool = False,
+        claim: Lease | None = None,
+        clock: Clock | None = None,
+        max_clock_wait_ms: float = DEFAULT_MAX_CLOCK_WAIT_MS,
+    ) -> Short60Generator:
+        # Random bits change the hot path, which is made per class.
+        chosen = _RandomShort60Generator if random and cls is Short60Generator else cls
+        instance: Short60Generator = object.__new__(chosen)
+        return instance
 
     def __init__(
         self,
+        node: int | None = None,
         *,
+        random: bool = False,
+        claim: Lease | None = None,
         clock: Clock | None = None,
         max_clock_wait_ms: float = DEFAULT_MAX_CLOCK_WAIT_MS,
     ) -> None:
+        if random and (node is not None or claim is not None):
+            raise ConfigurationError(
+                "a short60 generator has either random bits or a node ID, not both"
+            )
+        if not random and node is None and claim is None:
+            raise ConfigurationError(
+                "a short60 generator needs its node ID (0..511), one per process: pass "
+                "node=N, or use idmint.new_generator('short60'), which claims a free one on "
+                "this host; random=True fills the bits at random instead (see the "
+                "collision table in docs/schemes.md)"
+            )
         super().__init__(
             limit=s60.MAX_SEQUENCE + 1,
             seq_shift=s60.SEQUENCE_SHIFT,
             clock=clock,
             max_clock_wait_ms=max_clock_wait_ms,
+            claim=claim,
         )
+        self._node = 0
+        if claim is not None:
+            grant = claim.wait()
+            with self._lock:
+                self._adopt(grant)
+        elif not random:
+            self._set_identity({"node": cast(int, node)})
+
+    def _set_identity(self, identity: Mapping[str, int]) -> None:
+        self._node = check_identity_field("node", identity["node"], 0, s60.MAX_RANDOM)
+
+    @property
+    def node(self) -> int | None:
+        """The node ID in the low 9 bits (None when they are random)."""
+        return None if self._random_bits else self._node
+
+    def _describe_identity(self) -> str:
+        return f"node {self._node}"
 
     def _base_for_tick(self, tick: int) -> int:
         check_tick_range("short60", tick, s60.EPOCH_MS, s60.EPOCH_MS + s60.MAX_ELAPSED_MS)
-        return (tick - s60.EPOCH_MS) << s60.TIMESTAMP_SHIFT
+        return (tick - s60.EPOCH_MS) << s60.TIMESTAMP_SHIFT | self._node
+
+    def __repr__(self) -> str:
+        return f"Short60Generator(node={self._node})"
+
+
+class _RandomShort60Generator(Short60Generator):
+    """short60 with 9 random bits per ID and no node: ``Short60Generator(random=True)``."""
+
+    __slots__ = ()
+    id_type = Short60
+    random_bits = s60.RANDOM_BITS
 
     def _after_fork_in_child(self) -> None:
         # No identity to lose; random bits are reseeded by the random module.
@@ -307,8 +382,11 @@ class Short60Generator(TickGenerator[Short60]):
         self._lock = threading.Lock()
         self._retire_tick()
 
+    def _describe_identity(self) -> str:
+        return "random bits"
+
     def __repr__(self) -> str:
-        return "Short60Generator()"
+        return "Short60Generator(random=True)"
 
 
 DEFAULT_MUID_MAX_AHEAD_US = 10_000

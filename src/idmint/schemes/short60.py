@@ -4,9 +4,13 @@
 
      59                                         18 17          9 8            0
     +---------------------------------------------+-------------+--------------+
-    | timestamp (42 bits, ms since                | sequence    | random       |
+    | timestamp (42 bits, ms since                | sequence    | node         |
     | 2018-03-01T00:00:00Z)                       | (9 bits)    | (9 bits)     |
     +---------------------------------------------+-------------+--------------+
+
+uexky fills the low 9 bits at random per ID; idmint's generators put a node
+ID there that no other process holds at the same time (random bits only when
+asked for), so the field is called ``node`` (``random`` is the same bits).
 
 The seed's prose says the timestamp has 48 bits; 60 - 9 - 9 leaves 42, and its
 diagram and worked example agree with 42. It lasts until 2157-07-13.
@@ -33,11 +37,13 @@ from idmint.schemes._base import (
 EPOCH_MS: Final = 1_519_862_400_000  # 2018-03-01T00:00:00Z, uexky's epoch
 TIMESTAMP_BITS: Final = 42
 SEQUENCE_BITS: Final = 9  # 512 IDs per ms per generator
-RANDOM_BITS: Final = 9  # makes two generators' IDs in the same ms unlikely to meet
+RANDOM_BITS: Final = 9  # a node ID, or random bits (uexky) that make collisions unlikely
+NODE_BITS: Final = RANDOM_BITS
 
 MAX_ELAPSED_MS: Final = (1 << TIMESTAMP_BITS) - 1
 MAX_SEQUENCE: Final = (1 << SEQUENCE_BITS) - 1
 MAX_RANDOM: Final = (1 << RANDOM_BITS) - 1
+MAX_NODE: Final = MAX_RANDOM
 TIMESTAMP_SHIFT: Final = SEQUENCE_BITS + RANDOM_BITS
 SEQUENCE_SHIFT: Final = RANDOM_BITS
 MAX_VALUE: Final = (1 << 60) - 1
@@ -117,10 +123,24 @@ class Short60(IdValue):
         return value
 
     @classmethod
-    def build(cls, *, timestamp_ms: int, sequence: int = 0, random: int = 0) -> Short60:
-        """Make the ID; ``timestamp_ms`` counts from the Unix epoch like everywhere else."""
+    def build(
+        cls, *, timestamp_ms: int, sequence: int = 0, node: int | None = None, random: int = 0
+    ) -> Short60:
+        """Make the ID; ``timestamp_ms`` counts from the Unix epoch like everywhere else.
+
+        ``node`` and ``random`` name the same low 9 bits; give one of them.
+        """
         check_field(cls.scheme, "timestamp_ms", timestamp_ms, EPOCH_MS, EPOCH_MS + MAX_ELAPSED_MS)
         check_field(cls.scheme, "sequence", sequence, 0, MAX_SEQUENCE)
+        if node is not None:
+            if random:
+                raise InvalidId(
+                    cls.scheme,
+                    "node and random are the same 9 bits; give one of them",
+                    problem="range",
+                )
+            check_field(cls.scheme, "node", node, 0, MAX_NODE)
+            random = node
         check_field(cls.scheme, "random", random, 0, MAX_RANDOM)
         return cls._trusted(
             (timestamp_ms - EPOCH_MS) << TIMESTAMP_SHIFT | sequence << SEQUENCE_SHIFT | random
@@ -136,7 +156,13 @@ class Short60(IdValue):
         return (self._int >> SEQUENCE_SHIFT) & MAX_SEQUENCE
 
     @property
+    def node(self) -> int:
+        """The low 9 bits: the minting generator's node ID (random bits from uexky)."""
+        return self._int & MAX_NODE
+
+    @property
     def random(self) -> int:
+        """The low 9 bits under uexky's name for them (the same as :attr:`node`)."""
         return self._int & MAX_RANDOM
 
     @property
@@ -166,6 +192,6 @@ class Short60(IdValue):
             "time": iso_ms(timestamp_ms),
             "timestamp_ms": timestamp_ms,
             "sequence": self.sequence,
-            "random": self.random,
+            "node": self.node,
             "int": self._int,
         }

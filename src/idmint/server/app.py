@@ -47,8 +47,8 @@ from idmint.errors import (
     IdmintError,
     InvalidId,
 )
+from idmint.factory import new_generator
 from idmint.generate.core import TickGenerator
-from idmint.generate.factory import new_generator
 from idmint.schemes import SCHEMES, parse_id
 from idmint.server.metrics import Metrics
 from idmint.server.openapi import openapi_document
@@ -204,25 +204,30 @@ class IdServer:
     def _make_generator(self, index: int) -> TickGenerator[Any]:
         options = dict(self._options)
         url = self.coordinator
-        if url is not None and not url.startswith("static:"):
+        if url is None or not url.startswith("static:") or self.scheme == "muid":
+            # Claimed (from this host's pool when no coordinator is given): each
+            # generator, and each worker process of an ASGI server, its own.
             return new_generator(self.scheme, coordinator=url, **options)
-        if self.scheme in ("uid64", "uid64-v1", "elastic64"):
-            # K static generators: consecutive identities from the one configured.
-            from idmint.coordinate.static import StaticCoordinator
-            from idmint.coordinate.url import parse_url
+        # K static generators: consecutive identities from the one configured,
+        # each held on this host.
+        from idmint.coordinate.static import StaticCoordinator
+        from idmint.coordinate.url import parse_url
 
-            static = StaticCoordinator(parse_url(url or "static://"))
+        static = StaticCoordinator(parse_url(url))
+        if self.scheme in ("elastic64", "short60"):
+            if static.node is None:
+                raise ConfigurationError(
+                    f"a {self.scheme} server with a static identity needs node IDs: "
+                    "--coordinator 'static://?node=N"
+                    + ("&node_bits=W'" if self.scheme == "elastic64" else "'")
+                    + ", or no --coordinator to claim free ones on this host"
+                )
+            options.update(node=static.node + index)
             if self.scheme == "elastic64":
-                if static.node is None:
-                    raise ConfigurationError(
-                        "an elastic64 server needs node IDs: --coordinator "
-                        "'static://?node=N&node_bits=W' or a zk:// discovery URL"
-                    )
-                options.update(node=static.node + index, node_bits=static.node_bits or 8)
-            else:
-                options.update(generator=static.generator + index, cluster=static.cluster)
-            return new_generator(self.scheme, **options)
-        return new_generator(self.scheme, coordinator=url, **options)
+                options.update(node_bits=static.node_bits or 8)
+        else:
+            options.update(generator=static.generator + index, cluster=static.cluster)
+        return new_generator(self.scheme, **options)
 
     def _register(self) -> None:
         from idmint.discovery import Discovery

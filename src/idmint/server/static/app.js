@@ -40,7 +40,7 @@
     short60: () => [
       seg("timestamp", 42, "timestamp"),
       seg("sequence", 9, "sequence"),
-      seg("random", 9, "random"),
+      seg("node", 9, "node"),
     ],
   };
 
@@ -58,7 +58,8 @@
       "128 bits: a 56-bit microsecond timestamp, a 52-bit medallion naming the node and a " +
       "20-bit offset within a transaction.",
     short60:
-      "60 bits: 42 bits of milliseconds since 2018-03-01, a 9-bit sequence and 9 random bits, " +
+      "60 bits: 42 bits of milliseconds since 2018-03-01, a 9-bit sequence and a 9-bit node " +
+      "(random bits in uexky's IDs), " +
       "shown as rotated base 64.",
   };
 
@@ -76,7 +77,6 @@
     node_bits: "node-ID width used to decode",
     medallion: "the node that minted it",
     offset: "position within its transaction (0 = the transaction)",
-    random: "random bits",
     int: "the 60 bits as an integer",
   };
 
@@ -244,7 +244,7 @@
         return {
           timestamp_ms: p.timestamp + SHORT60_EPOCH_MS,
           sequence: p.sequence,
-          random: p.random,
+          node: p.node,
           int: value,
         };
       default:
