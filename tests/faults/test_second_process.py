@@ -1,0 +1,83 @@
+"""A second process on the same host, started with the defaults, mints IDs of its own.
+
+Before the host-local default every process without a coordinator was generator 0
+(and short60's random bits collided every few ms between busy processes), so two
+``idmint generate`` at once shared about half their IDs. Now each process claims
+its own identity from this host's pool (``local://``), and a configured identity
+held by one process is refused to the next.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections import Counter
+
+import pytest
+from tests.cli_process import CliProcess, assert_one_error_line, run_idmint
+
+from idmint import Short60, Uid64
+
+
+def _run_together(count: int, processes: int, *options: str) -> list[CliProcess]:
+    with contextlib.ExitStack() as stack:
+        started = [
+            stack.enter_context(
+                CliProcess("generate", "--count", str(count), *options, stamp=False)
+            )
+            for _ in range(processes)
+        ]
+        for process in started:
+            assert process.wait(timeout=120) == 0, process.stderr
+        return started
+
+
+def _assert_distinct(values: list[str]) -> None:
+    twice = [value for value, seen in Counter(values).items() if seen > 1]
+    assert not twice, f"{len(twice)} IDs minted by more than one process, e.g. {twice[:3]}"
+
+
+def test_two_cli_processes_with_no_options_share_no_id() -> None:
+    processes = _run_together(150_000, 2)
+    everything = [line for process in processes for line in process.lines]
+    assert len(everything) == 300_000
+    _assert_distinct(everything)
+    generators = [{Uid64(line).generator for line in p.lines} for p in processes]
+    assert all(len(used) == 1 for used in generators)
+    assert generators[0] != generators[1]
+
+
+@pytest.mark.parametrize(("processes", "count"), [(2, 400_000), (8, 100_000)])
+def test_short60_processes_never_collide(processes: int, count: int) -> None:
+    """uexky's 9 random bits collided between two busy processes every few ms."""
+    started = _run_together(count, processes, "--scheme", "short60")
+    everything = [line for process in started for line in process.lines]
+    assert len(everything) == processes * count
+    _assert_distinct(everything)
+    nodes = [{Short60(line).node for line in p.lines} for p in started]
+    assert all(len(used) == 1 for used in nodes)
+    assert len({used.pop() for used in nodes}) == processes
+
+
+@pytest.mark.parametrize(
+    "identity",
+    [("--generator", "7"), ("--coordinator", "static://?generator=7")],
+    ids=["option", "url"],
+)
+def test_the_same_static_identity_twice_is_refused_with_one_line(
+    identity: tuple[str, ...],
+) -> None:
+    with CliProcess("generate", "--count", "0", "--generator", "7", stamp=False) as holder:
+        holder.wait_for_lines(1, timeout=30, what="the first process to mint")
+        second = run_idmint("generate", "--count", "5", *identity)
+        assert second.returncode != 0
+        assert second.stdout == ""
+        line = assert_one_error_line(second.stderr)
+        assert "generator 7" in line
+        assert f":{holder.pid}" in line, "the message should name the process that holds it"
+        holder.send(signal.SIGTERM)
+        assert holder.wait(timeout=30) == 128 + signal.SIGTERM
+    # Released on exit: the identity is free again.
+    again = run_idmint("generate", "--count", "1", *identity)
+    assert again.returncode == 0, again.stderr
+    assert Uid64(again.stdout.strip()).generator == 7
