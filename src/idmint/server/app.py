@@ -216,8 +216,9 @@ class IdServer:
         static = StaticCoordinator(parse_url(url))
         if self.scheme in ("elastic64", "short60"):
             if static.node is None:
+                article = "an" if self.scheme == "elastic64" else "a"
                 raise ConfigurationError(
-                    f"a {self.scheme} server with a static identity needs node IDs: "
+                    f"{article} {self.scheme} server with a static identity needs node IDs: "
                     "--coordinator 'static://?node=N"
                     + ("&node_bits=W'" if self.scheme == "elastic64" else "'")
                     + ", or no --coordinator to claim free ones on this host"
