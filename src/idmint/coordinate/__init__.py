@@ -8,6 +8,7 @@ scheme          driver                                          needs
 ==============  ==============================================  ===========================
 ``local://``    :class:`~idmint.coordinate.local.LocalCoordinator`          nothing (the default)
 ``static://``   :class:`~idmint.coordinate.static.StaticCoordinator`        nothing
+``memory://``   :class:`~idmint.coordinate.memory.MemoryCoordinator`        nothing (tests, drills)
 ``zk://``       :class:`~idmint.coordinate.zookeeper.ZooKeeperCoordinator`  ``idmint[zookeeper]``
 ``etcd://``     :class:`~idmint.coordinate.etcd.EtcdCoordinator`            ``idmint[etcd]``
 ==============  ==============================================  ===========================
@@ -58,6 +59,7 @@ ENTRY_POINT_GROUP = "idmint.coordinators"
 _BUILT_IN = {
     "static": "idmint.coordinate.static:StaticCoordinator",
     "local": "idmint.coordinate.local:LocalCoordinator",
+    "memory": "idmint.coordinate.memory:MemoryCoordinator",
     "zk": "idmint.coordinate.zookeeper:ZooKeeperCoordinator",
     "zookeeper": "idmint.coordinate.zookeeper:ZooKeeperCoordinator",
     "etcd": "idmint.coordinate.etcd:EtcdCoordinator",

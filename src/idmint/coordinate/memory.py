@@ -1,0 +1,293 @@
+"""Identities claimed from a pool kept in this process's memory: for tests and drills.
+
+URL grammar::
+
+    memory://NAME[?option=value&...]
+
+Every coordinator with the same ``NAME`` in one process shares one pool, as
+clients of one ZooKeeper ensemble share its tree; nothing leaves the process.
+It runs the same claim machinery as the real drivers (deadline, high-water
+mark, hold-off, renewal), so the contract tests run on it in milliseconds, and
+it can be made to fail on demand like a real server:
+
+* :meth:`MemoryCoordinator.expire` ends a claim's session on the "server", as
+  ZooKeeper does when a session times out (the claim learns it at its next
+  renewal, as with etcd);
+* :meth:`MemoryCoordinator.outage` makes the server unreachable until the
+  block ends; sessions not heard from for longer than their TTL by then are
+  expired, as a real server expires them.
+
+==================  =========  ==============================================
+option              default    meaning
+==================  =========  ==============================================
+``ttl``             ``2``      s; the session TTL (the deadline's basis)
+``generators``      all        ``LO-HI``: the IDs this client may claim
+``cluster``         ``0``      the uid64 cluster ID
+``claim_timeout``   ``30``     s to wait for a free ID
+``wait_timeout``    ``10``     s a generator waits for its claim
+``margin``          ttl/10     s taken off the deadline
+``skew``            ``1``      s of clock-skew allowance in the hold-off
+==================  =========  ==============================================
+
+Pass a :class:`~idmint.generate.clock.ManualClock` as the claim's clock to
+drive time by hand: deadlines and high-water marks then follow it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from idmint.coordinate.base import (
+    Claim,
+    ClaimInfo,
+    ClaimOptions,
+    Coordinator,
+    HighWaterMark,
+    holder_description,
+)
+from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
+from idmint.errors import ClaimLost, ConfigurationError, CoordinatorUnavailable
+from idmint.generate.clock import Clock
+
+__all__ = ["MemoryClaim", "MemoryCoordinator"]
+
+DEFAULT_TTL_S = 2.0
+OPTIONS = (*COMMON_OPTIONS, "ttl")
+
+Key = tuple[str, int, int]
+"""(space, cluster, ID)."""
+
+
+@dataclass
+class _Session:
+    ttl_s: float
+    heard_at: float = field(default_factory=time.monotonic)
+    alive: bool = True
+
+
+@dataclass
+class _Pool:
+    """What a coordination server would keep: who holds what, and the marks."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    changed: threading.Condition = field(init=False)
+    holders: dict[Key, tuple[int, str, int]] = field(default_factory=dict)
+    """key -> (session, holder, since_ms)."""
+    marks: dict[Key, tuple[HighWaterMark, int]] = field(default_factory=dict)
+    """key -> (mark, version)."""
+    sessions: dict[int, _Session] = field(default_factory=dict)
+    reachable: bool = True
+
+    def __post_init__(self) -> None:
+        self.changed = threading.Condition(self.lock)
+
+    def request(self, session: int | None = None) -> None:
+        """Check the server can be reached (caller holds ``lock``); expire lapsed sessions."""
+        if not self.reachable:
+            raise CoordinatorUnavailable("memory:// server unreachable (an outage drill)")
+        now = time.monotonic()
+        for number, state in self.sessions.items():
+            if state.alive and now - state.heard_at > state.ttl_s:
+                self._end(number)
+        if session is not None and self.sessions[session].alive:
+            self.sessions[session].heard_at = now
+
+    def _end(self, session: int) -> None:
+        self.sessions[session].alive = False
+        for key in [k for k, held in self.holders.items() if held[0] == session]:
+            del self.holders[key]
+        self.changed.notify_all()
+
+
+_POOLS: dict[str, _Pool] = {}
+_POOLS_LOCK = threading.Lock()
+_SESSIONS = itertools.count(1)
+
+
+class MemoryCoordinator(Coordinator):
+    """A named pool in this process's memory (see the module docs)."""
+
+    def __init__(self, url: CoordinatorUrl) -> None:
+        url.check_known(OPTIONS)
+        if len(url.hosts) != 1 or url.path:
+            raise ConfigurationError(
+                f"memory:// takes a pool name and nothing else: memory://NAME, got {url.text!r}"
+            )
+        self.url = url.redacted()
+        self.name = url.hosts[0][0]
+        self.ttl_s = url.number("ttl", DEFAULT_TTL_S, minimum=0.5)
+        self._options_template = url.claim_options(pool_size=2048, ttl_s=self.ttl_s)
+        with _POOLS_LOCK:
+            self.pool = _POOLS.setdefault(self.name, _Pool())
+
+    def claim(
+        self,
+        *,
+        clock: Clock | None = None,
+        pool: range | None = None,
+        space: str = "generator",
+        identity: Mapping[str, int] | None = None,
+    ) -> MemoryClaim:
+        if identity is not None:
+            raise ConfigurationError(f"{self.url} claims a free ID; a configured one is static://")
+        claim = MemoryClaim(self, self._options_for(pool), clock, space)
+        claim.start()
+        return claim
+
+    def list_claims(self) -> list[ClaimInfo]:
+        pool = self.pool
+        with pool.lock:
+            pool.request()
+            rows = [
+                ClaimInfo(
+                    cluster=cluster,
+                    generator=number,
+                    holder=holder,
+                    since_ms=since_ms,
+                    high_water_mark_ms=(
+                        pool.marks[(space, cluster, number)][0].ceiling_ms
+                        if (space, cluster, number) in pool.marks
+                        else None
+                    ),
+                    space=space,
+                )
+                for (space, cluster, number), (_, holder, since_ms) in pool.holders.items()
+            ]
+        return sorted(rows, key=lambda row: (row.space, row.cluster, row.generator))
+
+    def close(self) -> None:
+        """Nothing to close: the pool lives as long as the process."""
+
+    # -- drills ------------------------------------------------------------------------
+    def expire(self, claim: Claim) -> None:
+        """End ``claim``'s session on the server, as a timed-out ZooKeeper session ends."""
+        if not isinstance(claim, MemoryClaim) or claim._session is None:
+            raise ConfigurationError(f"{claim!r} is not a live memory:// claim")
+        with self.pool.lock:
+            self.pool._end(claim._session)
+
+    @contextlib.contextmanager
+    def outage(self) -> Iterator[None]:
+        """The server cannot be reached until the block ends."""
+        with self.pool.lock:
+            self.pool.reachable = False
+        try:
+            yield
+        finally:
+            with self.pool.lock:
+                self.pool.reachable = True
+                self.pool.changed.notify_all()
+
+
+class MemoryClaim(Claim):
+    """One identity held through a session of a memory:// pool."""
+
+    def __init__(
+        self,
+        coordinator: MemoryCoordinator,
+        options: ClaimOptions,
+        clock: Clock | None,
+        space: str,
+    ) -> None:
+        super().__init__(
+            options=options,
+            ttl_s=coordinator.ttl_s,
+            clock=clock,
+            description=f"{space} ID claim at memory://{coordinator.name}",
+        )
+        self._pool = coordinator.pool
+        self.space = space
+        self._session: int | None = None
+        self._key: Key | None = None
+        self._version = 0
+
+    def _acquire(self) -> tuple[Mapping[str, int], int]:
+        pool = self._pool
+        cluster = (self.options.cluster or 0) if self.space == "generator" else 0
+        deadline = time.monotonic() + self.options.claim_timeout_s
+        with pool.lock:
+            pool.request()
+            session = next(_SESSIONS)
+            pool.sessions[session] = _Session(self.ttl_s)
+            while True:
+                self.soonest_holdoff_end_s = math.inf
+                now_ms = self.clock.time_ns() // 1_000_000
+                for number in self.options.pool:
+                    key = (self.space, cluster, number)
+                    if key in pool.holders:
+                        continue
+                    mark, version = pool.marks.get(key, (None, 0))
+                    if self._held_off(key, mark, now_ms):
+                        continue
+                    pool.holders[key] = (session, holder_description(), now_ms)
+                    self._session, self._key, self._version = session, key, version
+                    identity = (
+                        {"generator": number, "cluster": cluster}
+                        if self.space == "generator"
+                        else {"node": number}
+                    )
+                    return identity, mark.ceiling_ms if mark is not None else -1
+                if time.monotonic() >= deadline:
+                    pool._end(session)
+                    raise self._pool_exhausted(f"cluster {cluster}", f"memory://{self.space}")
+                if self._closed.is_set():
+                    pool._end(session)
+                    raise ClaimLost(f"{self.description}: closed while claiming")
+                pool.changed.wait(self._next_look_s(deadline, every_s=0.05))
+                pool.request()
+
+    def _renew(self, ceiling_ms: int) -> bool:
+        pool = self._pool
+        with pool.lock:
+            if self._session is None or self._key is None:
+                return False
+            pool.request(self._session)
+            held = pool.holders.get(self._key)
+            current = pool.marks.get(self._key, (None, 0))[1]
+            if held is None or held[0] != self._session or current != self._version:
+                return False
+            mark = HighWaterMark(
+                ceiling_ms=ceiling_ms,
+                renewed_ms=self.clock.time_ns() // 1_000_000,
+                holder=held[1],
+            )
+            self._version = current + 1
+            pool.marks[self._key] = (mark, self._version)
+            return True
+
+    def _release(self, final_ceiling_ms: int | None) -> None:
+        pool = self._pool
+        with pool.lock:
+            session, key = self._session, self._key
+            self._session = self._key = None
+            if session is None:
+                return
+            pool.request()
+            held = pool.holders.get(key) if key is not None else None
+            ours = key is not None and held is not None and held[0] == session
+            if ours and key is not None and held is not None and final_ceiling_ms is not None:
+                now_ms = self.clock.time_ns() // 1_000_000
+                mark = HighWaterMark(
+                    ceiling_ms=final_ceiling_ms,
+                    renewed_ms=now_ms,
+                    released_ms=now_ms,
+                    holder=held[1],
+                )
+                pool.marks[key] = (mark, pool.marks.get(key, (None, 0))[1] + 1)
+            pool._end(session)
+
+    def _reclaim(self) -> None:
+        with self._pool.lock:
+            if self._session is not None and self._pool.sessions[self._session].alive:
+                self._pool._end(self._session)
+        self._session = self._key = None
+        super()._reclaim()
+
+    def _forget(self) -> None:
+        self._session = self._key = None
