@@ -23,9 +23,9 @@ import pytest
 from tests.integration.claims_helpers import (
     DEFAULT_TTL_S,
     Backend,
-    claimed_backends,
     held_generators,
     holder_of_this_process,
+    shared_backends,
     wait_for,
 )
 
@@ -112,7 +112,7 @@ class Parent:
 
 
 @pytest.mark.parametrize("leave", ["exit", "close", "release_all_claims"])
-@claimed_backends
+@shared_backends
 def test_a_forked_child_leaves_its_parents_claim_alone(
     backend: Backend, leave: str, exit_stack: contextlib.ExitStack
 ) -> None:
@@ -147,7 +147,7 @@ def test_a_forked_child_leaves_its_parents_claim_alone(
     assert set(held_generators(backend, url)) == {generator}
 
 
-@claimed_backends
+@shared_backends
 def test_fork_exit_then_parent_crash_then_skewed_successor_mints_no_duplicate(
     backend: Backend, exit_stack: contextlib.ExitStack
 ) -> None:

@@ -15,7 +15,7 @@ import time
 from tests.integration.claims_helpers import (
     DEFAULT_TTL_S,
     Backend,
-    network_backends,
+    session_backends,
     wait_for_new_claim,
 )
 
@@ -24,7 +24,7 @@ from idmint import new_generator
 SKEW_S = 1.0
 
 
-@network_backends
+@session_backends
 def test_the_real_time_bound_restarts_for_each_new_mark(
     backend: Backend, exit_stack: contextlib.ExitStack
 ) -> None:

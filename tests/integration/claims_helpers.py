@@ -45,7 +45,9 @@ __all__ = [
     "ALL_BACKENDS",
     "CLAIMED_BACKENDS",
     "DEFAULT_TTL_S",
-    "NETWORK_BACKENDS",
+    "SERVER_BACKENDS",
+    "SESSION_BACKENDS",
+    "SHARED_BACKENDS",
     "STATIC_CLUSTER",
     "STATIC_GENERATOR",
     "Backend",
@@ -63,19 +65,28 @@ __all__ = [
     "known_bug",
     "make_backend",
     "minting",
-    "network_backends",
     "now_ms",
     "run_idmint",
+    "server_backends",
+    "session_backends",
     "settled_local_directory",
+    "shared_backends",
     "unique_root",
     "wait_for",
     "wait_for_new_claim",
 ]
 
-NETWORK_BACKENDS: list[str] = ["zk", "etcd"]
-"""Coordinators behind a network: sessions expire, servers go down, clients pause."""
+SERVER_BACKENDS: list[str] = ["zk", "etcd"]
+"""Coordinators that are servers: they can be unreachable, and other processes share them."""
 
-CLAIMED_BACKENDS: list[str] = ["local", *NETWORK_BACKENDS]
+SESSION_BACKENDS: list[str] = ["memory", *SERVER_BACKENDS]
+"""Coordinators whose claims are sessions that expire, behind a server that can go down
+(``memory://`` drills both in-process)."""
+
+SHARED_BACKENDS: list[str] = ["local", *SERVER_BACKENDS]
+"""Coordinators whose claims every process sees: for tests that run the CLI."""
+
+CLAIMED_BACKENDS: list[str] = ["memory", "local", *SERVER_BACKENDS]
 """Coordinators that claim generator IDs from a pool: every pool rule is checked on each."""
 
 ALL_BACKENDS: list[str] = ["static", *CLAIMED_BACKENDS]
@@ -111,10 +122,14 @@ claimed_backends = pytest.mark.parametrize(
     "backend", backend_params(CLAIMED_BACKENDS), indirect=True
 )
 """Run a test once per backend that claims its identity (local, ZooKeeper, etcd)."""
-network_backends = pytest.mark.parametrize(
-    "backend", backend_params(NETWORK_BACKENDS), indirect=True
+server_backends = pytest.mark.parametrize("backend", backend_params(SERVER_BACKENDS), indirect=True)
+"""Run a test once per coordinator that is a server (ZooKeeper, etcd)."""
+session_backends = pytest.mark.parametrize(
+    "backend", backend_params(SESSION_BACKENDS), indirect=True
 )
-"""Run a test once per backend behind a network (ZooKeeper, etcd)."""
+"""Run a test once per coordinator with expiring sessions (memory, ZooKeeper, etcd)."""
+shared_backends = pytest.mark.parametrize("backend", backend_params(SHARED_BACKENDS), indirect=True)
+"""Run a test once per coordinator other processes share (local, ZooKeeper, etcd)."""
 
 
 def known_bug(request: pytest.FixtureRequest, reason: str) -> None:
@@ -151,6 +166,8 @@ class Backend:
     tls: bool = False
     ca_path: Path | None = None
     root_prefix: str = ""
+    roots: list[str] = field(default_factory=list)
+    """The pools this backend made (memory://), which stop_server() takes down."""
 
     @property
     def claims(self) -> bool:
@@ -166,11 +183,14 @@ class Backend:
     def new_root(self) -> str:
         if self.name == "local":
             return str(settled_local_directory())
+        if self.name == "memory":
+            self.roots.append(unique_root().strip("/"))
+            return self.roots[-1]
         return unique_root(self.root_prefix)
 
     def hosts(self) -> str:
-        if self.name == "local":
-            return self.new_root()  # where a local:// URL would name its directory
+        if self.name in ("local", "memory"):
+            return self.new_root()  # what a URL of this kind names: a directory, a pool
         server = self._server()
         if isinstance(server, ZooKeeperEnsemble):
             return server.hosts
@@ -197,8 +217,8 @@ class Backend:
         query = dict(options)
         if ttl is not None:
             query["session_timeout" if self.name == "zk" else "ttl"] = ttl
-        if self.name == "local":
-            text = f"local://{root if root is not None else self.new_root()}"
+        if self.name in ("local", "memory"):
+            text = f"{self.name}://{root if root is not None else self.new_root()}"
             return f"{text}?{urlencode(query, safe='/:')}" if query else text
         if self.ca_path is not None:
             query.setdefault("ca", str(self.ca_path))
@@ -225,6 +245,10 @@ class Backend:
                 return None
             local_mark: dict[str, Any] = json.loads(path.read_text())
             return local_mark
+        if self.name == "memory":
+            marks = self._memory(root).pool.marks
+            found = marks.get(("generator", cluster, generator))
+            return None if found is None else found[0].to_json()
         server = self._server()
         if isinstance(server, ZooKeeperEnsemble):
             from kazoo.client import KazooClient
@@ -254,6 +278,11 @@ class Backend:
         ZooKeeper tells the client at once (the claim goes LOST); etcd does not, and
         the claim learns it at its next renewal.
         """
+        if self.name == "memory":
+            pool = claim._pool  # type: ignore[attr-defined]
+            with pool.lock:
+                pool._end(claim._session)  # type: ignore[attr-defined]
+            return
         server = self._server()
         if isinstance(server, ZooKeeperEnsemble):
             client = claim._client  # type: ignore[attr-defined]
@@ -272,12 +301,28 @@ class Backend:
 
     def stop_server(self) -> float:
         """Stop the (single) server; return the monotonic time it was certainly down."""
+        if self.name == "memory":
+            for root in self.roots:
+                with self._memory(root).pool.lock:
+                    self._memory(root).pool.reachable = False
+            return time.monotonic()
         self._server().stop_member(0)
         return time.monotonic()
 
     def start_server(self) -> None:
         """Start the server again (same port, same data) and wait until it serves."""
+        if self.name == "memory":
+            for root in self.roots:
+                pool = self._memory(root).pool
+                with pool.lock:
+                    pool.reachable = True
+                    pool.changed.notify_all()
+            return
         self._server().start_member(0)
+
+    @staticmethod
+    def _memory(root: str) -> Any:
+        return connect(f"memory://{root}")
 
     def list_claims(self, url: str) -> list[ClaimInfo]:
         coordinator = connect(url)
@@ -309,7 +354,7 @@ def settled_local_directory() -> Path:
 
 def make_backend(name: str, request: pytest.FixtureRequest) -> Backend:
     """The backend called ``name``, starting its (session-scoped) server if needed."""
-    if name in ("static", "local"):
+    if name in ("static", "local", "memory"):
         return Backend(name)
     if name == "zk":
         return Backend("zk", request.getfixturevalue("zk"))

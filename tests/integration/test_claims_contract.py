@@ -18,19 +18,21 @@ from collections.abc import Callable
 import pytest
 from tests.integration.claims_helpers import (
     DEFAULT_TTL_S,
+    SHARED_BACKENDS,
     STATIC_CLUSTER,
     STATIC_GENERATOR,
     Backend,
     CliProcess,
     all_backends,
     assert_one_error_line,
+    backend_params,
     claimed_backends,
     decode,
     held_generators,
     holder_of_this_process,
-    network_backends,
     now_ms,
     run_idmint,
+    server_backends,
     wait_for,
 )
 
@@ -145,7 +147,7 @@ def _claims_json(url: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in listed.stdout.splitlines()]
 
 
-@all_backends
+@pytest.mark.parametrize("backend", backend_params(["static", *SHARED_BACKENDS]), indirect=True)
 def test_cli_claims_list_shows_holder_since_and_high_water_mark(
     backend: Backend, exit_stack: contextlib.ExitStack
 ) -> None:
@@ -279,7 +281,7 @@ def test_failed_claim_leaves_nothing_running(
         pytest.fail(f"{threading.active_count() - threads_before} threads left running: {names}")
 
 
-@network_backends
+@server_backends
 def test_unreachable_coordinator_raises_coordinator_unavailable_quickly(backend: Backend) -> None:
     url = backend.unreachable_url(backend.new_root(), connect_timeout=1)
     started = time.monotonic()
@@ -290,7 +292,7 @@ def test_unreachable_coordinator_raises_coordinator_unavailable_quickly(backend:
     assert "127.0.0.1" in str(unavailable.value)
 
 
-@network_backends
+@server_backends
 def test_cli_unreachable_coordinator_prints_one_line(backend: Backend) -> None:
     url = backend.unreachable_url(backend.new_root(), connect_timeout=1)
     started = time.monotonic()

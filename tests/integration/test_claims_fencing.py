@@ -24,7 +24,7 @@ from tests.integration.claims_helpers import (
     held_generators,
     holder_of_this_process,
     minting,
-    network_backends,
+    session_backends,
     wait_for,
     wait_for_new_claim,
 )
@@ -65,7 +65,7 @@ OUTAGES = [
 
 
 @pytest.mark.parametrize("outage", OUTAGES)
-@network_backends
+@session_backends
 def test_coordinator_outage_fences_then_resumes(
     backend: Backend, outage: str, exit_stack: contextlib.ExitStack
 ) -> None:
@@ -216,7 +216,7 @@ def test_release_records_newest_timestamp_as_high_water_mark(backend: Backend) -
 
 
 @pytest.mark.parametrize("pool", ["0-0", "0-1"])
-@network_backends
+@session_backends
 def test_session_expiry_makes_a_new_claim(
     backend: Backend, pool: str, exit_stack: contextlib.ExitStack
 ) -> None:

@@ -15,10 +15,10 @@ from tests.integration.claims_helpers import (
     DEFAULT_TTL_S,
     Backend,
     CliProcess,
-    claimed_backends,
     decode,
     held_generators,
-    network_backends,
+    server_backends,
+    shared_backends,
     wait_for,
 )
 
@@ -26,7 +26,7 @@ PROCESSES = 16
 IDS_PER_PROCESS = 50_000
 
 
-@claimed_backends
+@shared_backends
 def test_sixteen_processes_mint_800000_unique_ids(
     backend: Backend, exit_stack: contextlib.ExitStack
 ) -> None:
@@ -58,7 +58,7 @@ def test_sixteen_processes_mint_800000_unique_ids(
     assert held_generators(backend, url) == {}, "every process should have released its claim"
 
 
-@network_backends
+@server_backends
 def test_paused_holder_never_overlaps_its_successor(
     backend: Backend, exit_stack: contextlib.ExitStack
 ) -> None:
