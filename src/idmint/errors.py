@@ -18,6 +18,8 @@ raise with one clause, and a few branches that match how a caller reacts:
  │    └── ``CoordinationError``: anything about claimed identities.
  │         ├── ``ClaimLost``: our claim may be held by someone else now.
  │         ├── ``CoordinatorUnavailable``: the coordinator cannot be reached.
+ │         │    └── ``CoordinatorRefused``: it answered, but refused us
+ │         │         (credentials, permissions, TLS): waiting will not help.
  │         ├── ``PoolExhausted``: every identity in the pool is taken.
  │         └── ``IdentityInUse``: a configured identity is held by another
  │              process on this host.
@@ -34,6 +36,7 @@ __all__ = [
     "ClockMovedBackwards",
     "ConfigurationError",
     "CoordinationError",
+    "CoordinatorRefused",
     "CoordinatorUnavailable",
     "GeneratorError",
     "GeneratorForked",
@@ -116,6 +119,13 @@ class ClaimLost(CoordinationError):
 
 class CoordinatorUnavailable(CoordinationError):
     """The coordination service could not be reached in time."""
+
+
+class CoordinatorRefused(CoordinatorUnavailable):
+    """The coordinator answered but refused us: credentials, permissions or TLS.
+
+    Unlike an outage, waiting does not help; the configuration must change.
+    """
 
 
 class PoolExhausted(CoordinationError):

@@ -262,6 +262,9 @@ class Claim:
         self.renewal_failures = 0
         self.losses = 0
         """Times the claim was lost (session expired, lease gone, taken over)."""
+        # Why the last renewal or claim attempt failed (None after a success):
+        # what a generator that gives up is told to check.
+        self._failure: Exception | None = None
 
     # -- what generators use ------------------------------------------------------
     @property
@@ -335,7 +338,7 @@ class Claim:
             f"{self.description}: no usable claim after waiting {waited_s:g} s "
             f"(state {state.value}: {self._problem})"
         )
-        if state in (ClaimState.SUSPENDED,) or "unreachable" in self._problem:
+        if state is ClaimState.SUSPENDED or isinstance(self._failure, CoordinatorUnavailable):
             return CoordinatorUnavailable(
                 message + "; check that the coordinator is running and reachable from this host"
             )
@@ -600,20 +603,25 @@ class Claim:
                     self._reclaim()
                 elif state in (ClaimState.ACTIVE, ClaimState.SUSPENDED):
                     if self._renew_once():
+                        self._failure = None
                         self._maintain()
                     else:
                         self._lose("the coordinator no longer has our claim")
                         self._wake.set()
             except CoordinationError as error:
                 self.renewal_failures += 1
+                self._failure = error
                 self._problem = str(error)
                 log.info("%s: renewal failed: %s", self, error)
                 self._backoff()
                 retry_soon = True
-            except Exception as error:  # keep the thread alive; the deadline fences
+            except Exception as error:
+                # A bug (ours or a driver's): say so loudly, and keep the thread
+                # alive, since the deadline fences the generators meanwhile.
                 self.renewal_failures += 1
-                self._problem = f"coordinator unreachable: {error}"
-                log.info("%s: renewal failed: %s", self, error)
+                self._failure = error
+                self._problem = f"renewal failed unexpectedly: {type(error).__name__}: {error}"
+                log.exception("%s: renewal failed unexpectedly", self, exc_info=error)
                 self._backoff()
                 retry_soon = True
 

@@ -74,6 +74,7 @@ from idmint.errors import (
     ClaimLost,
     ConfigurationError,
     CoordinationError,
+    CoordinatorRefused,
     CoordinatorUnavailable,
 )
 from idmint.generate.clock import Clock
@@ -169,12 +170,16 @@ class EtcdGateway:
                 failures.append(f"{self.endpoints[index]}: {type(error).__name__}")
                 continue
             except exceptions.Etcd3Exception as error:
-                detail = (error.detail_text or "").lower()
-                if self.username is not None and ("auth token" in detail or "401" in detail):
-                    self._authenticated = False
-                    self._authenticate()
-                    return operation(client)
-                raise _translate(error, what) from error
+                if self.username is None or _grpc_code(error) != _UNAUTHENTICATED:
+                    raise _translate(error, what) from error
+                # Our token expired or this member does not know it: once more
+                # with a new one.
+                self._authenticated = False
+                self._authenticate()
+                try:
+                    result = operation(client)
+                except exceptions.Etcd3Exception as again:
+                    raise _translate(again, what) from again
             self._current = index
             return result
         raise CoordinatorUnavailable(
@@ -198,8 +203,8 @@ class EtcdGateway:
                     failures.append(f"{self.endpoints[index]}: {type(e).__name__}")
                     continue
                 except exceptions.Etcd3Exception as error:
-                    raise CoordinatorUnavailable(
-                        f"etcd refused user {self.username!r}: {error.detail_text or error}; "
+                    raise CoordinatorRefused(
+                        f"etcd refused user {self.username!r}: {_message(error)}; "
                         "check the user and password in the URL"
                     ) from error
                 self.session.headers["Authorization"] = reply["token"]
@@ -297,14 +302,15 @@ class EtcdCoordinator(Coordinator):
         while True:
             try:
                 self.gateway.get(f"{self.prefix}/cluster-id")
+            except CoordinatorRefused:
+                raise  # credentials or TLS: waiting would not help
             except CoordinatorUnavailable as error:
-                final = "refused user" in str(error) or "TLS handshake" in str(error)
-                if time.monotonic() >= deadline or final:
+                if time.monotonic() >= deadline:
                     raise CoordinatorUnavailable(
                         f"could not reach etcd at {self.description} within "
                         f"{self._options_template.connect_timeout_s:g} s: {error}"
                     ) from error
-                time.sleep(0.1)
+                time.sleep(0.1)  # in the constructor: there is no claim to close yet
             else:
                 return
 
@@ -615,11 +621,13 @@ class EtcdClaim(Claim):
 
 def _raise_if_tls(error: Exception, endpoint: str, doing: str) -> None:
     """A certificate problem is no outage: say so at once instead of retrying."""
-    detail = str(getattr(error, "detail_text", None) or error)
-    lowered = detail.lower()
-    if "certificate" in lowered or "ssl" in lowered or "tls" in lowered:
-        raise CoordinatorUnavailable(
-            f"{doing}: the TLS handshake with {endpoint} failed ({_first_line(detail)}); "
+    import requests
+
+    # etcd3gw wraps requests' exception by its text; the original is the context.
+    cause = error.__context__
+    if isinstance(cause, requests.exceptions.SSLError):
+        raise CoordinatorRefused(
+            f"{doing}: the TLS handshake with {endpoint} failed ({_first_line(str(cause))}); "
             "check ca= (the CA that signed the server's certificate), and cert=/key= if "
             "the server wants a client certificate"
         ) from error
@@ -628,6 +636,28 @@ def _raise_if_tls(error: Exception, endpoint: str, doing: str) -> None:
 def _first_line(text: str) -> str:
     reason = text.strip().splitlines()[0] if text.strip() else "no detail"
     return reason[:200]
+
+
+# gRPC status codes, which etcd's JSON gateway returns in every error body.
+_INVALID_ARGUMENT = 3
+_PERMISSION_DENIED = 7
+_UNAUTHENTICATED = 16
+
+
+def _grpc_code(error: Exception) -> int | None:
+    """The gRPC status code of an etcd3gw error, from the gateway's JSON body."""
+    try:
+        code = json.loads(getattr(error, "detail_text", None) or "")["code"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return code if isinstance(code, int) else None
+
+
+def _message(error: Exception) -> str:
+    try:
+        return str(json.loads(getattr(error, "detail_text", None) or "")["message"])
+    except (ValueError, TypeError, KeyError):
+        return _first_line(str(getattr(error, "detail_text", None) or error))
 
 
 def _pair(key: str) -> tuple[int, int] | None:
@@ -658,12 +688,17 @@ def _holder(value: bytes) -> tuple[str, int | None]:
 
 
 def _translate(error: Exception, doing: str) -> CoordinationError:
-    """An etcd3gw exception as the idmint error a caller can act on."""
-    detail = getattr(error, "detail_text", None) or str(error)
-    lowered = detail.lower()
-    if "permission denied" in lowered or "user name" in lowered or "auth" in lowered:
-        return CoordinatorUnavailable(
-            f"{doing}: etcd refused us ({detail.strip()}); check the user:password in the URL "
-            "and the user's role on the prefix"
+    """An etcd3gw error as the idmint error a caller can act on, by its gRPC code.
+
+    With authentication on, etcd answers a request without a user with
+    InvalidArgument, one our role may not make with PermissionDenied, and an
+    unknown token with Unauthenticated: all mean the configuration must change.
+    Anything else is a :class:`CoordinationError` carrying the cause.
+    """
+    code = _grpc_code(error)
+    if code in (_INVALID_ARGUMENT, _PERMISSION_DENIED, _UNAUTHENTICATED):
+        return CoordinatorRefused(
+            f"{doing}: etcd refused us ({_message(error)}); check the user:password in the "
+            "URL and the user's role on the prefix"
         )
-    return ClaimLost(f"{doing}: etcd said {detail.strip()}")
+    return CoordinationError(f"{doing}: etcd said {_message(error)}")

@@ -76,6 +76,7 @@ from idmint.errors import (
     ClaimLost,
     ConfigurationError,
     CoordinationError,
+    CoordinatorRefused,
     CoordinatorUnavailable,
     PoolExhausted,
 )
@@ -709,14 +710,24 @@ def _holder_of(data: bytes) -> str:
 
 
 def translate_error(error: Exception, doing: str) -> CoordinationError:
-    """A kazoo exception as the idmint error a caller can act on."""
+    """A kazoo exception as the idmint error a caller can act on (by type, never by text).
+
+    Anything not known to mean "refused" or "unreachable" is a
+    :class:`CoordinationError` carrying the cause: not a lost claim, which
+    would make a claim that is still ours look gone.
+    """
     kazoo = kazoo_module()
     exceptions = kazoo.exceptions
     name = type(error).__name__
-    if isinstance(error, (exceptions.NoAuthError, exceptions.AuthFailedError)) or (
-        name == "SessionClosedRequireSaslError"
+    if isinstance(
+        error,
+        (
+            exceptions.NoAuthError,
+            exceptions.AuthFailedError,
+            exceptions.SessionClosedRequireSaslError,
+        ),
     ):
-        return CoordinatorUnavailable(
+        return CoordinatorRefused(
             f"{doing}: ZooKeeper refused us ({name}); check the user:password in the URL "
             "and the ACLs of the root node"
         )
@@ -730,4 +741,4 @@ def translate_error(error: Exception, doing: str) -> CoordinationError:
         ),
     ):
         return CoordinatorUnavailable(f"{doing}: lost the connection to ZooKeeper ({name})")
-    return ClaimLost(f"{doing}: ZooKeeper said {name}: {error}")
+    return CoordinationError(f"{doing}: ZooKeeper said {name}: {error}")

@@ -413,7 +413,9 @@ class NodeIdClaim(ZooKeeperClaim):
                     f"(e.g. {waiting_for[0]}); they widen when they see the new group. "
                     "Check that those nodes are healthy"
                 )
-            time.sleep(0.05)  # a poll of a few znodes; they widen within a round trip
+            # A poll of a few znodes; they widen within a round trip.
+            if self._sleep(0.05):
+                raise ClaimLost(f"{self.description}: closed while claiming")
             peers = self._nodes.read_peers(client, waiting_for)
             # One that left still narrow minted narrow IDs up to its mark.
             gone = [twin for twin in waiting_for if twin not in peers]
