@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from idmint.coordinate.url import CoordinatorUrl
 
 __all__ = [
+    "SPACES",
     "Claim",
     "ClaimInfo",
     "ClaimOptions",
@@ -79,6 +80,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("idmint.coordinate")
+
+SPACES = ("generator", "node", "short60")
+"""The kinds of identity, each a pool of its own: uid64 generator IDs, elastic64
+node IDs, short60 node IDs."""
 
 
 class ClaimState(str, enum.Enum):
@@ -704,8 +709,31 @@ class Coordinator:
         "cluster"}``), ``node`` (elastic64: ``{"node"}``, width 8) or ``short60``
         (``{"node"}``, 0..511); each space is a pool of its own. ``pool`` narrows
         the IDs to what the scheme can hold. ``identity`` asks for exactly that
-        one (a configured identity), where the driver supports it.
+        one (a configured identity), where the driver holds configured ones.
         """
+        if space not in SPACES:
+            raise ConfigurationError(
+                f"no identity space {space!r}; expected one of {', '.join(SPACES)}"
+            )
+        if identity is not None and not self.holds_configured_identities:
+            raise ConfigurationError(
+                f"{self.url} claims a free ID; a configured identity is static://"
+            )
+        claim = self._new_claim(self._options_for(pool), clock, space, identity)
+        claim.start()
+        return claim
+
+    holds_configured_identities: bool = False
+    """Whether :meth:`claim` takes an ``identity`` (a configured one) to hold."""
+
+    def _new_claim(
+        self,
+        options: ClaimOptions,
+        clock: Clock | None,
+        space: str,
+        identity: Mapping[str, int] | None,
+    ) -> Claim:
+        """The driver's claim for ``space`` (not started: :meth:`claim` starts it)."""
         raise NotImplementedError
 
     def list_claims(self) -> Sequence[ClaimInfo]:

@@ -346,21 +346,14 @@ class EtcdCoordinator(Coordinator):
             return [wanted]
         return clusters
 
-    def claim(
+    def _new_claim(
         self,
-        *,
-        clock: Clock | None = None,
-        pool: range | None = None,
-        space: str = "generator",
-        identity: Mapping[str, int] | None = None,
+        options: ClaimOptions,
+        clock: Clock | None,
+        space: str,
+        identity: Mapping[str, int] | None,
     ) -> EtcdClaim:
-        if identity is not None:
-            raise ConfigurationError(
-                f"{self.url} claims a free ID; a configured identity is static://"
-            )
-        claim = EtcdClaim(self, self._options_for(pool), clock, space=space)
-        claim.start()
-        return claim
+        return EtcdClaim(self, options, clock, space=space)
 
     def space_prefix(self, space: str) -> str:
         """Where a space's ``pool`` and ``hwm`` keys live: the prefix itself for

@@ -68,6 +68,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from idmint.coordinate.base import (
+    SPACES,
     Claim,
     ClaimInfo,
     ClaimOptions,
@@ -162,8 +163,6 @@ class LocalCoordinator(Coordinator):
         ``now_ms`` is the claimant's clock, written as the creation time when
         the directory is made here.
         """
-        if space not in ("generator", "node", "short60"):
-            raise ConfigurationError(f"no identity space {space!r} in {self.description}")
         self._prepare(self.directory, top=True)
         path = self.directory / space
         created = self._prepare(path, top=False)
@@ -213,29 +212,24 @@ class LocalCoordinator(Coordinator):
         return made
 
     # -- the Coordinator interface ---------------------------------------------------
-    def claim(
-        self,
-        *,
-        clock: Clock | None = None,
-        pool: range | None = None,
-        space: str = "generator",
-        identity: Mapping[str, int] | None = None,
-    ) -> LocalClaim:
-        """Claim a free identity of ``space`` from ``pool``, or exactly ``identity``.
+    holds_configured_identities = True
 
-        A fixed ``identity`` (a static one) is not waited for: if another
-        process holds it, :class:`~idmint.errors.IdentityInUse` says which.
-        """
-        options = self._options_for(pool)
-        claim = LocalClaim(self, options, clock, space, identity)
-        claim.start()
-        return claim
+    def _new_claim(
+        self,
+        options: ClaimOptions,
+        clock: Clock | None,
+        space: str,
+        identity: Mapping[str, int] | None,
+    ) -> LocalClaim:
+        """A free identity of ``space`` from the pool, or exactly ``identity``: then
+        if another process holds it, :class:`~idmint.errors.IdentityInUse` says which."""
+        return LocalClaim(self, options, clock, space, identity)
 
     def list_claims(self) -> list[ClaimInfo]:
         rows: list[ClaimInfo] = []
         if not self.directory.is_dir():
             return rows
-        for space in ("generator", "node", "short60"):
+        for space in SPACES:
             path = self.directory / space
             if not path.is_dir():
                 continue

@@ -126,19 +126,14 @@ class MemoryCoordinator(Coordinator):
         with _POOLS_LOCK:
             self.pool = _POOLS.setdefault(self.name, _Pool())
 
-    def claim(
+    def _new_claim(
         self,
-        *,
-        clock: Clock | None = None,
-        pool: range | None = None,
-        space: str = "generator",
-        identity: Mapping[str, int] | None = None,
+        options: ClaimOptions,
+        clock: Clock | None,
+        space: str,
+        identity: Mapping[str, int] | None,
     ) -> MemoryClaim:
-        if identity is not None:
-            raise ConfigurationError(f"{self.url} claims a free ID; a configured one is static://")
-        claim = MemoryClaim(self, self._options_for(pool), clock, space)
-        claim.start()
-        return claim
+        return MemoryClaim(self, options, clock, space)
 
     def list_claims(self) -> list[ClaimInfo]:
         pool = self.pool

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from idmint.coordinate.base import Claim, ClaimInfo, Coordinator
+from idmint.coordinate.base import Claim, ClaimInfo, ClaimOptions, Coordinator
 from idmint.coordinate.url import CoordinatorUrl, parse_url
 from idmint.errors import ConfigurationError
 from idmint.generate.clock import Clock
@@ -49,6 +49,8 @@ class StaticCoordinator(Coordinator):
         self.cluster = url.integer("cluster", 0, low=0, high=15) or 0
         self.node = url.integer("node", None, low=0, high=65535)
         self.node_bits = url.integer("node_bits", None, low=8, high=16)
+        # Nothing to narrow: the claim is the one configured identity.
+        self._options_template = ClaimOptions()
 
     def identity(self, space: str) -> dict[str, int]:
         """The configured identity as a claim of ``space`` names it."""
@@ -63,19 +65,21 @@ class StaticCoordinator(Coordinator):
             return {"node": self.node, "node_bits": self.node_bits or 8}
         return {"node": self.node}
 
-    def claim(
+    holds_configured_identities = True
+
+    def _new_claim(
         self,
-        *,
-        clock: Clock | None = None,
-        pool: range | None = None,
-        space: str = "generator",
-        identity: Mapping[str, int] | None = None,
+        options: ClaimOptions,
+        clock: Clock | None,
+        space: str,
+        identity: Mapping[str, int] | None,
     ) -> Claim:
         """Hold the configured identity on this host, or refuse if another process does."""
-        from idmint.coordinate.local import LocalCoordinator
+        from idmint.coordinate.local import LocalClaim, LocalCoordinator
 
         host = LocalCoordinator(parse_url("local://"))
-        return host.claim(clock=clock, space=space, identity=identity or self.identity(space))
+        fixed = identity or self.identity(space)
+        return LocalClaim(host, host._options_template, clock, space, fixed)
 
     def list_claims(self) -> list[ClaimInfo]:
         return [

@@ -272,21 +272,14 @@ class ZooKeeperCoordinator(Coordinator):
         return stored
 
     # -- the Coordinator interface ---------------------------------------------------------
-    def claim(
+    def _new_claim(
         self,
-        *,
-        clock: Clock | None = None,
-        pool: range | None = None,
-        space: str = "generator",
-        identity: Mapping[str, int] | None = None,
+        options: ClaimOptions,
+        clock: Clock | None,
+        space: str,
+        identity: Mapping[str, int] | None,
     ) -> ZooKeeperClaim:
-        if identity is not None:
-            raise ConfigurationError(
-                f"{self.url} claims a free ID; a configured identity is static://"
-            )
-        claim = ZooKeeperClaim(self, self._options_for(pool), clock, space=space)
-        claim.start()
-        return claim
+        return ZooKeeperClaim(self, options, clock, space=space)
 
     def list_claims(self) -> list[ClaimInfo]:
         kazoo = kazoo_module()

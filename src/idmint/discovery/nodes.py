@@ -227,13 +227,23 @@ class NodeIdCoordinator(ZooKeeperCoordinator):
         space: str = "node",
         identity: Mapping[str, int] | None = None,
     ) -> NodeIdClaim:
-        if space != "node" or identity is not None:
+        """Claim a node ID in the groups (blocking); the claim follows the width."""
+        claim = super().claim(clock=clock, pool=pool, space=space, identity=identity)
+        assert isinstance(claim, NodeIdClaim)
+        return claim
+
+    def _new_claim(
+        self,
+        options: ClaimOptions,
+        clock: Clock | None,
+        space: str,
+        identity: Mapping[str, int] | None,
+    ) -> NodeIdClaim:
+        if space != "node":
             raise ConfigurationError(
                 f"{self.url} hands out elastic64 node IDs from its groups, nothing else"
             )
-        claim = NodeIdClaim(self, self._options_template, clock)
-        claim.start()
-        return claim
+        return NodeIdClaim(self, self._options_template, clock)
 
     def list_nodes(self) -> dict[int, dict[str, Any]]:
         client, _ = self.client()
