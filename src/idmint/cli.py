@@ -1,7 +1,17 @@
 """The ``idmint`` command: argument parsing and output only; the work is the library's.
 
-Errors in what the user gave print one line on stderr and exit with status 2;
-no traceback reaches the user for anything idmint raises on purpose.
+Every error prints one line on stderr, never a traceback, and exits with a
+status that says what kind of trouble it was:
+
+====  =================================================================
+0     done
+1     no ID could be issued: a claim lost, the pool exhausted, the
+      identity in use by another process, the clock far behind
+2     usage: a bad option, URL, scheme or ID
+69    the coordinator cannot be reached (EX_UNAVAILABLE)
+77    the coordinator refused us: credentials, permissions, TLS (EX_NOPERM)
+128+N stopped by signal N (SIGTERM: 143, SIGINT: 130)
+====  =================================================================
 """
 
 from __future__ import annotations
@@ -18,12 +28,21 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NoReturn, TextIO
 
-from idmint.errors import IdmintError, InvalidId
+from idmint.errors import (
+    CoordinatorRefused,
+    CoordinatorUnavailable,
+    GeneratorError,
+    IdmintError,
+    InvalidId,
+)
 from idmint.factory import SCHEME_OPTIONS, new_generator
 from idmint.schemes import SCHEMES, IdValue, parse_id, scheme_type
 from idmint.schemes._base import iso_ms
 
+EXIT_RUNTIME = 1
 EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 69
+EXIT_REFUSED = 77
 FLUSH_INTERVAL_S = 0.1
 """Generated IDs reach stdout at least this often, so a killed process has
 printed (nearly) everything it issued and a reader sees IDs as they come."""
@@ -463,6 +482,17 @@ class _GracefulStop:
 _STOP = _GracefulStop()
 
 
+def exit_status(error: Exception) -> int:
+    """The documented exit status for an error (see the module docstring)."""
+    if isinstance(error, CoordinatorRefused):
+        return EXIT_REFUSED
+    if isinstance(error, CoordinatorUnavailable):
+        return EXIT_UNAVAILABLE
+    if isinstance(error, GeneratorError):
+        return EXIT_RUNTIME
+    return EXIT_USAGE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     # Libraries (kazoo, etcd3gw) log their retries; with no handler configured
@@ -482,7 +512,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         status: int = args.handler(args, out)
     except (UsageError, IdmintError) as error:
         _print_error(str(error))
-        return EXIT_USAGE
+        return exit_status(error)
     except KeyboardInterrupt:
         with contextlib.suppress(Exception):
             out.flush()

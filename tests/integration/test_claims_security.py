@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import re
 import secrets
+import time
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -26,7 +27,12 @@ from tests.integration.claims_helpers import (
 from tests.servers.etcd import EtcdCluster
 from tests.servers.zookeeper import ZooKeeperEnsemble
 
-from idmint import ConfigurationError, CoordinatorUnavailable, PoolExhausted, new_generator
+from idmint import (
+    ConfigurationError,
+    CoordinatorRefused,
+    PoolExhausted,
+    new_generator,
+)
 
 USER = "idmint"
 
@@ -117,11 +123,11 @@ def test_zk_acls_protect_the_pool(
 def test_zk_without_credentials_fails_clearly(zk_auth: ZooKeeperEnsemble) -> None:
     anonymous = Backend("zk", zk_auth)
     url = anonymous.url(connect_timeout=2)
-    with pytest.raises(CoordinatorUnavailable, match=CREDENTIALS_HINT):
+    with pytest.raises(CoordinatorRefused, match=CREDENTIALS_HINT):
         new_generator("uid64", coordinator=url)
 
     result = run_idmint("generate", "--coordinator", url, "--count", "3")
-    assert result.returncode == 2
+    assert result.returncode == 77, "EX_NOPERM: the coordinator refused us"
     assert result.stdout == ""
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("idmint: error:")]
@@ -143,7 +149,7 @@ def test_zk_other_credentials_are_locked_out(
     claimed = generator.generator
     stranger = (USER, "not-" + password) if who == "wrong password" else ("mallory", password)
 
-    with pytest.raises(CoordinatorUnavailable, match=CREDENTIALS_HINT) as refused:
+    with pytest.raises(CoordinatorRefused, match=CREDENTIALS_HINT) as refused:
         new_generator("uid64", coordinator=zk_secure.url(root, credentials=stranger))
     assert password not in str(refused.value)
 
@@ -251,14 +257,17 @@ def test_etcd_claims_work_over_tls_with_credentials(
 def test_etcd_wrong_password_fails_clearly(etcd_secure: EtcdCluster) -> None:
     wrong = f"wrong-{secrets.token_urlsafe(8)}"
     url = _etcd_secure(etcd_secure, password=wrong).url(connect_timeout=3)
-    with pytest.raises(CoordinatorUnavailable) as refused:
+    started = time.monotonic()
+    with pytest.raises(CoordinatorRefused) as refused:
         new_generator("uid64", coordinator=url)
+    # Refused is final: it is said at once, not after connect_timeout of retries.
+    assert time.monotonic() - started < 3
     message = str(refused.value)
     assert re.search(r"password|credential|authenticat", message, re.IGNORECASE), message
     assert wrong not in message
 
     result = run_idmint("generate", "--coordinator", url, "--count", "3")
-    assert result.returncode == 2
+    assert result.returncode == 77, "EX_NOPERM: the coordinator refused us"
     assert result.stdout == ""
     assert "Traceback" not in result.stderr
     assert wrong not in result.stderr
@@ -268,5 +277,7 @@ def test_etcd_wrong_password_fails_clearly(etcd_secure: EtcdCluster) -> None:
 def test_etcd_untrusted_certificate_fails_clearly(etcd_secure: EtcdCluster) -> None:
     backend = _etcd_secure(etcd_secure)
     backend.ca_path = None  # TLS, but trusting only the system CAs, which do not know ours
-    with pytest.raises(CoordinatorUnavailable, match=r"(?i)certificate|tls|ssl|\bca\b"):
+    with pytest.raises(CoordinatorRefused, match=r"(?i)certificate|tls|ssl|\bca\b"):
         new_generator("uid64", coordinator=backend.url(connect_timeout=3))
+    result = run_idmint("generate", "--coordinator", backend.url(connect_timeout=3))
+    assert result.returncode == 77, result.stderr

@@ -724,26 +724,31 @@ STARTUP_ERRORS = [
         ("--scheme", "elastic64", "--coordinator", "static://?generator=1"),
         "an elastic64 server with a static identity needs node IDs: --coordinator "
         "'static://?node=N&node_bits=W'",
+        2,
         id="elastic64-without-node",
     ),
     pytest.param(
         ("--scheme", "muid", "--coordinator", "static://?generator=1"),
         "muid generators take no coordinator",
+        2,
         id="muid-with-coordinator",
     ),
     pytest.param(
         ("--scheme", "short60", "--coordinator", "static://?generator=1"),
         "a short60 server with a static identity needs node IDs: --coordinator 'static://?node=N'",
+        2,
         id="short60-without-node",
     ),
     pytest.param(
         ("--coordinator", "static://?generator=2046", "--generators", "4"),
         "generator 2048 is out of range; expected 0..2047",
+        2,
         id="uid64-static-past-2047",
     ),
     pytest.param(
         ("--coordinator", "zk://127.0.0.1:1/idmint?connect_timeout=1"),
         "could not reach ZooKeeper at 127.0.0.1:1 within 1 s",
+        69,
         id="zookeeper-unreachable",
     ),
 ]
@@ -754,10 +759,13 @@ def run_serve(*options: str) -> subprocess.CompletedProcess[str]:
     return run_idmint("serve", "--host", LOOPBACK, "--port", "0", *options)
 
 
-@pytest.mark.parametrize(("options", "message"), STARTUP_ERRORS)
-def test_startup_error_is_one_line_and_status_2(options: tuple[str, ...], message: str) -> None:
+@pytest.mark.parametrize(("options", "message", "status"), STARTUP_ERRORS)
+def test_startup_error_is_one_line_and_its_status(
+    options: tuple[str, ...], message: str, status: int
+) -> None:
+    """2 for a usage error, 69 for a coordinator out of reach (see idmint.cli)."""
     completed = run_serve(*options)
-    assert completed.returncode == 2, completed.stderr
+    assert completed.returncode == status, completed.stderr
     assert "open http://" not in completed.stdout
     lines = completed.stderr.splitlines()
     assert len(lines) == 1, completed.stderr

@@ -58,7 +58,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from idmint.coordinate.base import (
@@ -153,6 +153,8 @@ class EtcdGateway:
         self.username = username
         self.password = password
         self._authenticated = False
+        self.last_failures = ""
+        """What went wrong with each member on the last request none answered."""
 
     def call(self, what: str, operation: Callable[[Any], T]) -> T:
         """Run ``operation(client)`` on a reachable member, trying each in turn."""
@@ -182,8 +184,9 @@ class EtcdGateway:
                     raise _translate(again, what) from again
             self._current = index
             return result
+        self.last_failures = "; ".join(failures)
         raise CoordinatorUnavailable(
-            f"{what}: no etcd member answered ({'; '.join(failures)}); check that the "
+            f"{what}: no etcd member answered ({self.last_failures}); check that the "
             "cluster is running and the URL's hosts, ports and TLS settings are right"
         )
 
@@ -213,6 +216,18 @@ class EtcdGateway:
             raise CoordinatorUnavailable(
                 f"authenticating to etcd: no member answered ({'; '.join(failures)})"
             )
+
+    @contextlib.contextmanager
+    def timeout_at_most(self, seconds: float) -> Iterator[None]:
+        """Requests in the block give up after ``seconds`` at most."""
+        saved = [client.timeout for client in self.clients]
+        for client in self.clients:
+            client.timeout = min(client.timeout, seconds)
+        try:
+            yield
+        finally:
+            for client, timeout in zip(self.clients, saved, strict=True):
+                client.timeout = timeout
 
     # -- the operations the driver needs, in etcd's JSON gateway form --------------------
     def get(self, key: str) -> tuple[bytes, dict[str, Any]] | None:
@@ -298,17 +313,24 @@ class EtcdCoordinator(Coordinator):
         self._check_reachable()
 
     def _check_reachable(self) -> None:
-        deadline = time.monotonic() + self._options_template.connect_timeout_s
+        """Wait up to ``connect_timeout`` for a member to answer, and not much longer."""
+        connect_timeout = self._options_template.connect_timeout_s
+        deadline = time.monotonic() + connect_timeout
         while True:
+            remaining = deadline - time.monotonic()
             try:
-                self.gateway.get(f"{self.prefix}/cluster-id")
+                # No attempt may run past the deadline by more than a moment.
+                with self.gateway.timeout_at_most(max(0.1, remaining / len(self.hosts))):
+                    self.gateway.get(f"{self.prefix}/cluster-id")
             except CoordinatorRefused:
                 raise  # credentials or TLS: waiting would not help
             except CoordinatorUnavailable as error:
-                if time.monotonic() >= deadline:
+                if time.monotonic() + 0.1 >= deadline:
                     raise CoordinatorUnavailable(
                         f"could not reach etcd at {self.description} within "
-                        f"{self._options_template.connect_timeout_s:g} s: {error}"
+                        f"{connect_timeout:g} s ({self.gateway.last_failures or error}); check "
+                        "that the cluster is running and the URL's hosts, ports and TLS "
+                        "settings are right, or wait longer with connect_timeout=SECONDS"
                     ) from error
                 time.sleep(0.1)  # in the constructor: there is no claim to close yet
             else:
@@ -693,5 +715,11 @@ def _translate(error: Exception, doing: str) -> CoordinationError:
         return CoordinatorRefused(
             f"{doing}: etcd refused us ({_message(error)}); check the user:password in the "
             "URL and the user's role on the prefix"
+        )
+    if code is None:
+        reason = error.args[0] if error.args else type(error).__name__
+        return CoordinationError(
+            f"{doing}: the server answered {reason!r} without an etcd error: is the URL "
+            "that of an etcd cluster's client port (etcd 3.4 or newer)?"
         )
     return CoordinationError(f"{doing}: etcd said {_message(error)}")

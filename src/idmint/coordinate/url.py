@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from idmint.coordinate.base import ClaimOptions
 from idmint.errors import ConfigurationError
@@ -129,44 +131,127 @@ COMMON_OPTIONS = (
 
 
 def parse_url(text: str) -> CoordinatorUrl:
-    """Split a coordinator URL; hosts default to port ``default_port`` of the driver."""
-    scheme, sep, rest = text.partition("://")
-    if not sep or not scheme:
+    """Split a coordinator URL; every malformed part is a ``ConfigurationError`` naming it.
+
+    ``urllib.parse`` splits the URL; the host list (``host:port[,host:port...]``,
+    which no standard parser takes) is split here, each host checked as an IP
+    address (``ipaddress``) or a DNS name and each port as 0..65535. A host
+    without a port gets 0: the driver's default port.
+    """
+    if not isinstance(text, str) or "://" not in text:
         raise ConfigurationError(
             f"coordinator {text!r} is not a URL; expected e.g. zk://127.0.0.1:2181/idmint, "
-            "etcd://127.0.0.1:2379/idmint or static://?generator=5"
+            "etcd://127.0.0.1:2379/idmint, local:// or static://?generator=5"
         )
-    location, _, query = rest.partition("?")
-    netloc, slash, path = location.partition("/")
+    shown = _redact(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        # urlsplit complains only about brackets: unpaired, or around no IPv6 address.
+        location = text.partition("://")[2].partition("/")[0].partition("?")[0]
+        hosts = location.rpartition("@")[2]
+        for item in hosts.split(","):
+            if item.startswith("[") and "]" in item:
+                _host(item, shown)  # names the address that is not one
+        raise ConfigurationError(
+            f"coordinator URL {shown!r}: the hosts {_redact_location(location)!r} have a '[' "
+            "or ']' without its partner; write IPv6 addresses as [::1]:2181"
+        ) from None
+    if not parts.scheme:
+        raise ConfigurationError(f"coordinator URL {shown!r} has no scheme (zk://, etcd://, ...)")
+    if parts.fragment:
+        raise ConfigurationError(
+            f"coordinator URL {shown!r}: unexpected fragment #{parts.fragment}; options go "
+            "in the query string (?name=value)"
+        )
+    userinfo, at, location = parts.netloc.rpartition("@")
     username = password = None
-    if "@" in netloc:
-        userinfo, _, netloc = netloc.rpartition("@")
+    if at:
         user, colon, secret = userinfo.partition(":")
         username = unquote(user)
         password = unquote(secret) if colon else ""
-    hosts: list[tuple[str, int]] = []
-    for item in filter(None, netloc.split(",")):
-        host, colon, port_text = item.rpartition(":")
-        if not colon:
-            host, port_text = item, "0"
-        try:
-            port = int(port_text)
-        except ValueError:
-            raise ConfigurationError(
-                f"coordinator URL {text!r}: {item!r} is not host:port"
-            ) from None
-        hosts.append((host.strip("[]"), port))
+    hosts = tuple(_host(item, shown) for item in location.split(",") if item)
+    if location and len(hosts) != len(location.split(",")):
+        raise ConfigurationError(f"coordinator URL {shown!r}: an empty host in {location!r}")
     options: dict[str, str] = {}
-    for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=False):
+    try:
+        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError:
+        raise ConfigurationError(
+            f"coordinator URL {shown!r}: the query {parts.query!r} is not name=value&..."
+        ) from None
+    for key, value in pairs:
         if key in options:
-            raise ConfigurationError(f"coordinator URL {text!r} gives option {key} twice")
+            raise ConfigurationError(f"coordinator URL {shown!r} gives option {key} twice")
         options[key] = value
+    path = parts.path
     return CoordinatorUrl(
-        scheme=scheme.lower(),
-        hosts=tuple(hosts),
-        path="/" + path.strip("/") if slash else "",
+        scheme=parts.scheme.lower(),
+        hosts=hosts,
+        path="/" + path.strip("/") if path.startswith("/") else path,
         username=username,
         password=password,
         options=options,
         text=text,
     )
+
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")
+
+
+def _host(item: str, shown: str) -> tuple[str, int]:
+    """``(host, port)`` from ``host[:port]`` or ``[ipv6][:port]``; port 0 when absent."""
+    if item.startswith("["):
+        address, bracket, rest = item[1:].partition("]")
+        if not bracket:
+            raise ConfigurationError(f"coordinator URL {shown!r}: {item!r} lacks its closing ']'")
+        try:
+            ipaddress.IPv6Address(address)
+        except ValueError:
+            raise ConfigurationError(
+                f"coordinator URL {shown!r}: [{address}] is not an IPv6 address"
+            ) from None
+        host, port_text = address, rest.removeprefix(":") if rest.startswith(":") else None
+        if rest and not rest.startswith(":"):
+            raise ConfigurationError(f"coordinator URL {shown!r}: {item!r} is not [host]:port")
+    else:
+        host, colon, port_part = item.partition(":")
+        port_text = port_part if colon else None
+        if ":" in port_part:
+            raise ConfigurationError(
+                f"coordinator URL {shown!r}: {item!r} has several ':'; write an IPv6 "
+                "address in brackets, [::1]:2181"
+            )
+        if not _HOST_NAME.fullmatch(host):
+            raise ConfigurationError(
+                f"coordinator URL {shown!r}: {host!r} is not a host name or IP address"
+            )
+        if host.replace(".", "").isdigit():
+            try:
+                ipaddress.IPv4Address(host)
+            except ValueError:
+                raise ConfigurationError(
+                    f"coordinator URL {shown!r}: {host} is not an IPv4 address"
+                ) from None
+    if port_text is None:
+        return host, 0
+    if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) <= 65535:
+        raise ConfigurationError(
+            f"coordinator URL {shown!r}: port {port_text!r} of {host} is not 1..65535"
+        )
+    return host, int(port_text)
+
+
+def _redact_location(location: str) -> str:
+    userinfo, at, hosts = location.rpartition("@")
+    return f"{userinfo.split(':', 1)[0]}:***@{hosts}" if at and ":" in userinfo else location
+
+
+def _redact(text: str) -> str:
+    """``text`` with a password in it replaced by ``***``, for messages."""
+    scheme, sep, rest = text.partition("://")
+    userinfo, at, tail = rest.partition("@")
+    if not at or "/" in userinfo or ":" not in userinfo:
+        return text
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}{sep}{user}:***@{tail}"

@@ -172,7 +172,8 @@ class ZooKeeperCoordinator(Coordinator):
             client.close()
             raise CoordinatorUnavailable(
                 f"could not reach ZooKeeper at {self.hosts} within {timeout:g} s; check that "
-                "the servers are running and the URL's hosts and ports are right"
+                "the servers are running and the URL's hosts and ports are right, or wait "
+                "longer with connect_timeout=SECONDS"
             ) from error
         except kazoo.exceptions.KazooException as error:
             client.close()
