@@ -149,8 +149,7 @@ def parse_url(text: str) -> CoordinatorUrl:
     except ValueError:
         # urlsplit complains only about brackets: unpaired, or around no IPv6 address.
         location = text.partition("://")[2].partition("/")[0].partition("?")[0]
-        hosts = location.rpartition("@")[2]
-        for item in hosts.split(","):
+        for item in location.rpartition("@")[2].split(","):
             if item.startswith("[") and "]" in item:
                 _host(item, shown)  # names the address that is not one
         raise ConfigurationError(
