@@ -36,7 +36,8 @@ from idmint.errors import (
     InvalidId,
 )
 from idmint.factory import SCHEME_OPTIONS, new_generator
-from idmint.schemes import SCHEMES, IdValue, parse_id, scheme_type
+from idmint.generate.core import IdBatch
+from idmint.schemes import SCHEMES, parse_id, scheme_type
 from idmint.schemes._base import iso_ms
 
 EXIT_RUNTIME = 1
@@ -255,7 +256,7 @@ def _cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
         last_flush = time.monotonic()
         while (remaining is None or remaining > 0) and _STOP.signum is None:
             take = chunk if remaining is None else min(chunk, remaining)
-            out.write("".join(render(value) for value in generator.batch(take)))
+            out.write(render(generator.batch(take)))
             if remaining is not None:
                 remaining -= take
             now = time.monotonic()
@@ -266,10 +267,11 @@ def _cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if _STOP.signum is None else 128 + _STOP.signum
 
 
-def _renderer(output_format: str) -> Callable[[IdValue], str]:
+def _renderer(output_format: str) -> Callable[[IdBatch[Any]], str]:
+    """Lines for a batch of IDs: the text forms in bulk (no value objects), or JSON."""
     if output_format == "json":
-        return lambda value: json.dumps(value.to_dict()) + "\n"
-    return lambda value: f"{value}\n"
+        return lambda batch: "".join(json.dumps(value.to_dict()) + "\n" for value in batch)
+    return lambda batch: "\n".join(batch.texts()) + "\n"
 
 
 def _cmd_decode(args: argparse.Namespace, out: TextIO) -> int:

@@ -147,19 +147,19 @@ class IdBatch(Sequence[IdT]):
     ``ints()`` and ``texts()`` give the bulk forms without building objects.
     """
 
-    __slots__ = ("_ints", "_make", "_mask", "_text")
+    __slots__ = ("_ints", "_make", "_mask", "_texts")
 
     def __init__(
         self,
         ints: Sequence[int],
         make: Callable[[int], IdT],
         mask: int | None = None,
-        text: Callable[[int], str] = str,
+        texts: Callable[[Sequence[int]], list[str]] | None = None,
     ) -> None:
         self._ints = ints
         self._make = make
         self._mask = mask  # strips bits a scheme keeps above the ID (elastic64's width)
-        self._text = text
+        self._texts = texts
 
     def __len__(self) -> int:
         return len(self._ints)
@@ -186,7 +186,9 @@ class IdBatch(Sequence[IdT]):
 
     def texts(self) -> list[str]:
         """The IDs in their canonical text form (no value objects built)."""
-        return list(map(self._text, self.ints()))
+        if self._texts is None:
+            return [str(value) for value in self]
+        return self._texts(self.ints())
 
     def to_list(self) -> list[IdT]:
         return list(self)
@@ -454,7 +456,7 @@ class TickGenerator(Generic[IdT]):
         """Issue ``count`` IDs, in order, as an :class:`IdBatch`."""
         if type(count) is not int or count < 1:
             self._check_count(count)
-            return IdBatch([], self._make, self._int_mask, self.id_type.text_of_int)
+            return IdBatch([], self._make, self._int_mask, self.id_type.texts_of_ints)
         # The common case, a batch that fits in the open tick, in one locked
         # step and without _fill's frame: it runs cold (once per ms or so),
         # when every Python call costs several times what it costs in a loop.
@@ -468,13 +470,13 @@ class TickGenerator(Generic[IdT]):
             out: list[int] = []
             self._wait(taken)
         elif len(taken) == count and not self._random_bits:
-            return IdBatch(taken, self._make, self._int_mask, self.id_type.text_of_int)
+            return IdBatch(taken, self._make, self._int_mask, self.id_type.texts_of_ints)
         else:
             out = self._with_random_bits(taken)
         while True:
             wait_until_ns = self._fill(out, count)
             if wait_until_ns is None:
-                return IdBatch(out, self._make, self._int_mask, self.id_type.text_of_int)
+                return IdBatch(out, self._make, self._int_mask, self.id_type.texts_of_ints)
             self._wait(wait_until_ns)
 
     def _wait(self, until_ns: int) -> None:
@@ -496,7 +498,7 @@ class TickGenerator(Generic[IdT]):
         while True:
             wait_until_ns = self._fill(out, count)
             if wait_until_ns is None:
-                return IdBatch(out, self._make, self._int_mask, self.id_type.text_of_int)
+                return IdBatch(out, self._make, self._int_mask, self.id_type.texts_of_ints)
             if wait_until_ns == _WAIT_FOR_CLAIM:
                 import asyncio
 

@@ -12,6 +12,7 @@ every minted ID a further ~50 ns.
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Sequence
 from typing import Any, ClassVar, TypeVar
 
 from idmint.errors import InvalidId
@@ -150,6 +151,11 @@ class IdValue:
     def text_of_int(cls, value: int) -> str:
         """The canonical text of the ID ``value`` without building a value object."""
         return str(cls.from_int(value))
+
+    @classmethod
+    def texts_of_ints(cls, values: Sequence[int]) -> list[str]:
+        """The canonical texts of many IDs at once (a scheme may do it in bulk)."""
+        return list(map(cls.text_of_int, values))
 
     # Defined last: inside the class body the name `int` means this property.
     @property

@@ -24,6 +24,8 @@ random at both ends: ``11093174944930914 -> naS8QBhxi -> xinaS8QBh``.
 from __future__ import annotations
 
 import datetime as _dt
+from base64 import urlsafe_b64encode
+from collections.abc import Sequence
 from typing import Any, Final
 
 from idmint.errors import InvalidId
@@ -53,15 +55,56 @@ ALPHABET: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 _DIGIT_VALUES: Final = {char: index for index, char in enumerate(ALPHABET)}
 
 
+_PAIRS: Final = [first + second for first in ALPHABET for second in ALPHABET]
+"""Two display digits for every 12-bit value."""
+_TWELVE: Final = (1 << 12) - 1
+
+
 def to_display(value: int) -> str:
-    digits = []
-    while True:
-        value, digit = divmod(value, 64)
-        digits.append(ALPHABET[digit])
-        if not value:
-            break
-    base64 = "".join(reversed(digits))
+    """The display string of a short60 int (see the module docs)."""
+    pairs = _PAIRS
+    if value >> 54:  # ten digits, the first not zero: the usual case since 2020
+        return (
+            pairs[value & _TWELVE]
+            + pairs[value >> 48]
+            + pairs[value >> 36 & _TWELVE]
+            + pairs[value >> 24 & _TWELVE]
+            + pairs[value >> 12 & _TWELVE]
+        )
+    base64 = (
+        pairs[value >> 48]
+        + pairs[value >> 36 & _TWELVE]
+        + pairs[value >> 24 & _TWELVE]
+        + pairs[value >> 12 & _TWELVE]
+        + pairs[value & _TWELVE]
+    ).lstrip("A") or "A"
     return base64[-2:] + base64[:-2]
+
+
+def to_displays(values: Sequence[int]) -> list[str]:
+    """The display strings of many short60 ints, encoded by the C base-64 codec at once.
+
+    The alphabet is base64's URL-safe one, so moving the last two digits to the
+    front is a 12-bit rotation of the int, and two rotated 60-bit ints make 15
+    bytes that encode to exactly their 20 digits. Ints whose first digit is zero
+    (minted before 2020) are shorter and go one by one.
+    """
+    rotated = [(value & _TWELVE) << 48 | value >> 12 for value in values]
+    if len(rotated) & 1:
+        rotated.append(1 << 54)  # a filler, dropped below
+    taken = iter(rotated)
+    raw = b"".join(
+        [
+            (first << 60 | second).to_bytes(15, "big")
+            for first, second in zip(taken, taken, strict=True)
+        ]
+    )
+    text = urlsafe_b64encode(raw).decode("ascii")
+    out = [text[start : start + 10] for start in range(0, len(values) * 10, 10)]
+    for index, value in enumerate(values):
+        if not value >> 54:
+            out[index] = to_display(value)
+    return out
 
 
 class Short60(IdValue):
@@ -183,6 +226,10 @@ class Short60(IdValue):
     @classmethod
     def text_of_int(cls, value: int) -> str:
         return to_display(value)
+
+    @classmethod
+    def texts_of_ints(cls, values: Sequence[int]) -> list[str]:
+        return to_displays(values)
 
     def to_dict(self) -> dict[str, Any]:
         timestamp_ms = self.timestamp_ms
