@@ -20,6 +20,7 @@ scheme          driver                                          needs
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from idmint.coordinate.base import (
@@ -71,21 +72,24 @@ serves a source tree that was never installed."""
 
 def drivers() -> dict[str, str]:
     """URL scheme -> ``module:Class`` of every driver known, built-in or installed."""
+    return {**_BUILT_IN, **_installed()}
+
+
+@functools.cache
+def _installed() -> dict[str, str]:
+    # Reading every installed package's metadata costs milliseconds: once per process.
     from importlib.metadata import entry_points
 
-    found = dict(_BUILT_IN)
-    for entry in entry_points(group=ENTRY_POINT_GROUP):
-        found[entry.name] = entry.value
-    return found
+    return {entry.name: entry.value for entry in entry_points(group=ENTRY_POINT_GROUP)}
 
 
 def driver(scheme: str) -> type[Coordinator]:
     """The driver class for URL scheme ``scheme`` (imported on first use)."""
     from importlib import import_module
 
-    known = drivers()
-    target = known.get(scheme)
+    target = _BUILT_IN.get(scheme) or _installed().get(scheme)
     if target is None:
+        known = drivers()
         raise ConfigurationError(
             f"unknown coordinator scheme {scheme!r}; expected one of "
             + ", ".join(f"{name}://" for name in sorted(known))
