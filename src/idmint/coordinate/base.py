@@ -270,6 +270,8 @@ class Claim:
         # Why the last renewal or claim attempt failed (None after a success):
         # what a generator that gives up is told to check.
         self._failure: Exception | None = None
+        self._recorded_with_claim: tuple[int, int] | None = None
+        """(ceiling, sent_mono) when the driver recorded the first ceiling in its claim."""
 
     # -- what generators use ------------------------------------------------------
     @property
@@ -557,13 +559,28 @@ class Claim:
         with self._cond:
             if self._state is not ClaimState.RELEASED:
                 self._set_state(ClaimState.CLAIMING, "claiming an identity")
+        self._recorded_with_claim = None
         identity, floor_ms = self._acquire()
+        recorded, self._recorded_with_claim = self._recorded_with_claim, None
         with self._cond:
             self._epoch += 1
             # Until the first renewal lands, nothing may be issued: deadline 0.
             self._grant = Grant(self._epoch, identity, floor_ms, floor_ms, 0)
-        if not self._renew_once():
+            grant = self._grant
+        if recorded is not None:
+            self._renewed(grant, *recorded)
+        elif not self._renew_once():
             raise ClaimLost(f"{self.description}: the new claim vanished before it could be used")
+
+    def _first_ceiling(self, floor_ms: int) -> int:
+        """The ceiling a driver records with the claim itself, in the same round trip.
+
+        A driver that does so sets ``_recorded_with_claim`` to this ceiling and
+        the monotonic time before it sent the request (or, where the claim
+        does not keep it alive, before the last request that did), and the
+        claim becomes usable without a separate renewal.
+        """
+        return max(self.clock.time_ns() // 1_000_000 + round(self.ttl_s * 1000), floor_ms)
 
     def _renew_once(self) -> bool:
         """One round trip recording a new ceiling. False if the claim is gone."""
@@ -575,6 +592,12 @@ class Claim:
         owned = self._renew(ceiling)
         if not owned:
             return False
+        self._renewed(grant, ceiling, sent_mono)
+        return True
+
+    def _renewed(self, grant: Grant, ceiling: int, sent_mono: int) -> None:
+        """The coordinator recorded ``ceiling`` for ``grant``'s claim in a request sent
+        at ``sent_mono``: move the grant's ceiling and deadline."""
         deadline = sent_mono + round((self.ttl_s - self.margin_s) * 1e9)
         with self._cond:
             current = self._grant
@@ -583,14 +606,13 @@ class Claim:
                 or current is None
                 or current.epoch != grant.epoch
             ):
-                return True
+                return
             self._grant = replace(current, ceiling_ms=ceiling, deadline_mono_ns=deadline)
             self.renewals += 1
             if self._state is not ClaimState.ACTIVE:
                 self._set_state(ClaimState.ACTIVE)
             else:
                 self._cond.notify_all()
-        return True
 
     def _renewal_loop(self) -> None:
         retry_soon = False

@@ -337,7 +337,7 @@ class EtcdCoordinator(Coordinator):
                 return
 
     def clusters(self) -> list[int]:
-        """The cluster IDs in ``cluster-id``, creating it ("0") when missing."""
+        """The cluster IDs to claim in, from ``cluster-id``, creating it ("0") when missing."""
         key = f"{self.prefix}/cluster-id"
         found = self.gateway.get(key)
         if found is None:
@@ -352,7 +352,12 @@ class EtcdCoordinator(Coordinator):
                 },
             )
             found = self.gateway.get(key)
-        text = found[0].decode("utf-8", "replace") if found else "0"
+        return self.clusters_in(found[0] if found else b"0")
+
+    def clusters_in(self, stored: bytes) -> list[int]:
+        """The cluster IDs to claim in, given what ``cluster-id`` holds."""
+        key = f"{self.prefix}/cluster-id"
+        text = stored.decode("utf-8", "replace")
         try:
             clusters = [int(part.strip()) for part in text.split(",") if part.strip()]
         except ValueError:
@@ -446,14 +451,14 @@ class EtcdClaim(Claim):
         self._key: str | None = None
         self._hwm_key: str | None = None
         self._hwm_revision = 0  # 0: no mark yet (compare create_revision == 0)
+        self._lease_sent_mono = 0  # when the lease was granted or last kept alive
         self._token = uuid.uuid4().hex
 
     def _acquire(self) -> tuple[Mapping[str, int], int]:
-        # Only generator IDs belong to clusters; other spaces are one pool (0).
-        clusters = self._coordinator.clusters() if self.space == "generator" else [0]
+        self._lease_sent_mono = self.clock.monotonic_ns()
         lease = self._gateway.grant(int(self.ttl_s))
         try:
-            return self._acquire_with(lease, clusters)
+            return self._acquire_with(lease)
         except BaseException:
             if self._lease != lease:
                 try:
@@ -462,17 +467,12 @@ class EtcdClaim(Claim):
                     log.info("%s: could not revoke an unused lease (%s); it expires", self, error)
             raise
 
-    def _acquire_with(self, lease: int, clusters: list[int]) -> tuple[Mapping[str, int], int]:
+    def _acquire_with(self, lease: int) -> tuple[Mapping[str, int], int]:
+        """Claim a free ID: one read of the pool and its marks, one transaction."""
         coordinator = self._coordinator
-        prefix = self._base
         deadline = time.monotonic() + self.options.claim_timeout_s
         while True:
-            taken = {
-                pair
-                for key, _, _ in self._gateway.get_prefix(f"{prefix}/pool/")
-                if (pair := _pair(key)) is not None
-            }
-            marks = coordinator.read_marks(self.space)
+            clusters, taken, marks = self._look()
             now_ms = self.clock.time_ns() // 1_000_000
             self.soonest_holdoff_end_s = math.inf
             for cluster in clusters:
@@ -492,10 +492,9 @@ class EtcdClaim(Claim):
                     start = random.randrange(len(ready))
                     ready = ready[start:] + ready[:start]
                 for generator in ready:
-                    if self._try_claim(lease, cluster, generator):
-                        mark, revision = self._read_mark(cluster, generator)
+                    mark, revision = marks.get((cluster, generator), (None, 0))
+                    if self._try_claim(lease, cluster, generator, mark, revision):
                         self._lease = lease
-                        self._hwm_revision = revision
                         identity = (
                             {"generator": generator, "cluster": cluster}
                             if self.space == "generator"
@@ -506,22 +505,58 @@ class EtcdClaim(Claim):
                 raise self._pool_exhausted(f"clusters {clusters}", coordinator.description)
             # Keep the lease alive while we wait for an ID to come free: a
             # key may go at any moment, a hold-off ends when it ends.
+            self._lease_sent_mono = self.clock.monotonic_ns()
             self._gateway.keepalive(lease)
             if self._sleep(self._next_look_s(deadline, every_s=0.25)):
                 raise ClaimLost(f"{self.description}: closed while claiming")
 
-    def _try_claim(self, lease: int, cluster: int, generator: int) -> bool:
+    def _look(
+        self,
+    ) -> tuple[list[int], set[tuple[int, int]], dict[tuple[int, int], tuple[HighWaterMark, int]]]:
+        """The clusters to claim in, the claimed pairs and the marks, in one read."""
+        base = self._base
+        taken: set[tuple[int, int]] = set()
+        marks: dict[tuple[int, int], tuple[HighWaterMark, int]] = {}
+        cluster_text: bytes | None = None
+        for key, value, kv in self._gateway.get_prefix(f"{base}/"):
+            if key == f"{base}/cluster-id":
+                cluster_text = value
+            elif key.startswith(f"{base}/pool/") and (pair := _pair(key)) is not None:
+                taken.add(pair)
+            elif key.startswith(f"{base}/hwm/") and (pair := _pair(key)) is not None:
+                marks[pair] = (_mark(value), int(kv.get("mod_revision", 0)))
+        # Only generator IDs belong to clusters; other spaces are one pool (0).
+        if self.space != "generator":
+            return [0], taken, marks
+        if cluster_text is None:
+            return self._coordinator.clusters(), taken, marks  # a new pool: made there
+        return self._coordinator.clusters_in(cluster_text), taken, marks
+
+    def _try_claim(
+        self, lease: int, cluster: int, generator: int, mark: HighWaterMark | None, revision: int
+    ) -> bool:
+        """Put the claim key, bound to our lease, and the first ceiling, in one transaction.
+
+        It succeeds only if the key is absent and the mark is still the one we
+        read (``revision``; 0 when there was none).
+        """
         key = f"{self._base}/pool/{cluster}:{generator}"
+        hwm_key = f"{self._base}/hwm/{cluster}:{generator}"
+        now_ms = self.clock.time_ns() // 1_000_000
         value = json.dumps(
-            {
-                "holder": holder_description(),
-                "since_ms": self.clock.time_ns() // 1_000_000,
-                "token": self._token,
-            }
+            {"holder": holder_description(), "since_ms": now_ms, "token": self._token}
         )
+        ceiling = self._first_ceiling(mark.ceiling_ms if mark is not None else -1)
+        first = HighWaterMark(ceiling_ms=ceiling, renewed_ms=now_ms, holder=holder_description())
         request = {
-            "compare": [{"target": "VERSION", "key": _b64(key), "result": "EQUAL", "version": 0}],
-            "success": [{"request_put": {"key": _b64(key), "value": _b64(value), "lease": lease}}],
+            "compare": [
+                {"target": "VERSION", "key": _b64(key), "result": "EQUAL", "version": 0},
+                _unchanged(hwm_key, revision),
+            ],
+            "success": [
+                {"request_put": {"key": _b64(key), "value": _b64(value), "lease": lease}},
+                {"request_put": {"key": _b64(hwm_key), "value": _b64(json.dumps(first.to_json()))}},
+            ],
         }
         try:
             reply = self._gateway.txn(f"claiming {key}", request)
@@ -531,11 +566,18 @@ class EtcdClaim(Claim):
             found = self._gateway.get(key)
             if found is None or not self._is_ours(found, lease):
                 raise
-            reply = {"succeeded": True}
+            reply = {"succeeded": True, "unknown_revision": True}
         if not reply.get("succeeded"):
             return False
         self._key = key
-        self._hwm_key = f"{self._base}/hwm/{cluster}:{generator}"
+        self._hwm_key = hwm_key
+        if reply.get("unknown_revision"):
+            self._hwm_revision = self._read_mark(cluster, generator)[1]
+        else:
+            self._hwm_revision = int(reply.get("header", {}).get("revision", 0))
+            # A transaction does not keep the lease alive: the deadline counts
+            # from the grant or the last keep-alive.
+            self._recorded_with_claim = (ceiling, self._lease_sent_mono)
         return True
 
     def _is_ours(self, found: tuple[bytes, dict[str, Any]], lease: int) -> bool:
@@ -569,16 +611,7 @@ class EtcdClaim(Claim):
         assert self._key is not None
         assert self._hwm_key is not None
         hwm = _b64(self._hwm_key)
-        revision_check = (
-            {"target": "CREATE", "key": hwm, "result": "EQUAL", "create_revision": 0}
-            if self._hwm_revision == 0
-            else {
-                "target": "MOD",
-                "key": hwm,
-                "result": "EQUAL",
-                "mod_revision": self._hwm_revision,
-            }
-        )
+        revision_check = _unchanged(self._hwm_key, self._hwm_revision)
         request = {
             "compare": [
                 {
@@ -673,6 +706,13 @@ def _message(error: Exception) -> str:
         return str(json.loads(getattr(error, "detail_text", None) or "")["message"])
     except (ValueError, TypeError, KeyError):
         return _first_line(str(getattr(error, "detail_text", None) or error))
+
+
+def _unchanged(key: str, revision: int) -> dict[str, Any]:
+    """A transaction comparison: ``key`` was last written at ``revision`` (0: absent)."""
+    if revision == 0:
+        return {"target": "CREATE", "key": _b64(key), "result": "EQUAL", "create_revision": 0}
+    return {"target": "MOD", "key": _b64(key), "result": "EQUAL", "mod_revision": revision}
 
 
 def _pair(key: str) -> tuple[int, int] | None:

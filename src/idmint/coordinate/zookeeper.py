@@ -215,6 +215,23 @@ class ZooKeeperCoordinator(Coordinator):
             return None
         return f"idmint-claim-{uuid.uuid4().hex}:{uuid.uuid4().hex}"
 
+    def cluster_of(self, client: Any, cluster: int | None, space: str = "generator") -> int:
+        """The pool's cluster ID, making the layout first if the pool is new.
+
+        A pool that has its ``cluster-id`` has the rest (it is made last), so a
+        claimant reads one node where a new pool needs a dozen requests.
+        """
+        kazoo = kazoo_module()
+        if space == "generator":
+            try:
+                data, _ = client.get(f"{self.root}/cluster-id")
+            except kazoo.exceptions.NoNodeError:
+                return self.ensure_layout(client, cluster, space)
+            return self._check_cluster(data, cluster)
+        if client.exists(f"{self.space_root(space)}/pool") is None:
+            return self.ensure_layout(client, cluster, space)
+        return 0
+
     def space_root(self, space: str) -> str:
         """Where a space's ``pool`` and ``hwm`` live: the root itself for generator IDs
         (java-uniqueid's layout), ``<root>/<space>`` for the others."""
@@ -258,6 +275,11 @@ class ZooKeeperCoordinator(Coordinator):
             data, _ = client.get(cluster_path)
         except kazoo.exceptions.KazooException as error:
             raise translate_error(error, f"preparing {self.root} in ZooKeeper") from error
+        return self._check_cluster(data, cluster)
+
+    def _check_cluster(self, data: bytes, cluster: int | None) -> int:
+        """The cluster ID ``cluster-id`` holds, which must be the one asked for."""
+        cluster_path = f"{self.root}/cluster-id"
         try:
             stored = int(data.decode("ascii").strip())
         except (UnicodeDecodeError, ValueError):
@@ -418,14 +440,14 @@ class ZooKeeperClaim(Claim):
             self._session_id = client.client_id[0] if client.client_id else None
         deadline = time.monotonic() + self.options.claim_timeout_s
         try:
-            cluster = coordinator.ensure_layout(client, self.options.cluster, self.space)
+            cluster = coordinator.cluster_of(client, self.options.cluster, self.space)
             while True:
                 # The queue lock is held for one look at the pool, never while
                 # waiting: a claimant waiting for its narrow range to free up
                 # must not hold up claimants whose ranges have room.
-                with self._queue_lock(client, deadline):
+                with self._queue_lock(client, deadline) as pool_children:
                     self.soonest_holdoff_end_s = math.inf
-                    found = self._try_claim(client)
+                    found = self._try_claim(client, pool_children)
                     if found is not None:
                         number, floor = found
                         if self.space == "generator":
@@ -444,40 +466,88 @@ class ZooKeeperClaim(Claim):
         except kazoo.exceptions.KazooException as error:
             raise translate_error(error, "claiming a generator ID") from error
 
-    def _try_claim(self, client: Any) -> tuple[int, int] | None:
+    def _try_claim(self, client: Any, pool_children: Any = None) -> tuple[int, int] | None:
+        """One look at the pool: claim a free ID that is not held off, if there is one.
+
+        Three round trips when it works: the pool's children (unless read
+        already, ``pool_children``), the mark of the first free ID (of a few
+        at once after that), and one transaction that creates the claim node
+        only if the ID's mark is still the one read.
+        """
+        root = self._base
+        if pool_children is None:
+            pool_children = client.get_children_async(f"{root}/pool")
+        taken = set(pool_children.get())
+        free = [number for number in self.options.pool if str(number) not in taken]
+        if not self._coordinator.use_queue or self.space != "generator":
+            # No queue orders claimants: racing for the lowest free ID would
+            # only fail each other's transactions, so start anywhere.
+            start = random.randrange(len(free)) if free else 0
+            free = free[start:] + free[:start]
+        # The first free ID's mark alone (usually it is claimable), then a few
+        # at once: one round trip passes several held-off IDs.
+        starts = [0, *range(1, len(free), _MARKS_PER_LOOK)]
+        for batch_start, batch_end in zip(starts, [*starts[1:], len(free)], strict=True):
+            batch = free[batch_start:batch_end]
+            reads = [(n, client.get_async(f"{root}/hwm/{n}")) for n in batch]
+            now_ms = self.clock.time_ns() // 1_000_000
+            for number, pending in reads:
+                mark, version = _mark_of(pending)
+                if self._held_off(number, mark, now_ms):
+                    continue
+                if self._create_claim_node(client, number, mark, version, now_ms):
+                    return number, mark.ceiling_ms if mark else -1
+        return None
+
+    def _create_claim_node(
+        self, client: Any, number: int, mark: HighWaterMark | None, version: int, now_ms: int
+    ) -> bool:
+        """Create ``pool/<number>``, in one transaction with a check that the ID's mark is
+        still at ``version`` (or with the mark itself, when there is none yet)."""
         kazoo = kazoo_module()
         root = self._base
-        taken = set(client.get_children(f"{root}/pool"))
-        now_ms = self.clock.time_ns() // 1_000_000
-        for generator in self.options.pool:
-            if str(generator) in taken:
-                continue
-            mark, version = read_mark(client, f"{root}/hwm/{generator}")
-            if self._held_off(generator, mark, now_ms):
-                continue
-            path = f"{root}/pool/{generator}"
-            data = json.dumps(
-                {"holder": holder_description(), "since_ms": now_ms, "token": self._token}
-            ).encode()
-            try:
-                client.create(path, data, acl=self.owned_acl, ephemeral=True)
-            except kazoo.exceptions.NodeExistsError:
-                if not self._is_ours(client, path):
-                    continue
-            except kazoo.exceptions.ConnectionLoss:
-                # The create may have landed: find our node as kazoo's lock
-                # recipe finds its own, by what only we could have written.
-                if not self._is_ours(client, path):
-                    raise
-            # Read the mark again now that generator is ours: it cannot change
-            # under us any more (a predecessor with a live session would still
-            # hold the node), so its version is the one to compare-and-set.
-            mark, version = read_mark(client, f"{root}/hwm/{generator}")
-            self._path = path
-            self._hwm_path = f"{root}/hwm/{generator}"
-            self._hwm_version = version
-            return generator, mark.ceiling_ms if mark else -1
-        return None
+        path, hwm_path = f"{root}/pool/{number}", f"{root}/hwm/{number}"
+        data = json.dumps(
+            {"holder": holder_description(), "since_ms": now_ms, "token": self._token}
+        ).encode()
+        # The first ceiling goes with the claim: the transaction creates the
+        # claim node and writes the mark only if the mark is still the one read.
+        sent_mono = self.clock.monotonic_ns()
+        ceiling = self._first_ceiling(mark.ceiling_ms if mark is not None else -1)
+        first = HighWaterMark(ceiling_ms=ceiling, renewed_ms=now_ms, holder=holder_description())
+        first_data = json.dumps(first.to_json()).encode()
+        transaction = client.transaction()
+        transaction.create(path, data, acl=self.owned_acl, ephemeral=True)
+        if mark is None:
+            transaction.create(hwm_path, first_data, acl=self._coordinator.acls()["tree"])
+        else:
+            transaction.set_data(hwm_path, first_data, version)
+        try:
+            results = transaction.commit()
+        except kazoo.exceptions.ConnectionLoss:
+            # The transaction may have landed: find our node as kazoo's lock
+            # recipe finds its own, by what only we could have written.
+            if not self._is_ours(client, path):
+                raise
+            results = []
+        failures = [result for result in results if isinstance(result, Exception)]
+        if any(isinstance(f, kazoo.exceptions.NoNodeError) for f in failures):
+            self._coordinator.ensure_layout(client, self.options.cluster, self.space)
+            return False  # hwm/ was missing (a pool Java made): look again
+        if failures:
+            # Someone claimed it or wrote its mark since we looked; or a retry
+            # of our own transaction found what the first attempt made.
+            if not self._is_ours(client, path):
+                return False
+            version = read_mark(client, hwm_path)[1]
+        else:
+            version = 0 if mark is None else version + 1
+            self._recorded_with_claim = (ceiling, sent_mono)
+        self._path = path
+        self._hwm_path = hwm_path
+        # Ours now: nobody else writes the mark while our node exists.
+        self._hwm_version = version
+        return True
 
     @property
     def owned_acl(self) -> list[Any]:
@@ -504,16 +574,26 @@ class ZooKeeperClaim(Claim):
         return changed
 
     @contextmanager
-    def _queue_lock(self, client: Any, deadline: float) -> Iterator[None]:
+    def _queue_lock(self, client: Any, deadline: float) -> Iterator[Any]:
+        """Hold java-uniqueid's queue lock (generator IDs with ``queue=true``) in the block.
+
+        Yields the pool's children read right after the lock was taken (an
+        async result), or None when there is no queue.
+        """
         # java-uniqueid's queue orders claimants of generator IDs; other spaces
         # are idmint's alone and need no queue (creating a claim is atomic).
         if not self._coordinator.use_queue or self.space != "generator":
-            yield
+            yield None
             return
-        lock = _JavaQueueLock(client, f"{self._coordinator.root}/queue", self._coordinator.acls())
+        lock = _JavaQueueLock(
+            client,
+            f"{self._coordinator.root}/queue",
+            self._coordinator.acls(),
+            f"{self._base}/pool",
+        )
         lock.acquire(deadline)
         try:
-            yield
+            yield lock.pool_children
         finally:
             lock.release()
 
@@ -594,10 +674,13 @@ class _JavaQueueLock:
     and Python claimants from stampeding the pool together.
     """
 
-    def __init__(self, client: Any, path: str, acls: dict[str, Any]) -> None:
+    def __init__(self, client: Any, path: str, acls: dict[str, Any], pool_path: str) -> None:
         self.client = client
         self.path = path
         self.acl = acls["tree"]
+        self.pool_path = pool_path
+        self.pool_children: Any = None
+        """The pool's children as read right after the lock was taken (async result)."""
         self.ticket: str | None = None
         self.held = False
 
@@ -612,7 +695,6 @@ class _JavaQueueLock:
             return name
 
     def acquire(self, deadline: float) -> None:
-        kazoo = kazoo_module()
         self.ticket = self._take_ticket()
         while True:
             children = sorted(self.client.get_children(self.path))
@@ -623,16 +705,9 @@ class _JavaQueueLock:
                 continue
             position = children.index(self.ticket)
             if position == 0:
-                try:
-                    self.client.create(
-                        f"{self.path}/{LOCK_TICKET}", b"", acl=self.acl, ephemeral=True
-                    )
-                except kazoo.exceptions.NodeExistsError:
-                    predecessor = LOCK_TICKET
-                else:
-                    self.held = True
-                    self._drop_ticket()
+                if self._take_lock():
                     return
+                predecessor = LOCK_TICKET
             else:
                 predecessor = children[position - 1]
             moved = threading.Event()
@@ -645,24 +720,64 @@ class _JavaQueueLock:
                         f"{predecessor}; another claimant may be stuck"
                     )
 
-    def _drop_ticket(self) -> None:
+    def _take_lock(self) -> bool:
+        """Create the lock node and drop our ticket, in one transaction; False if held."""
         kazoo = kazoo_module()
+        lock_path = f"{self.path}/{LOCK_TICKET}"
+        transaction = self.client.transaction()
+        transaction.create(lock_path, b"", acl=self.acl, ephemeral=True)
+        transaction.delete(f"{self.path}/{self.ticket}")
+        pending = transaction.commit_async()
+        # Sent behind the transaction on the same session, so it reads the pool
+        # as it is once we hold the lock: the holder's first look costs no
+        # extra round trip (wasted if the lock is held, which is rarer).
+        self.pool_children = self.client.get_children_async(self.pool_path)
+        results = pending.get()
+        if not any(isinstance(result, Exception) for result in results):
+            self.held, self.ticket = True, None
+            return True
+        # A retry of our own transaction (after a lost reply) finds the lock
+        # node made, by our session.
+        stat = self.client.exists(lock_path)
+        if stat is not None and stat.ephemeralOwner == (self.client.client_id or (None,))[0]:
+            self.held = True
+            self._drop_ticket()
+            return True
+        if isinstance(results[0], kazoo.exceptions.NodeExistsError):
+            return False
+        raise results[0] if isinstance(results[0], Exception) else results[1]
+
+    def _drop_ticket(self) -> None:
+        # Not waited for: the session sends its requests in order, so nothing
+        # this claimant does next can overtake the delete, and a claimant
+        # waiting on the node hears of it from its watch.
         if self.ticket is not None:
-            with suppress(kazoo.exceptions.NoNodeError):
-                self.client.delete(f"{self.path}/{self.ticket}")
+            self.client.delete_async(f"{self.path}/{self.ticket}")
             self.ticket = None
 
     def release(self) -> None:
-        kazoo = kazoo_module()
         self._drop_ticket()
         if self.held:
             self.held = False
-            with suppress(kazoo.exceptions.NoNodeError):
-                self.client.delete(f"{self.path}/{LOCK_TICKET}")
+            self.client.delete_async(f"{self.path}/{LOCK_TICKET}")
 
 
 def _setter(event: threading.Event) -> Any:
     return lambda _watched: event.set()
+
+
+_MARKS_PER_LOOK = 8
+"""Marks of free IDs read at once: enough to pass a few held-off IDs in one round trip."""
+
+
+def _mark_of(pending: Any) -> tuple[HighWaterMark | None, int]:
+    """A mark and its version from a ``get_async`` result (-1 when there is none)."""
+    kazoo = kazoo_module()
+    try:
+        data, stat = pending.get()
+    except kazoo.exceptions.NoNodeError:
+        return None, -1
+    return mark_from_data(data), stat.version
 
 
 def read_mark(client: Any, path: str) -> tuple[HighWaterMark | None, int]:
