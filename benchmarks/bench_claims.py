@@ -18,7 +18,7 @@ kazoo and etcd3gw preloaded), as claimants are separate services in real
 life; times are taken with ``time.monotonic()``, which is system-wide on Linux.
 
 *Claim latency*: 64 processes wait on a barrier, then each times
-``connect(url).claim()`` from its call to its return. p50/p99/max are pooled
+``new_generator("uid64", coordinator=url)`` and its first ID. p50/p99/max are pooled
 over the runs; "all claimed" is the first call to the last return. ZooKeeper
 is run with java-uniqueid's queue lock (``queue=true``, the default) and
 without (``queue=false``). The same 64 claimants as threads of one process are
@@ -29,7 +29,7 @@ the run (ZooKeeper ``mntr`` zk_packets_received, pings included; etcd
 grpc_server_started_total) over the claims made.
 
 *Pool fill*: 16 processes claim the 2,048-ID pool between them, each making
-its share of claims one after the other (``connect(url).claim()`` each: one
+its share of claims one after the other (``new_generator(...)`` each: one
 session or lease per claim) and holding them all. Held claims keep renewing
 while the pool fills; the fill uses a 30 s session timeout / TTL
 (``--fill-ttl``) because at the 10 s default the renewals of 2,048 claims
@@ -130,21 +130,22 @@ def _worker_setup() -> None:
 
 
 def _timed_claim(url: str) -> tuple[Sample, Any]:
-    from idmint.coordinate import connect
+    """``new_generator("uid64", coordinator=url)`` and its first ID, timed; the generator."""
+    from idmint import new_generator
 
     start = time.monotonic()
     try:
-        claim = connect(url).claim()
+        generator = new_generator("uid64", coordinator=url)
+        generator.generate()
     except Exception as error:
         return (start, time.monotonic(), None, f"{type(error).__name__}: {error}"), None
     end = time.monotonic()
-    identity = claim.identity
-    return (start, end, identity["generator"] if identity else None, None), claim
+    return (start, end, generator.generator, None), generator
 
 
 def _report_losses(results: Queue[Any], claims: Sequence[Any]) -> None:
     """Tell the parent how often claims were lost, renewals failed, and claims' states now."""
-    held = [claim for claim in claims if claim is not None]
+    held = [generator.claim for generator in claims if generator is not None]
     failures = sum(claim.renewal_failures for claim in held)
     states = collections.Counter(claim.state.value for claim in held)
     results.put(("losses", _LostClaims.count, failures, dict(states)))
@@ -729,7 +730,10 @@ def run_concurrently(jobs: Sequence[Callable[[], HandoverRow]]) -> list[Handover
 
 
 def print_latency(rows: list[LatencyRow], runs: int) -> None:
-    print(f"\n### Claim latency: concurrent `connect(url).claim()`, {runs} run(s) pooled\n")
+    print(
+        "\n### Claim latency: concurrent `new_generator(..., coordinator=url)` to its first ID, "
+        f"{runs} run(s) pooled\n"
+    )
     print(
         "| coordinator | claimants | n | p50 ms | p99 ms | max ms | all claimed s "
         "| server requests per claim |"
