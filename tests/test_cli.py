@@ -360,7 +360,7 @@ def test_decode_guesses_the_scheme_from_the_shape(capsys: pytest.CaptureFixture[
         f"{MUID[:14]}-{MUID[14:27]}-{MUID[27:]}": "muid",
         UID64: "uid64",
         UID64.upper(): "uid64",
-        "xinaS8QBh": "short60",
+        "xiEAPepqBh": "short60",
         "g-p2sYZ5kM": "short60",
     }
     result = run_main(capsys, ["decode", *inputs])
@@ -373,7 +373,7 @@ def test_decode_guesses_the_scheme_from_the_shape(capsys: pytest.CaptureFixture[
         MUID,
         UID64,
         UID64,
-        "xinaS8QBh",
+        "xiEAPepqBh",
         "g-p2sYZ5kM",
     ]
 
@@ -390,24 +390,24 @@ def test_decode_reads_stdin(
 ) -> None:
     result = run_main(
         capsys,
-        ["decode", "xinaS8QBh", "-", MUID],
+        ["decode", "xiEAPepqBh", "-", MUID],
         monkeypatch,
         stdin=f"{UID64}\n\n   \n  {MUID.lower()}  \n",
     )
     assert (result.status, result.err) == (0, "")
     ids = [json.loads(line)["id"] for line in result.lines()]
-    assert ids == ["xinaS8QBh", UID64, MUID, MUID]
+    assert ids == ["xiEAPepqBh", UID64, MUID, MUID]
 
 
 @pytest.mark.parametrize("launcher", list(LAUNCHERS))
 def test_decode_reads_stdin_installed(launcher: str) -> None:
     result = run_installed(
-        launcher, ["decode", "--format", "text", "-"], stdin=f"{UID64}\nxinaS8QBh\n"
+        launcher, ["decode", "--format", "text", "-"], stdin=f"{UID64}\nxiEAPepqBh\n"
     )
     assert (result.status, result.err) == (0, "")
     assert [line.split()[:2] for line in result.lines()] == [
         [UID64, "uid64"],
-        ["xinaS8QBh", "short60"],
+        ["xiEAPepqBh", "short60"],
     ]
 
 
@@ -882,3 +882,15 @@ def test_sigterm_never_cuts_an_id_in_half(monkeypatch: pytest.MonkeyPatch) -> No
     lines = text.splitlines()
     assert len(set(lines)) == len(lines)
     parse_generated("short60", lines)
+
+
+def test_decode_does_not_guess_a_short_string(capsys: pytest.CaptureFixture[str]) -> None:
+    """``zzzz`` was once decoded as a short60 from 2018; now it needs --scheme."""
+    result = run_main(capsys, ["decode", "zzzz"])
+    assert result.status == 2
+    assert result.out == ""
+    assert "4 characters" in result.err
+    assert "--scheme" in result.err
+    named = run_main(capsys, ["decode", "--scheme", "short60", "zzzz"])
+    assert named.status == 0
+    assert json.loads(named.out)["scheme"] == "short60"

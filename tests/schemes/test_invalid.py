@@ -447,11 +447,10 @@ def test_unknown_field_is_a_type_error(scheme: str) -> None:
         (UID64, None, "uid64"),
         (UID64.upper(), None, "uid64"),
         ("000000000000000a", None, "uid64"),
-        ("xinaS8QBh", None, "short60"),
+        ("xiEAPepqBh", None, "short60"),
         ("g-p2sYZ5kM", None, "short60"),
         ("__________", None, "short60"),
-        ("A", None, "short60"),
-        ("abcdef", None, "short60"),  # hex letters, but not 16 of them
+        ("abcdefABCD", None, "short60"),  # hex letters, but not 16 of them
         ("12345", 8, "elastic64"),
         ("1234567890123456", 11, "elastic64"),
         ("16606973185228799999", 16, "elastic64"),  # the last ms of 9999
@@ -472,6 +471,11 @@ def test_guess_scheme_unambiguous(text: str, node_bits: int | None, scheme: str)
         ("7", ("short60", "elastic64")),
         ("1234567890", ("short60", "elastic64")),
         ("12345678901", ("elastic64",)),  # decimal too long for short60, no width given
+        # Base-64 text shorter than every short60 since 2020: a typo as likely as an ID.
+        ("xinaS8QBh", ("short60", "9 characters")),
+        ("zzzz", ("short60", "4 characters")),
+        ("A", ("short60",)),
+        ("abcdef", ("short60",)),
     ],
 )
 def test_guess_scheme_ambiguous(text: str, readings: tuple[str, ...]) -> None:

@@ -41,6 +41,7 @@ _MUID_SHAPE = re.compile(r"[0-9A-Fa-f]{32}|[0-9A-Fa-f]{14}-[0-9A-Fa-f]{13}-[0-9A
 _HEX16_SHAPE = re.compile(r"[0-9A-Fa-f]{16}")
 _DECIMAL_SHAPE = re.compile(r"[0-9]{1,20}")
 _SHORT60_SHAPE = re.compile(r"[A-Za-z0-9_-]{1,10}")
+_SHORT60_FULL_LENGTH = 10
 
 
 def scheme_type(name: str) -> type[IdValue]:
@@ -58,12 +59,14 @@ def scheme_type(name: str) -> type[IdValue]:
 def guess_scheme(text: str, *, node_bits: int | None = None) -> str:
     """Name the scheme ``text`` must be in, when its shape allows only one.
 
-    32 hex digits (or the dashed 14-13-5 form) can only be a muid; 16 hex digits
-    with a letter among them only a uid64 (uid64-v1 IDs are uid64 IDs with the
-    same fields); base-64 text with a non-digit only a short60. Decimal digits
-    are an elastic64 ID when a width is given. Anything else, such as 16 decimal
-    digits, which read as hex or as decimal, is ambiguous and raises
-    ``InvalidId``, asking for the scheme.
+    Only full-length forms are guessed: 32 hex digits (or the dashed 14-13-5
+    form) can only be a muid; 16 hex digits with a letter among them only a
+    uid64 (uid64-v1 IDs are uid64 IDs with the same fields); 10 base-64
+    characters with a non-digit only a short60 (every short60 minted since 2020
+    has 10). Decimal digits are an elastic64 ID when a width is given. Anything
+    else, such as 16 decimal digits (hex or decimal?) or a short string (a
+    short60 from before 2020, or a typo?), raises ``InvalidId`` asking for the
+    scheme.
     """
     candidate = text.strip()
     if _MUID_SHAPE.fullmatch(candidate):
@@ -74,7 +77,15 @@ def guess_scheme(text: str, *, node_bits: int | None = None) -> str:
     if _HEX16_SHAPE.fullmatch(candidate) and not is_decimal:
         return "uid64"
     if _SHORT60_SHAPE.fullmatch(candidate) and not is_decimal:
-        return "short60"
+        if len(candidate) == _SHORT60_FULL_LENGTH:
+            return "short60"
+        raise InvalidId(
+            None,
+            f"{candidate!r} could be a short60 ID, but has {len(candidate)} characters where "
+            f"every short60 minted since 2020 has {_SHORT60_FULL_LENGTH}; name the scheme if "
+            "it is one",
+            problem="ambiguous",
+        )
     if is_decimal:
         readings = ["elastic64 (give its node_bits)"]
         if len(candidate) == 16:
