@@ -102,34 +102,71 @@ def _build_parser() -> argparse.ArgumentParser:
 def _add_id_commands(commands: Any) -> None:
     """generate, decode, encode, schemes: the IDs themselves."""
     generate = commands.add_parser(
-        "generate", help="mint IDs, one per line", description="Mint IDs, one per line."
+        "generate",
+        help="mint IDs, one per line",
+        description="Mint IDs, one per line. With no identity option and no coordinator, "
+        "each process claims a free identity on this host, so processes never share one.",
+        formatter_class=_HelpFormatter,
     )
-    generate.add_argument("--scheme", choices=list(SCHEMES), default="uid64")
     generate.add_argument(
-        "--count", type=_positive_count, default=1, help="how many (0: until interrupted)"
+        "--scheme", choices=list(SCHEMES), default="uid64", help="the ID scheme (see `schemes`)"
     )
-    generate.add_argument("--generator", type=_integer, help="uid64: generator ID")
-    generate.add_argument("--cluster", type=_integer, help="uid64: cluster ID")
-    generate.add_argument("--mode", choices=["spread", "time-sequential"], help="uid64 mode")
-    generate.add_argument("--node", type=_integer, help="elastic64, short60: node ID")
-    generate.add_argument("--node-bits", type=_integer, help="elastic64: node-ID width 8..16")
-    generate.add_argument("--medallion", type=_integer, help="muid: medallion (random if unset)")
     generate.add_argument(
+        "--count", type=_positive_count, default=1, help="how many IDs; 0: until interrupted"
+    )
+    generate.add_argument(
+        "--format", choices=["text", "json"], default="text", help="one text form or JSON per line"
+    )
+    generate.add_argument(
+        "--coordinator",
+        metavar="URL",
+        help="where the identity comes from: a free one on this host (default, local://), "
+        "static://?generator=G (configured, held on this host), zk://host:port/root or "
+        "etcd://host:port/prefix (claimed, released on exit)",
+    )
+    uid64 = generate.add_argument_group("uid64 and uid64-v1 options")
+    uid64.add_argument(
+        "--generator", type=_integer, help="configured generator ID (0..2047; v1: 0..63)"
+    )
+    uid64.add_argument("--cluster", type=_integer, help="cluster ID 0..15 (default 0)")
+    uid64.add_argument(
+        "--mode", choices=["spread", "time-sequential"], help="bit layout (default spread)"
+    )
+    elastic64 = generate.add_argument_group("elastic64 and short60 options")
+    elastic64.add_argument(
+        "--node",
+        type=_integer,
+        help="configured node ID (elastic64: < 2**node-bits; short60: 0..511)",
+    )
+    elastic64.add_argument(
+        "--node-bits", type=_integer, help="elastic64 node-ID width 8..16 (default 8)"
+    )
+    elastic64.add_argument(
         "--random",
         action="store_true",
         default=None,
         help="short60: 9 random bits per ID instead of a node ID (collisions possible)",
     )
-    generate.add_argument("--format", choices=["text", "json"], default="text")
-    generate.add_argument(
-        "--coordinator",
-        metavar="URL",
-        help="where the generator ID comes from: a free one on this host (default, "
-        "local://), static://?generator=G (configured, held on this host), "
-        "zk://host:port/root or etcd://host:port/prefix (claimed, released on exit)",
-    )
+    muid = generate.add_argument_group("muid options")
+    muid.add_argument("--medallion", type=_integer, help="medallion (default: random)")
     generate.set_defaults(handler=_cmd_generate, graceful=True)
     _add_decode_encode(commands)
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Shows each option's default, when it has one worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or default in (None, False, argparse.SUPPRESS)
+            or action.option_strings == []
+            or isinstance(default, list)
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def _add_fleet_commands(commands: Any) -> None:
@@ -202,28 +239,74 @@ def _add_decode_encode(commands: Any) -> None:
     decode = commands.add_parser(
         "decode",
         help="show what IDs are made of (JSON lines)",
-        description="Decode IDs given as arguments, or one per line on stdin with '-'.",
+        description="Decode IDs given as arguments, or one per line on stdin with '-'. The "
+        "scheme is guessed only from a full-length form that allows one answer.",
+        formatter_class=_HelpFormatter,
     )
-    decode.add_argument("--scheme", choices=list(SCHEMES), help="guessed from the shape if unset")
-    decode.add_argument("--node-bits", type=_integer, help="elastic64: node-ID width 8..16")
-    decode.add_argument("--format", choices=["json", "text"], default="json")
+    decode.add_argument(
+        "--scheme", choices=list(SCHEMES), help="the IDs' scheme (default: guessed from the shape)"
+    )
+    decode.add_argument("--node-bits", type=_integer, help="elastic64: the node-ID width 8..16")
+    decode.add_argument(
+        "--format", choices=["json", "text"], default="json", help="JSON lines or one line of text"
+    )
     decode.add_argument("ids", nargs="*", metavar="ID", help="IDs, or - to read stdin")
     decode.set_defaults(handler=_cmd_decode)
 
     encode = commands.add_parser(
-        "encode", help="make an ID from its fields", description="Make an ID from its fields."
+        "encode",
+        help="make an ID from its fields",
+        description="Make an ID from its fields; `idmint schemes` lists each scheme's.",
+        formatter_class=_HelpFormatter,
     )
-    encode.add_argument("--scheme", choices=list(SCHEMES), required=True)
-    for field in ("timestamp_ms", "timestamp_us", "sequence", "generator", "cluster"):
-        encode.add_argument(f"--{field.replace('_', '-')}", type=_integer)
-    encode.add_argument("--mode", choices=["spread", "time-sequential"])
-    for field in ("medallion", "offset", "random", "burst", "node", "node_bits"):
-        encode.add_argument(f"--{field.replace('_', '-')}", type=_integer)
-    encode.add_argument("--format", choices=["text", "json"], default="text")
+    encode.add_argument("--scheme", choices=list(SCHEMES), required=True, help="the ID scheme")
+    for field in _every_field():
+        encode.add_argument(
+            f"--{field.replace('_', '-')}", type=_integer, help=_FIELD_HELP.get(field)
+        )
+    encode.add_argument("--mode", choices=["spread", "time-sequential"], help="uid64 bit layout")
+    encode.add_argument(
+        "--format", choices=["text", "json"], default="text", help="the text form or JSON"
+    )
     encode.set_defaults(handler=_cmd_encode)
 
-    schemes = commands.add_parser("schemes", help="list the ID schemes")
+    schemes = commands.add_parser(
+        "schemes", help="list the ID schemes", description="The ID schemes, with their options."
+    )
     schemes.set_defaults(handler=_cmd_schemes)
+
+    completion = commands.add_parser(
+        "completion",
+        help="print a shell completion script",
+        description="Print a completion script for bash or zsh, e.g. "
+        "`idmint completion bash > ~/.local/share/bash-completion/completions/idmint`, or "
+        "`source <(idmint completion zsh)` in ~/.zshrc.",
+    )
+    completion.add_argument("shell", choices=["bash", "zsh"], help="the shell")
+    completion.set_defaults(handler=_cmd_completion)
+
+
+_FIELD_HELP = {
+    "timestamp_ms": "ms since 1970-01-01 UTC",
+    "timestamp_us": "muid: us since 1970-01-01 UTC",
+    "sequence": "position within the ms",
+    "generator": "uid64 generator ID",
+    "cluster": "uid64 cluster ID",
+    "medallion": "muid medallion",
+    "offset": "muid offset within a transaction",
+    "node": "elastic64 or short60 node ID",
+    "node_bits": "elastic64 node-ID width",
+    "burst": "elastic64 position within the ms",
+    "random": "short60's low 9 bits under uexky's name (same as --node)",
+}
+
+
+def _every_field() -> list[str]:
+    """Every field an ID of some scheme has, in a stable order."""
+    fields: list[str] = []
+    for required, optional in _ENCODE_FIELDS.values():
+        fields += [name for name in (*required, *optional) if name not in fields and name != "mode"]
+    return fields
 
 
 def _version() -> str:
@@ -248,6 +331,18 @@ def _cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
         "medallion": args.medallion,
         "random": args.random,
     }
+    stray = sorted(
+        name
+        for name, value in options.items()
+        if value is not None and name not in SCHEME_OPTIONS[args.scheme]
+    )
+    if stray:
+        takers = [name for name in SCHEMES if set(stray) <= SCHEME_OPTIONS[name]]
+        where = f" (it applies to {', '.join(takers)})" if takers else ""
+        raise UsageError(
+            f"idmint generate: {_options(stray)} {'does' if len(stray) == 1 else 'do'} not "
+            f"apply to {args.scheme} IDs{where}"
+        )
     render = _renderer(args.format)
     with new_generator(args.scheme, coordinator=args.coordinator, **options) as generator:
         # One tick's worth per batch keeps each write small and frequent.
@@ -431,12 +526,84 @@ def _cmd_discovery_list(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+_SCHEME_SUMMARIES = {
+    "uid64": "8 bytes, java-uniqueid's layout: ms, sequence, generator, cluster; 64 IDs/ms",
+    "uid64-v1": "8 bytes, java-uniqueid's original layout: generators 0..63 only",
+    "elastic64": "8 bytes: ms, burst, node ID of 8..16 bits; 2**(16-bits) IDs/ms",
+    "muid": "16 bytes: us, random medallion, offset in a transaction",
+    "short60": "60 bits shown as 10 characters: ms, sequence, 9-bit node; 512 IDs/ms",
+}
+_SCHEME_FLAGS = {
+    "uid64": "--generator --cluster --mode",
+    "uid64-v1": "--generator --cluster",
+    "elastic64": "--node --node-bits",
+    "muid": "--medallion",
+    "short60": "--node --random",
+}
+
+
 def _cmd_schemes(args: argparse.Namespace, out: TextIO) -> int:
-    for name, cls in SCHEMES.items():
-        summary = (cls.__doc__ or "").strip().splitlines()[0]
-        options = ", ".join(sorted(SCHEME_OPTIONS[name])) or "none"
-        out.write(f"{name:10} {summary} (generator options: {options})\n")
+    for name in SCHEMES:
+        out.write(f"{name:10} {_SCHEME_SUMMARIES[name]} (generate: {_SCHEME_FLAGS[name]})\n")
     return 0
+
+
+def _cmd_completion(args: argparse.Namespace, out: TextIO) -> int:
+    out.write(completion_script(_build_parser(), args.shell))
+    return 0
+
+
+def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
+    """A bash completion function for ``parser``'s commands, options and choices.
+
+    Written from the parser itself, so it cannot drift from the commands;
+    zsh runs it through bashcompinit.
+    """
+    cases: list[str] = []
+
+    def walk(current: argparse.ArgumentParser, path: str) -> None:
+        words: list[str] = []
+        for action in current._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    words.append(name)
+                    walk(child, f"{path} {name}".strip())
+            else:
+                words += action.option_strings
+                if action.choices and not action.option_strings:  # a positional's values
+                    words += [str(choice) for choice in action.choices]
+                if action.choices and action.option_strings:
+                    for option in action.option_strings:
+                        choices = " ".join(str(choice) for choice in action.choices)
+                        cases.append(f'    "{path}|{option}") words="{choices}" ;;')
+        cases.append(f'    "{path}|") words="{" ".join(words)}" ;;')
+
+    walk(parser, "")
+    body = "\n".join(cases)
+    script = f"""# idmint completion for {shell} (made by `idmint completion {shell}`)
+_idmint() {{
+  local cur prev path="" word words
+  cur="${{COMP_WORDS[COMP_CWORD]}}"
+  prev="${{COMP_WORDS[COMP_CWORD-1]}}"
+  for word in "${{COMP_WORDS[@]:1:COMP_CWORD-1}}"; do
+    case "$word" in -*) ;; *) [[ " $(_idmint_words "$path|") " == *" $word "* ]] \\
+      && path="${{path:+$path }}$word" ;; esac
+  done
+  words="$(_idmint_words "$path|$prev")"
+  [[ -z "$words" ]] && words="$(_idmint_words "$path|")"
+  COMPREPLY=($(compgen -W "$words" -- "$cur"))
+}}
+_idmint_words() {{
+  local words=""
+  case "$1" in
+{body}
+  esac
+  echo "$words"
+}}
+"""
+    if shell == "zsh":
+        script += "autoload -U +X bashcompinit && bashcompinit\n"
+    return script + "complete -F _idmint idmint\n"
 
 
 # -- entry point --------------------------------------------------------------------
