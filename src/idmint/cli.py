@@ -664,7 +664,7 @@ def exit_status(error: Exception) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
-    # Libraries (kazoo, etcd3gw) log their retries; with no handler configured
+    # Libraries (kazoo) log their retries; with no handler configured
     # Python would print each WARNING on stderr, and the CLI promises one line.
     if not logging.getLogger().handlers:
         logging.getLogger().addHandler(logging.NullHandler())

@@ -5,9 +5,10 @@ URL grammar::
     etcd://[user:password@]host:port[,host:port...][/prefix][?option=value&...]
     etcds://...            the same over TLS
 
-The prefix defaults to ``/idmint``. The client is etcd3gw (etcd's JSON
-gateway, etcd 3.4 and 3.5), wrapped to fail over between the hosts given: a
-request that cannot reach one member is retried on the next.
+The prefix defaults to ``/idmint``. The driver speaks etcd's JSON gateway
+(etcd 3.4 and 3.5) over the standard library's HTTP client, and fails over
+between the hosts given: a request that cannot reach one member is retried on
+the next. Nothing needs installing.
 
 ==================== ========= ======================================================
 option               default   meaning
@@ -51,15 +52,17 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import http.client
 import json
 import logging
 import math
 import random
+import ssl
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from idmint.coordinate.base import (
     Claim,
@@ -86,7 +89,6 @@ log = logging.getLogger("idmint.coordinate.etcd")
 DEFAULT_PREFIX = "/idmint"
 DEFAULT_TTL_S = 10.0
 OPTIONS = (*COMMON_OPTIONS, "ttl", "tls", "ca", "cert", "key", "timeout")
-T = TypeVar("T")
 
 
 def _b64(data: str | bytes) -> str:
@@ -98,19 +100,87 @@ def _unb64(text: str | None) -> bytes:
     return base64.b64decode(text) if text else b""
 
 
-def _etcd3gw() -> Any:
-    try:
-        import etcd3gw
-        import etcd3gw.exceptions
-    except ImportError:  # pragma: no cover - depends on the install
-        raise ConfigurationError(
-            "etcd:// needs etcd3gw; install idmint with the etcd extra: pip install 'idmint[etcd]'"
-        ) from None
-    return etcd3gw
+class _Refusal(Exception):
+    """An answer from etcd that is an error: its HTTP status and JSON body."""
+
+    def __init__(self, status: int, reason: str, body: bytes) -> None:
+        super().__init__(f"{status} {reason}")
+        self.status = status
+        self.reason = reason
+        self.detail_text = body.decode("utf-8", "replace")
+
+
+class _Member:
+    """One etcd member's JSON gateway over keep-alive HTTP/1.1 connections.
+
+    The standard library's http.client, not a general HTTP stack: a claim's
+    renewal is two small POSTs, and at thousands of claims per host their
+    client CPU is what limits a fleet.
+    """
+
+    def __init__(
+        self, host: str, port: int, context: ssl.SSLContext | None, timeout_s: float
+    ) -> None:
+        self.host, self.port = host, port
+        self.context = context
+        self.timeout_s = timeout_s
+        self.endpoint = f"{'https' if context else 'http'}://{host}:{port}"
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def _connection(self) -> http.client.HTTPConnection:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        if self.context is not None:
+            return http.client.HTTPSConnection(
+                self.host, self.port, timeout=self.timeout_s, context=self.context
+            )
+        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+
+    def post(self, path: str, body: dict[str, Any], token: str | None) -> dict[str, Any]:
+        """POST ``body`` as JSON to ``/v3{path}``; the reply's JSON, or :class:`_Refusal`.
+
+        Raises ``OSError`` (``ssl.SSLError`` included) when the member cannot be reached.
+        """
+        headers = {"Content-Type": "application/json"}
+        if token is not None:
+            headers["Authorization"] = token
+        data = json.dumps(body).encode()
+        for attempt in (1, 2):
+            connection = self._connection()
+            connection.timeout = self.timeout_s
+            if connection.sock is not None:
+                connection.sock.settimeout(self.timeout_s)
+            try:
+                connection.request("POST", f"/v3{path}", data, headers)
+                response = connection.getresponse()
+                payload = response.read()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                connection.close()
+                if attempt == 2:
+                    raise
+                continue  # an idle connection the member had closed: once more, afresh
+            except BaseException:
+                connection.close()
+                raise
+            with self._lock:
+                self._idle.append(connection)
+            if response.status != 200:
+                raise _Refusal(response.status, response.reason, payload)
+            reply: dict[str, Any] = json.loads(payload)
+            return reply
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
 
 
 class EtcdGateway:
-    """etcd3gw clients for every host, one shared session, failover on connection errors."""
+    """The members of an etcd cluster, tried in turn: failover on connection errors."""
 
     def __init__(
         self,
@@ -124,66 +194,61 @@ class EtcdGateway:
         username: str | None,
         password: str | None,
     ) -> None:
-        etcd3gw = _etcd3gw()
-        import requests
-
-        self.session = requests.Session()
-        # Proxies and CA bundles from the environment (REQUESTS_CA_BUNDLE...)
-        # would override what the URL says.
-        self.session.trust_env = False
-        if ca:
-            self.session.verify = ca
-        if cert:
-            self.session.cert = (cert, key) if key else cert
-        protocol = "https" if tls else "http"
-        self.endpoints = [f"{protocol}://{host}:{port}" for host, port in hosts]
-        self.clients = [
-            etcd3gw.Etcd3Client(
-                host=host,
-                port=port,
-                protocol=protocol,
-                timeout=timeout_s,
-                api_path="/v3/",
-                session=self.session,
-            )
-            for host, port in hosts
-        ]
+        context = None
+        if tls:
+            # The URL says what is trusted: its ca=, else the system's CAs
+            # (never a bundle named by the environment).
+            context = ssl.create_default_context(cafile=ca)
+            if cert:
+                try:
+                    context.load_cert_chain(cert, key)
+                except (OSError, ssl.SSLError) as error:
+                    raise ConfigurationError(
+                        f"etcds:// cannot load the client certificate cert={cert} key={key}: "
+                        f"{error}"
+                    ) from None
+        self.members = [_Member(host, port, context, timeout_s) for host, port in hosts]
+        self.endpoints = [member.endpoint for member in self.members]
         self._current = 0
         self._lock = threading.Lock()
         self.username = username
         self.password = password
-        self._authenticated = False
+        self._token: str | None = None
         self.last_failures = ""
         """What went wrong with each member on the last request none answered."""
 
-    def call(self, what: str, operation: Callable[[Any], T]) -> T:
-        """Run ``operation(client)`` on a reachable member, trying each in turn."""
-        exceptions = _etcd3gw().exceptions
-        if self.username is not None and not self._authenticated:
+    def post(self, what: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST to a reachable member, trying each in turn; errors translated."""
+        if self.username is not None and self._token is None:
             self._authenticate()
         failures: list[str] = []
-        for attempt in range(len(self.clients)):
-            index = (self._current + attempt) % len(self.clients)
-            client = self.clients[index]
+        for attempt in range(len(self.members)):
+            index = (self._current + attempt) % len(self.members)
+            member = self.members[index]
             try:
-                result = operation(client)
-            except (exceptions.ConnectionFailedError, exceptions.ConnectionTimeoutError) as error:
-                _raise_if_tls(error, self.endpoints[index], what)
-                failures.append(f"{self.endpoints[index]}: {type(error).__name__}")
+                reply = member.post(path, body, self._token)
+            except ssl.SSLError as error:
+                raise _tls_refused(error, member.endpoint, what) from error
+            except OSError as error:
+                failures.append(f"{member.endpoint}: {_why(error)}")
                 continue
-            except exceptions.Etcd3Exception as error:
+            except _Refusal as error:
                 if self.username is None or _grpc_code(error) != _UNAUTHENTICATED:
                     raise _translate(error, what) from error
                 # Our token expired or this member does not know it: once more
                 # with a new one.
-                self._authenticated = False
+                self._token = None
                 self._authenticate()
                 try:
-                    result = operation(client)
-                except exceptions.Etcd3Exception as again:
+                    reply = member.post(path, body, self._token)
+                except _Refusal as again:
                     raise _translate(again, what) from again
+                except OSError as again:
+                    raise CoordinatorUnavailable(
+                        f"{what}: {member.endpoint}: {_why(again)}"
+                    ) from again
             self._current = index
-            return result
+            return reply
         self.last_failures = "; ".join(failures)
         raise CoordinatorUnavailable(
             f"{what}: no etcd member answered ({self.last_failures}); check that the "
@@ -191,27 +256,26 @@ class EtcdGateway:
         )
 
     def _authenticate(self) -> None:
-        exceptions = _etcd3gw().exceptions
         with self._lock:
-            self.session.headers.pop("Authorization", None)
             failures = []
-            for index, client in enumerate(self.clients):
+            for member in self.members:
                 try:
-                    reply = client.post(
-                        client.get_url("/auth/authenticate"),
-                        json={"name": self.username, "password": self.password},
+                    reply = member.post(
+                        "/auth/authenticate",
+                        {"name": self.username, "password": self.password},
+                        None,
                     )
-                except (exceptions.ConnectionFailedError, exceptions.ConnectionTimeoutError) as e:
-                    _raise_if_tls(e, self.endpoints[index], "authenticating to etcd")
-                    failures.append(f"{self.endpoints[index]}: {type(e).__name__}")
+                except ssl.SSLError as error:
+                    raise _tls_refused(error, member.endpoint, "authenticating to etcd") from error
+                except OSError as error:
+                    failures.append(f"{member.endpoint}: {_why(error)}")
                     continue
-                except exceptions.Etcd3Exception as error:
+                except _Refusal as error:
                     raise CoordinatorRefused(
                         f"etcd refused user {self.username!r}: {_message(error)}; "
                         "check the user and password in the URL"
                     ) from error
-                self.session.headers["Authorization"] = reply["token"]
-                self._authenticated = True
+                self._token = str(reply["token"])
                 return
             raise CoordinatorUnavailable(
                 f"authenticating to etcd: no member answered ({'; '.join(failures)})"
@@ -220,21 +284,18 @@ class EtcdGateway:
     @contextlib.contextmanager
     def timeout_at_most(self, seconds: float) -> Iterator[None]:
         """Requests in the block give up after ``seconds`` at most."""
-        saved = [client.timeout for client in self.clients]
-        for client in self.clients:
-            client.timeout = min(client.timeout, seconds)
+        saved = [member.timeout_s for member in self.members]
+        for member in self.members:
+            member.timeout_s = min(member.timeout_s, seconds)
         try:
             yield
         finally:
-            for client, timeout in zip(self.clients, saved, strict=True):
-                client.timeout = timeout
+            for member, timeout in zip(self.members, saved, strict=True):
+                member.timeout_s = timeout
 
     # -- the operations the driver needs, in etcd's JSON gateway form --------------------
     def get(self, key: str) -> tuple[bytes, dict[str, Any]] | None:
-        reply = self.call(
-            f"reading {key}",
-            lambda c: c.post(c.get_url("/kv/range"), json={"key": _b64(key)}),
-        )
+        reply = self.post(f"reading {key}", "/kv/range", {"key": _b64(key)})
         kvs = reply.get("kvs") or []
         if not kvs:
             return None
@@ -242,11 +303,8 @@ class EtcdGateway:
 
     def get_prefix(self, prefix: str) -> list[tuple[str, bytes, dict[str, Any]]]:
         end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        reply = self.call(
-            f"listing {prefix}",
-            lambda c: c.post(
-                c.get_url("/kv/range"), json={"key": _b64(prefix), "range_end": _b64(end)}
-            ),
+        reply = self.post(
+            f"listing {prefix}", "/kv/range", {"key": _b64(prefix), "range_end": _b64(end)}
         )
         return [
             (_unb64(kv["key"]).decode(), _unb64(kv.get("value")), kv)
@@ -254,34 +312,23 @@ class EtcdGateway:
         ]
 
     def txn(self, what: str, request: dict[str, Any]) -> dict[str, Any]:
-        reply: dict[str, Any] = self.call(
-            what, lambda c: c.post(c.get_url("/kv/txn"), json=request)
-        )
-        return reply
+        return self.post(what, "/kv/txn", request)
 
     def grant(self, ttl_s: int) -> int:
-        reply = self.call(
-            "granting a lease",
-            lambda c: c.post(c.get_url("/lease/grant"), json={"TTL": ttl_s, "ID": 0}),
-        )
+        reply = self.post("granting a lease", "/lease/grant", {"TTL": ttl_s, "ID": 0})
         return int(reply["ID"])
 
     def keepalive(self, lease: int) -> int:
         """The lease's renewed TTL in s, or -1 if it no longer exists."""
-        reply = self.call(
-            "keeping the lease alive",
-            lambda c: c.post(c.get_url("/lease/keepalive"), json={"ID": lease}),
-        )
+        reply = self.post("keeping the lease alive", "/lease/keepalive", {"ID": lease})
         return int(reply.get("result", {}).get("TTL", -1))
 
     def revoke(self, lease: int) -> None:
-        self.call(
-            "revoking the lease",
-            lambda c: c.post(c.get_url("/kv/lease/revoke"), json={"ID": lease}),
-        )
+        self.post("revoking the lease", "/kv/lease/revoke", {"ID": lease})
 
     def close(self) -> None:
-        self.session.close()
+        for member in self.members:
+            member.close()
 
 
 class EtcdCoordinator(Coordinator):
@@ -667,18 +714,20 @@ class EtcdClaim(Claim):
         self._lease = None
 
 
-def _raise_if_tls(error: Exception, endpoint: str, doing: str) -> None:
+def _tls_refused(error: ssl.SSLError, endpoint: str, doing: str) -> CoordinatorRefused:
     """A certificate problem is no outage: say so at once instead of retrying."""
-    import requests
+    return CoordinatorRefused(
+        f"{doing}: the TLS handshake with {endpoint} failed ({_first_line(str(error))}); "
+        "check ca= (the CA that signed the server's certificate), and cert=/key= if "
+        "the server wants a client certificate"
+    )
 
-    # etcd3gw wraps requests' exception by its text; the original is the context.
-    cause = error.__context__
-    if isinstance(cause, requests.exceptions.SSLError):
-        raise CoordinatorRefused(
-            f"{doing}: the TLS handshake with {endpoint} failed ({_first_line(str(cause))}); "
-            "check ca= (the CA that signed the server's certificate), and cert=/key= if "
-            "the server wants a client certificate"
-        ) from error
+
+def _why(error: OSError) -> str:
+    """Why a member could not be reached, in a few words."""
+    if isinstance(error, TimeoutError):
+        return "timed out"
+    return error.strerror or type(error).__name__
 
 
 def _first_line(text: str) -> str:
@@ -693,7 +742,7 @@ _UNAUTHENTICATED = 16
 
 
 def _grpc_code(error: Exception) -> int | None:
-    """The gRPC status code of an etcd3gw error, from the gateway's JSON body."""
+    """The gRPC status code of an etcd error answer, from the gateway's JSON body."""
     try:
         code = json.loads(getattr(error, "detail_text", None) or "")["code"]
     except (ValueError, TypeError, KeyError):
@@ -743,7 +792,7 @@ def _holder(value: bytes) -> tuple[str, int | None]:
 
 
 def _translate(error: Exception, doing: str) -> CoordinationError:
-    """An etcd3gw error as the idmint error a caller can act on, by its gRPC code.
+    """An etcd error answer as the idmint error a caller can act on, by its gRPC code.
 
     With authentication on, etcd answers a request without a user with
     InvalidArgument, one our role may not make with PermissionDenied, and an
@@ -757,7 +806,7 @@ def _translate(error: Exception, doing: str) -> CoordinationError:
             "URL and the user's role on the prefix"
         )
     if code is None:
-        reason = error.args[0] if error.args else type(error).__name__
+        reason = str(error)
         return CoordinationError(
             f"{doing}: the server answered {reason!r} without an etcd error: is the URL "
             "that of an etcd cluster's client port (etcd 3.4 or newer)?"
