@@ -301,15 +301,46 @@ class EtcdGateway:
             return None
         return _unb64(kvs[0].get("value")), kvs[0]
 
-    def get_prefix(self, prefix: str) -> list[tuple[str, bytes, dict[str, Any]]]:
+    def get_prefix(
+        self, prefix: str, *, keys_only: bool = False
+    ) -> list[tuple[str, bytes, dict[str, Any]]]:
         end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        reply = self.post(
-            f"listing {prefix}", "/kv/range", {"key": _b64(prefix), "range_end": _b64(end)}
-        )
+        request: dict[str, Any] = {"key": _b64(prefix), "range_end": _b64(end)}
+        if keys_only:
+            request["keys_only"] = True
+        reply = self.post(f"listing {prefix}", "/kv/range", request)
         return [
             (_unb64(kv["key"]).decode(), _unb64(kv.get("value")), kv)
             for kv in reply.get("kvs") or []
         ]
+
+    def read_pairs(
+        self, base: str, pairs: Sequence[tuple[int, int]]
+    ) -> dict[tuple[int, int], tuple[bool, HighWaterMark | None, int]]:
+        """For each (cluster, ID): claimed?, its mark and the mark's revision; one request."""
+        ranges = []
+        for cluster, number in pairs:
+            ranges.append(
+                {
+                    "request_range": {
+                        "key": _b64(f"{base}/pool/{cluster}:{number}"),
+                        "count_only": True,
+                    }
+                }
+            )
+            ranges.append({"request_range": {"key": _b64(f"{base}/hwm/{cluster}:{number}")}})
+        reply = self.post(f"reading {len(pairs)} IDs under {base}", "/kv/txn", {"success": ranges})
+        answers = [answer.get("response_range", {}) for answer in reply.get("responses", [])]
+        found: dict[tuple[int, int], tuple[bool, HighWaterMark | None, int]] = {}
+        for index, pair in enumerate(pairs):
+            claimed = int(answers[2 * index].get("count", 0)) > 0
+            kvs = answers[2 * index + 1].get("kvs") or []
+            if kvs:
+                mark = _mark(_unb64(kvs[0].get("value")))
+                found[pair] = (claimed, mark, int(kvs[0].get("mod_revision", 0)))
+            else:
+                found[pair] = (claimed, None, 0)
+        return found
 
     def txn(self, what: str, request: dict[str, Any]) -> dict[str, Any]:
         return self.post(what, "/kv/txn", request)
@@ -357,6 +388,7 @@ class EtcdCoordinator(Coordinator):
         )
         self._options_template = url.claim_options(pool_size=2048, ttl_s=self.ttl_s)
         self.description = f"etcd://{','.join(f'{h}:{p}' for h, p in self.hosts)}{self.prefix}"
+        self._cluster_id: bytes | None = None
         self._check_reachable()
 
     def _check_reachable(self) -> None:
@@ -368,7 +400,7 @@ class EtcdCoordinator(Coordinator):
             try:
                 # No attempt may run past the deadline by more than a moment.
                 with self.gateway.timeout_at_most(max(0.1, remaining / len(self.hosts))):
-                    self.gateway.get(f"{self.prefix}/cluster-id")
+                    found = self.gateway.get(f"{self.prefix}/cluster-id")
             except CoordinatorRefused:
                 raise  # credentials or TLS: waiting would not help
             except CoordinatorUnavailable as error:
@@ -381,10 +413,15 @@ class EtcdCoordinator(Coordinator):
                     ) from error
                 time.sleep(0.1)  # in the constructor: there is no claim to close yet
             else:
+                # Kept for the first claim: read a moment ago, and it rarely changes.
+                self._cluster_id = found[0] if found is not None else None
                 return
 
     def clusters(self) -> list[int]:
         """The cluster IDs to claim in, from ``cluster-id``, creating it ("0") when missing."""
+        if self._cluster_id is not None:
+            stored, self._cluster_id = self._cluster_id, None
+            return self.clusters_in(stored)
         key = f"{self.prefix}/cluster-id"
         found = self.gateway.get(key)
         if found is None:
@@ -515,69 +552,73 @@ class EtcdClaim(Claim):
             raise
 
     def _acquire_with(self, lease: int) -> tuple[Mapping[str, int], int]:
-        """Claim a free ID: one read of the pool and its marks, one transaction."""
+        """Claim a free ID: a look at a few random IDs (the whole pool when they are
+        taken), then one transaction."""
         coordinator = self._coordinator
+        # Only generator IDs belong to clusters; other spaces are one pool (0).
+        clusters = coordinator.clusters() if self.space == "generator" else [0]
+        pairs = [(cluster, number) for cluster in clusters for number in self.options.pool]
         deadline = time.monotonic() + self.options.claim_timeout_s
+        taken: set[tuple[int, int]] = set()
         while True:
-            clusters, taken, marks = self._look()
-            now_ms = self.clock.time_ns() // 1_000_000
             self.soonest_holdoff_end_s = math.inf
-            for cluster in clusters:
-                ready = [
-                    generator
-                    for generator in self.options.pool
-                    if (cluster, generator) not in taken
-                    and not self._held_off(
-                        (cluster, generator),
-                        marks.get((cluster, generator), (None, 0))[0],
-                        now_ms,
+            for cluster, number, mark, revision in self._candidates(pairs, taken):
+                if self._try_claim(lease, cluster, number, mark, revision):
+                    self._lease = lease
+                    identity = (
+                        {"generator": number, "cluster": cluster}
+                        if self.space == "generator"
+                        else {"node": number}
                     )
-                ]
-                # Start at a random free ID: claimants racing for the lowest
-                # one would only fail each other's transactions.
-                if ready:
-                    start = random.randrange(len(ready))
-                    ready = ready[start:] + ready[:start]
-                for generator in ready:
-                    mark, revision = marks.get((cluster, generator), (None, 0))
-                    if self._try_claim(lease, cluster, generator, mark, revision):
-                        self._lease = lease
-                        identity = (
-                            {"generator": generator, "cluster": cluster}
-                            if self.space == "generator"
-                            else {"node": generator}
-                        )
-                        return identity, mark.ceiling_ms if mark else -1
+                    return identity, mark.ceiling_ms if mark else -1
+                taken.add((cluster, number))
             if time.monotonic() >= deadline:
                 raise self._pool_exhausted(f"clusters {clusters}", coordinator.description)
             # Keep the lease alive while we wait for an ID to come free: a
             # key may go at any moment, a hold-off ends when it ends.
             self._lease_sent_mono = self.clock.monotonic_ns()
             self._gateway.keepalive(lease)
+            taken.clear()
             if self._sleep(self._next_look_s(deadline, every_s=0.25)):
                 raise ClaimLost(f"{self.description}: closed while claiming")
 
-    def _look(
-        self,
-    ) -> tuple[list[int], set[tuple[int, int]], dict[tuple[int, int], tuple[HighWaterMark, int]]]:
-        """The clusters to claim in, the claimed pairs and the marks, in one read."""
-        base = self._base
-        taken: set[tuple[int, int]] = set()
-        marks: dict[tuple[int, int], tuple[HighWaterMark, int]] = {}
-        cluster_text: bytes | None = None
-        for key, value, kv in self._gateway.get_prefix(f"{base}/"):
-            if key == f"{base}/cluster-id":
-                cluster_text = value
-            elif key.startswith(f"{base}/pool/") and (pair := _pair(key)) is not None:
-                taken.add(pair)
-            elif key.startswith(f"{base}/hwm/") and (pair := _pair(key)) is not None:
-                marks[pair] = (_mark(value), int(kv.get("mod_revision", 0)))
-        # Only generator IDs belong to clusters; other spaces are one pool (0).
-        if self.space != "generator":
-            return [0], taken, marks
-        if cluster_text is None:
-            return self._coordinator.clusters(), taken, marks  # a new pool: made there
-        return self._coordinator.clusters_in(cluster_text), taken, marks
+    def _candidates(
+        self, pairs: list[tuple[int, int]], taken: set[tuple[int, int]]
+    ) -> Iterator[tuple[int, int, HighWaterMark | None, int]]:
+        """Free, not held-off (cluster, ID) pairs with their marks, most likely first.
+
+        A few IDs picked at random are looked at in one small read (in a pool
+        with room, one of them is free); only if they are all taken is the whole
+        pool read. Claimants starting anywhere do not fail each other's
+        transactions as claimants racing for the lowest free ID would.
+        """
+        untried = [pair for pair in pairs if pair not in taken]
+        probes = random.sample(untried, min(_PROBES, len(untried)))
+        yield from self._free_among(probes, taken)
+        listed = {
+            pair
+            for key, _, _ in self._gateway.get_prefix(f"{self._base}/pool/", keys_only=True)
+            if (pair := _pair(key)) is not None
+        }
+        taken.update(listed)
+        rest = [pair for pair in untried if pair not in taken and pair not in probes]
+        start = random.randrange(len(rest)) if rest else 0
+        yield from self._free_among(rest[start:] + rest[:start], taken)
+
+    def _free_among(
+        self, pairs: list[tuple[int, int]], taken: set[tuple[int, int]]
+    ) -> Iterator[tuple[int, int, HighWaterMark | None, int]]:
+        """Those of ``pairs`` that are free and not held off, with their marks."""
+        for start in range(0, len(pairs), _PROBES * 4):
+            chunk = pairs[start : start + _PROBES * 4]
+            read = self._gateway.read_pairs(self._base, chunk)
+            now_ms = self.clock.time_ns() // 1_000_000
+            for pair in chunk:
+                held, mark, revision = read[pair]
+                if held:
+                    taken.add(pair)
+                elif not self._held_off(pair, mark, now_ms):
+                    yield (*pair, mark, revision)
 
     def _try_claim(
         self, lease: int, cluster: int, generator: int, mark: HighWaterMark | None, revision: int
@@ -755,6 +796,10 @@ def _message(error: Exception) -> str:
         return str(json.loads(getattr(error, "detail_text", None) or "")["message"])
     except (ValueError, TypeError, KeyError):
         return _first_line(str(getattr(error, "detail_text", None) or error))
+
+
+_PROBES = 4
+"""IDs looked at together before reading the whole pool."""
 
 
 def _unchanged(key: str, revision: int) -> dict[str, Any]:
