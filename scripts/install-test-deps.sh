@@ -5,7 +5,8 @@
 #
 # - ZooKeeper server jars (libzookeeper-java) and a Java runtime when `java` is absent;
 # - etcd (etcd-server, etcd-client);
-# - wrk (HTTP load generator), chromium and chromium-driver (browser tests), procps.
+# - wrk (HTTP load generator), chromium and chromium-driver (browser tests), procps;
+# - gcc and libc6-dev (the fault tests build an LD_PRELOAD shim that steps the clock).
 #
 # Runs `apt-get update` once, and only when something has to be installed; prints
 # nothing when everything is there already. Uses sudo when not run as root.
@@ -17,6 +18,8 @@
 set -euo pipefail
 
 readonly PACKAGES=(
+    gcc
+    libc6-dev
     libzookeeper-java
     etcd-server
     etcd-client

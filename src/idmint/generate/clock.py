@@ -18,6 +18,12 @@ __all__ = ["SYSTEM_CLOCK", "Clock", "ManualClock", "OffsetClock", "SystemClock"]
 # sleeping until this far before the target and spinning the rest means the
 # next millisecond is caught within a few microseconds, not a tenth of it.
 _SPIN_NS = 200_000
+# A wait sleeps at most this long at a time, then looks at the wall clock again:
+# a clock stepped back meanwhile is noticed within a slice, not after the step.
+_SLICE_NS = 50_000_000
+# How far the wall clock may fall behind the monotonic clock during a wait before
+# it counts as a step back (NTP slewing moves it by 0.05 % at most).
+_STEP_SLACK_NS = 1_000_000
 
 
 @runtime_checkable
@@ -33,7 +39,12 @@ class Clock(Protocol):
         ...
 
     def sleep_until_ns(self, wall_ns: int) -> None:
-        """Return once ``time_ns() >= wall_ns``, as soon after as practical."""
+        """Return once ``time_ns() >= wall_ns``, as soon after as practical.
+
+        Return early if the wall clock steps back meanwhile: the caller looks at
+        the clock again and decides (a generator counts the step, then waits
+        within its tolerance or refuses).
+        """
         ...
 
     async def asleep_until_ns(self, wall_ns: int) -> None:
@@ -50,10 +61,14 @@ class SystemClock:
 
     def sleep_until_ns(self, wall_ns: int) -> None:
         now = time.time_ns()
+        # Where the wall clock should read at each monotonic instant, were it not stepped.
+        offset = now - time.monotonic_ns()
         while now < wall_ns:
+            if now < time.monotonic_ns() + offset - _STEP_SLACK_NS:
+                return  # stepped back: the caller must look again
             remaining = wall_ns - now
             if remaining > _SPIN_NS:
-                time.sleep((remaining - _SPIN_NS) / 1e9)
+                time.sleep(min(remaining - _SPIN_NS, _SLICE_NS) / 1e9)
             else:
                 time.sleep(0)  # releases the GIL so other threads run while we spin
             now = time.time_ns()
@@ -62,9 +77,14 @@ class SystemClock:
         import asyncio  # only async callers pay for importing it
 
         now = time.time_ns()
+        offset = now - time.monotonic_ns()
         while now < wall_ns:
+            if now < time.monotonic_ns() + offset - _STEP_SLACK_NS:
+                return  # stepped back: the caller must look again
             remaining = wall_ns - now
-            await asyncio.sleep(remaining / 1e9 if remaining > _SPIN_NS else 0)
+            await asyncio.sleep(
+                min(remaining - _SPIN_NS, _SLICE_NS) / 1e9 if remaining > _SPIN_NS else 0
+            )
             now = time.time_ns()
 
     def __repr__(self) -> str:

@@ -33,7 +33,8 @@ identity (muid: a fresh medallion; short60: a fresh tick) or refuses with
 :class:`~idmint.errors.GeneratorForked`.
 
 Free-threaded CPython (no GIL) does not make ``next()`` on a shared iterator
-atomic, so there every ID goes through the locked path.
+atomic, so there every ID goes through the locked path (see :data:`LOCKED_PATH`;
+``IDMINT_LOCKED_PATH=1`` chooses it anywhere).
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ import os
 import sys
 import threading
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import islice, repeat
 from operator import length_hint, or_
@@ -53,15 +53,17 @@ from idmint.errors import ClockMovedBackwards, ConfigurationError, GeneratorErro
 from idmint.generate.clock import SYSTEM_CLOCK, Clock
 from idmint.schemes._base import IdValue
 
-__all__ = ["IdBatch", "TickGenerator", "fork_generation"]
+__all__ = ["LOCKED_PATH", "IdBatch", "TickGenerator", "fork_generation"]
 
 IdT = TypeVar("IdT", bound=IdValue)
 GeneratorT = TypeVar("GeneratorT", bound="TickGenerator[Any]")
 
 _new = object.__new__
-# The slot's own setter, callable from C-level map() without a Python frame.
-_set_int = cast(Any, IdValue.__dict__["_int"]).__set__
 _GIL_ENABLED: bool = getattr(sys, "_is_gil_enabled", lambda: True)()
+LOCKED_PATH: bool = not _GIL_ENABLED or os.environ.get("IDMINT_LOCKED_PATH", "") not in ("", "0")
+"""Whether every ID takes the locked path: always without the GIL (where ``next()`` on
+a shared iterator is not atomic), or when ``IDMINT_LOCKED_PATH=1`` asks for it.
+Decided once, at import."""
 
 DEFAULT_MAX_CLOCK_WAIT_MS = 10.0
 """How far back the wall clock may step before generators refuse instead of
@@ -397,11 +399,23 @@ class TickGenerator(Generic[IdT]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "generate" not in cls.__dict__ and "id_type" in cls.__dict__:
+        if LOCKED_PATH:
+            # Every ID through the lock, whatever the class's own hot path.
+            cls.generate = TickGenerator.generate_locked  # type: ignore[method-assign]
+            cls.generate_nowait = _nowait_locked  # type: ignore[method-assign]
+        elif "generate" not in cls.__dict__ and "id_type" in cls.__dict__:
             cls.generate = _hot_path(cls.id_type, cls.random_bits)  # type: ignore[method-assign,assignment]
             cls.generate_nowait = _hot_path(  # type: ignore[method-assign,assignment]
                 cls.id_type, cls.random_bits, wait=False
             )
+
+    def generate_locked(self) -> IdT:
+        """Issue one ID through the lock: what :meth:`generate` is without the GIL.
+
+        Slower than the lock-free hot path, and correct on any interpreter: the
+        run's iterator is only ever advanced under the lock.
+        """
+        return self._generate_slow(0)
 
     def generate_nowait(self) -> IdT | None:
         """Issue one ID if that needs no waiting, else ``None``.
@@ -717,11 +731,9 @@ def _hot_path(
     return generate
 
 
-def materialise(id_type: type[IdValue], ints: Sequence[int]) -> list[Any]:
-    """Value objects for ``ints``, built by C-level loops (no Python frame per ID)."""
-    objects = list(map(_new, repeat(id_type, len(ints))))
-    deque(map(_set_int, objects, ints), maxlen=0)
-    return objects
+def _nowait_locked(self: TickGenerator[Any]) -> Any:
+    """``generate_nowait()`` through the lock (see :data:`LOCKED_PATH`)."""
+    return self._generate_slow(0, wait=False)
 
 
 def check_identity_field(name: str, value: object, low: int, high: int) -> int:
