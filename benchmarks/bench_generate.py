@@ -143,7 +143,7 @@ def cost_table(bursts: int) -> list[Row]:
     code ran, which ``cold_table`` reports on its own.
     """
     uid64 = Uid64Generator(1)
-    short60 = Short60Generator()
+    short60 = Short60Generator(1)
     elastic64 = Elastic64Generator(9, 8, max_ahead_ms=0)
     muid = MuidGenerator()
     transactions = _Transactions(muid)
@@ -181,7 +181,7 @@ def sustained(total: int) -> list[tuple[str, float, float | None]]:
     results: list[tuple[str, float, float | None]] = []
     cases: list[tuple[str, Callable[[int], object], float | None]] = [
         ("uid64 batch(64)", Uid64Generator(2).batch, 64_000.0),
-        ("short60 batch(512)", Short60Generator().batch, 512_000.0),
+        ("short60 batch(512)", Short60Generator(2).batch, 512_000.0),
         ("elastic64/8 batch(256)", Elastic64Generator(5, 8, max_ahead_ms=0).batch, 256_000.0),
     ]
     for name, batch, cap in cases:
