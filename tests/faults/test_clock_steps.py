@@ -119,9 +119,9 @@ WAITING_CHILD = """
 
     class Announcing(SystemClock):
         # The real sleep, announced: the test steps the clock once we are in it.
-        def sleep_until_ns(self, wall_ns):
+        def sleep_until_ns(self, wall_ns, longest_ns=None):
             print("sleeping", flush=True)
-            super().sleep_until_ns(wall_ns)
+            super().sleep_until_ns(wall_ns, longest_ns)
 
     generator = Uid64Generator(1, max_clock_wait_ms=float(sys.argv[1]), clock=Announcing())
     generator.generate()
@@ -216,15 +216,15 @@ class SteppingClock(ManualClock):
         self.step_ms = step_ms
         self.stepped = False
 
-    def sleep_until_ns(self, wall_ns: int) -> None:
+    def sleep_until_ns(self, wall_ns: int, longest_ns: int | None = None) -> None:
         if not self.stepped:
             self.stepped = True
             self.step_back_ms(self.step_ms)
             return
-        super().sleep_until_ns(wall_ns)
+        super().sleep_until_ns(wall_ns, longest_ns)
 
-    async def asleep_until_ns(self, wall_ns: int) -> None:
-        self.sleep_until_ns(wall_ns)
+    async def asleep_until_ns(self, wall_ns: int, longest_ns: int | None = None) -> None:
+        self.sleep_until_ns(wall_ns, longest_ns)
         await asyncio.sleep(0)
 
 

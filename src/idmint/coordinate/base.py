@@ -55,6 +55,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from idmint.clock import SYSTEM_CLOCK, Clock
 from idmint.errors import (
     ClaimLost,
     ConfigurationError,
@@ -62,7 +63,6 @@ from idmint.errors import (
     CoordinatorUnavailable,
     PoolExhausted,
 )
-from idmint.generate.clock import SYSTEM_CLOCK, Clock
 
 if TYPE_CHECKING:
     from idmint.coordinate.url import CoordinatorUrl

@@ -64,6 +64,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from idmint.clock import Clock
 from idmint.coordinate.base import (
     Claim,
     ClaimInfo,
@@ -80,7 +81,6 @@ from idmint.errors import (
     CoordinatorRefused,
     CoordinatorUnavailable,
 )
-from idmint.generate.clock import Clock
 
 __all__ = ["EtcdClaim", "EtcdCoordinator", "EtcdGateway"]
 

@@ -67,6 +67,7 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from idmint.clock import Clock
 from idmint.coordinate.base import (
     SPACES,
     Claim,
@@ -83,7 +84,6 @@ from idmint.errors import (
     CoordinatorUnavailable,
     IdentityInUse,
 )
-from idmint.generate.clock import Clock
 
 try:
     import fcntl

@@ -29,7 +29,7 @@ option              default    meaning
 ``skew``            ``1``      s of clock-skew allowance in the hold-off
 ==================  =========  ==============================================
 
-Pass a :class:`~idmint.generate.clock.ManualClock` as the claim's clock to
+Pass a :class:`~idmint.clock.ManualClock` as the claim's clock to
 drive time by hand: deadlines and high-water marks then follow it.
 """
 
@@ -43,6 +43,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from idmint.clock import Clock
 from idmint.coordinate.base import (
     Claim,
     ClaimInfo,
@@ -53,7 +54,6 @@ from idmint.coordinate.base import (
 )
 from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
 from idmint.errors import ClaimLost, ConfigurationError, CoordinatorUnavailable
-from idmint.generate.clock import Clock
 
 __all__ = ["MemoryClaim", "MemoryCoordinator"]
 

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from idmint.clock import Clock
 from idmint.coordinate.base import Claim, ClaimInfo, ClaimOptions, Coordinator
 from idmint.coordinate.url import CoordinatorUrl, parse_url
 from idmint.errors import ConfigurationError
-from idmint.generate.clock import Clock
 
 __all__ = ["StaticCoordinator"]
 

@@ -63,6 +63,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from typing import Any
 
+from idmint.clock import Clock
 from idmint.coordinate.base import (
     Claim,
     ClaimInfo,
@@ -80,7 +81,6 @@ from idmint.errors import (
     CoordinatorUnavailable,
     PoolExhausted,
 )
-from idmint.generate.clock import Clock
 
 __all__ = ["ZooKeeperClaim", "ZooKeeperCoordinator"]
 

@@ -67,6 +67,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from idmint.clock import Clock
 from idmint.coordinate.base import ClaimOptions, holder_description
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.coordinate.zookeeper import (
@@ -78,7 +79,6 @@ from idmint.coordinate.zookeeper import (
     translate_error,
 )
 from idmint.errors import ClaimLost, ConfigurationError, PoolExhausted
-from idmint.generate.clock import Clock
 from idmint.schemes import elastic64 as e64
 
 __all__ = [

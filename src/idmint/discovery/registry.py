@@ -36,11 +36,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from idmint.clock import Clock
 from idmint.coordinate.url import parse_url
 from idmint.coordinate.zookeeper import kazoo_module, translate_error
 from idmint.discovery.nodes import NodeIdClaim, NodeIdCoordinator
 from idmint.errors import ConfigurationError, CoordinationError
-from idmint.generate.clock import Clock
 
 __all__ = ["Discovery", "Endpoint", "Instance", "Registration", "Watch"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from idmint.generate.clock import SYSTEM_CLOCK, Clock, ManualClock, OffsetClock, SystemClock
+from idmint.clock import SYSTEM_CLOCK, Clock, ManualClock, OffsetClock, SystemClock
 from idmint.generate.core import DEFAULT_MAX_CLOCK_WAIT_MS, TickGenerator
 from idmint.generate.generators import (
     DEFAULT_ELASTIC64_MAX_AHEAD_MS,

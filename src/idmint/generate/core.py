@@ -49,8 +49,8 @@ from operator import length_hint, or_
 from random import getrandbits
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast, overload
 
+from idmint.clock import SYSTEM_CLOCK, Clock
 from idmint.errors import ClockMovedBackwards, ConfigurationError, GeneratorError
-from idmint.generate.clock import SYSTEM_CLOCK, Clock
 from idmint.schemes._base import IdValue
 
 __all__ = ["LOCKED_PATH", "IdBatch", "TickGenerator", "fork_generation"]
@@ -113,7 +113,7 @@ class Grant(Protocol):
     def deadline_mono_ns(self) -> int: ...
 
 
-class Lease(Protocol):
+class Claim(Protocol):
     """A claimed identity as a generator uses it (see :class:`idmint.coordinate.base.Claim`)."""
 
     @property
@@ -257,7 +257,7 @@ class TickGenerator(Generic[IdT]):
         clock: Clock | None = None,
         max_clock_wait_ms: float = DEFAULT_MAX_CLOCK_WAIT_MS,
         max_ahead_ticks: int = 0,
-        claim: Lease | None = None,
+        claim: Claim | None = None,
     ) -> None:
         if max_clock_wait_ms < 0:
             raise ConfigurationError(f"max_clock_wait_ms must be >= 0, got {max_clock_wait_ms!r}")
@@ -326,7 +326,7 @@ class TickGenerator(Generic[IdT]):
 
     # -- claims ---------------------------------------------------------------------
     @property
-    def claim(self) -> Lease | None:
+    def claim(self) -> Claim | None:
         """The claim this generator's identity comes from, if any."""
         return self._claim
 
@@ -383,19 +383,11 @@ class TickGenerator(Generic[IdT]):
     def generate(self) -> IdT:
         """Issue one ID. Thread-safe; waits (briefly) when the tick is used up.
 
-        Each scheme's class gets its own copy of this hot path from
-        ``__init_subclass__`` (see :func:`_hot_path`); this one is what they do.
+        Each scheme's class gets its own lock-free hot path in place of this
+        from ``__init_subclass__`` (see :func:`_hot_path`), or the locked one
+        (:data:`LOCKED_PATH`).
         """
-        run = self._run
-        try:
-            value = next(run.values)
-        except StopIteration:
-            return self._generate_slow(0)
-        if self._now_ns() < run.until_ns:
-            if self._random_bits:
-                value |= getrandbits(self._random_bits)
-            return self._make(value)
-        return self._generate_slow(1)
+        return self._generate_slow(0)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -403,10 +395,11 @@ class TickGenerator(Generic[IdT]):
             # Every ID through the lock, whatever the class's own hot path.
             cls.generate = TickGenerator.generate_locked  # type: ignore[method-assign]
             cls.generate_nowait = _nowait_locked  # type: ignore[method-assign]
-        elif "generate" not in cls.__dict__ and "id_type" in cls.__dict__:
-            cls.generate = _hot_path(cls.id_type, cls.random_bits)  # type: ignore[method-assign,assignment]
+        elif "id_type" in cls.__dict__:
+            make = getattr(cls, "_make_from_run", None)
+            cls.generate = _hot_path(cls.id_type, cls.random_bits, make)  # type: ignore[method-assign,assignment]
             cls.generate_nowait = _hot_path(  # type: ignore[method-assign,assignment]
-                cls.id_type, cls.random_bits, wait=False
+                cls.id_type, cls.random_bits, make, wait=False
             )
 
     def generate_locked(self) -> IdT:
@@ -422,17 +415,9 @@ class TickGenerator(Generic[IdT]):
 
         For event loops: a ``None`` means the tick is used up or the claim is
         in doubt; ``await agenerate()`` then waits without blocking the loop.
+        Replaced per class like :meth:`generate`.
         """
-        run = self._run
-        try:
-            value = next(run.values)
-        except StopIteration:
-            return self._generate_slow(0, wait=False)
-        if self._now_ns() < run.until_ns:
-            if self._random_bits:
-                value |= getrandbits(self._random_bits)
-            return self._make(value)
-        return self._generate_slow(1, wait=False)
+        return self._generate_slow(0, wait=False)
 
     @overload
     def _generate_slow(self, wasted: int) -> IdT: ...
@@ -499,7 +484,18 @@ class TickGenerator(Generic[IdT]):
             self._claim.wait(min_ceiling_ms=self._need_ceiling_ms)
             return
         self.clock_waits += 1
-        self._clock.sleep_until_ns(until_ns)
+        self._clock.sleep_until_ns(until_ns, self._longest_wait_ns())
+
+    def _longest_wait_ns(self) -> int:
+        """The longest wait for the clock this generator accepts.
+
+        A wait cut short at this length means the clock went back since it was
+        chosen; the locked path then counts the step and refuses.
+        """
+        tolerance_ns = self._max_clock_wait_ns
+        if self._claim is not None:
+            tolerance_ns = max(tolerance_ns, round(self._claim.options.wait_timeout_s * 1e9))
+        return tolerance_ns + (self._max_ahead + 1) * self.tick_ns
 
     async def agenerate(self) -> IdT:
         """Issue one ID without ever blocking the event loop."""
@@ -520,7 +516,7 @@ class TickGenerator(Generic[IdT]):
                 await asyncio.to_thread(self._claim.wait, min_ceiling_ms=self._need_ceiling_ms)
                 continue
             self.clock_waits += 1
-            await self._clock.asleep_until_ns(wait_until_ns)
+            await self._clock.asleep_until_ns(wait_until_ns, self._longest_wait_ns())
 
     def __iter__(self) -> Iterator[IdT]:
         while True:
@@ -653,6 +649,7 @@ class TickGenerator(Generic[IdT]):
 
     def _check_lag(self, lag_ns: int) -> None:
         if self._floor_fresh and self._claim is not None:
+            # Behind the predecessor's high-water mark: wait as long as for a claim.
             tolerance_ns = max(
                 self._max_clock_wait_ns, round(self._claim.options.wait_timeout_s * 1e9)
             )
@@ -689,15 +686,34 @@ class TickGenerator(Generic[IdT]):
 
 
 def _hot_path(
-    id_type: type[IdValue], random_bits: int, *, wait: bool = True
+    id_type: type[IdValue],
+    random_bits: int,
+    make: Callable[[int], Any] | None = None,
+    *,
+    wait: bool = True,
 ) -> Callable[[Any], Any]:
     """``generate()`` (or ``generate_nowait()``) specialised for one scheme's class.
 
-    The scheme's type and random width are closed over rather than read from
-    ``self``: at ~250 ns per ID, each attribute read and branch saved is a few
-    percent. The logic is exactly :meth:`TickGenerator.generate`'s.
+    The next value of the tick's run, if the clock is still inside the run's
+    time, wrapped in the scheme's type; anything else goes the locked way. The
+    scheme's type, random width and maker (``make``: a class's
+    ``_make_from_run``, for values that carry more than the ID) are closed over
+    rather than read from ``self``: at ~250 ns per ID, each attribute read and
+    branch saved is a few percent, so there is one variant per kind of class.
     """
-    if random_bits:
+    if make is not None:
+
+        def generate(self: TickGenerator[Any]) -> Any:
+            run = self._run
+            try:
+                value = next(run.values)
+            except StopIteration:
+                return self._generate_slow(0, wait=wait)
+            if self._now_ns() < run.until_ns:
+                return make(value)
+            return self._generate_slow(1, wait=wait)
+
+    elif random_bits:
 
         def generate(self: TickGenerator[Any]) -> Any:
             run = self._run

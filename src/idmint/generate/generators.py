@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import ClassVar, cast
 
+from idmint.clock import Clock
 from idmint.errors import ConfigurationError, GeneratorForked, TransactionFull
-from idmint.generate.clock import Clock
 from idmint.generate.core import (
     DEFAULT_MAX_CLOCK_WAIT_MS,
-    Lease,
+    Claim,
     TickGenerator,
     check_identity_field,
     check_tick_range,
@@ -66,7 +66,7 @@ class Uid64Generator(TickGenerator[Uid64]):
         cluster: int = 0,
         mode: Mode | str = Mode.SPREAD,
         *,
-        claim: Lease | None = None,
+        claim: Claim | None = None,
         clock: Clock | None = None,
         max_clock_wait_ms: float = DEFAULT_MAX_CLOCK_WAIT_MS,
     ) -> None:
@@ -194,6 +194,7 @@ class Elastic64Generator(TickGenerator[Elastic64]):
     __slots__ = ("_node", "_node_bits")
     id_type = Elastic64
     _int_mask = _ELASTIC64_MASK
+    _make_from_run = staticmethod(_make_elastic64)
 
     def __init__(
         self,
@@ -201,7 +202,7 @@ class Elastic64Generator(TickGenerator[Elastic64]):
         node_bits: int = e64.MIN_NODE_BITS,
         *,
         max_ahead_ms: int = DEFAULT_ELASTIC64_MAX_AHEAD_MS,
-        claim: Lease | None = None,
+        claim: Claim | None = None,
         clock: Clock | None = None,
         max_clock_wait_ms: float = DEFAULT_MAX_CLOCK_WAIT_MS,
     ) -> None:
@@ -264,17 +265,6 @@ class Elastic64Generator(TickGenerator[Elastic64]):
         self._limit = 1 << (e64.LOW_BITS - width)
         self._seq_shift = width
 
-    def generate(self) -> Elastic64:
-        """Issue one ID (see :meth:`TickGenerator.generate`)."""
-        run = self._run
-        try:
-            value = next(run.values)
-        except StopIteration:
-            return self._generate_slow(0)
-        if self._now_ns() < run.until_ns:
-            return _make_elastic64(value)
-        return self._generate_slow(1)
-
     def _describe_identity(self) -> str:
         return f"node {self._node}"
 
@@ -306,7 +296,7 @@ class Short60Generator(TickGenerator[Short60]):
         node: int | None = None,
         *,
         random: bool = False,
-        claim: Lease | None = None,
+        claim: Claim | None = None,
         clock: Clock | None = None,
         max_clock_wait_ms: float = DEFAULT_MAX_CLOCK_WAIT_MS,
     ) -> Short60Generator:
@@ -320,7 +310,7 @@ class Short60Generator(TickGenerator[Short60]):
         node: int | None = None,
         *,
         random: bool = False,
-        claim: Lease | None = None,
+        claim: Claim | None = None,
         clock: Clock | None = None,
         max_clock_wait_ms: float = DEFAULT_MAX_CLOCK_WAIT_MS,
     ) -> None:
