@@ -12,12 +12,15 @@ Three servers run side by side for the whole benchmark, each in its own process:
   so the uvicorn stack and options are exactly those of ``idmint serve``: loop and
   http ``auto`` (uvloop and httptools when installed), access log off, lifespan on;
 * ``idmint serve`` (uid64, static coordinator, one generator ID);
-* ``idmint serve --generators 4`` (four static generator IDs).
+* ``idmint serve --generators 4`` (four static generator IDs);
+* ``hello-stock``: the hello app with uvicorn's own HTTP protocol class instead of
+  the one with idmint's request size limit and timeout (:mod:`idmint.server.limits`),
+  all else the same: hello against it is what the limits cost.
 
 Every target gets a 1 s warm-up, a throughput run (``wrk -t1 -c32 -d<duration>``) and a
 latency run (the same with ``--latency``, whose percentiles are reported). The hello
-app and ``/v1/id`` alternate for ``--rounds`` throughput runs each (3; 1 with
-``--quick``): their ratio is the median of the pairs', as other load on the machine
+app, ``/v1/id`` and hello-stock alternate for ``--rounds`` throughput runs each (3; 1
+with ``--quick``): each ratio is the median of the pairs', as other load on the machine
 moves both. ``/v1/ids?count=1000`` is reported as IDs/s too. Any
 non-2xx answer or socket error is counted and shown.
 
@@ -92,14 +95,20 @@ class HelloApp:
                     return
 
 
-def serve_hello() -> int:
-    """Run the hello app through ``idmint.server.run.serve`` (same uvicorn config)."""
+def serve_hello(*, stock: bool = False) -> int:
+    """Run the hello app through ``idmint.server.run.serve`` (same uvicorn config).
+
+    ``stock``: with uvicorn's own protocol class (``http="auto"``), without idmint's
+    request limits.
+    """
     from idmint.server import run
 
     def announce(port: int) -> None:
         print(f"hello server: open http://127.0.0.1:{port}/", flush=True)
 
     run.create_app = lambda **_: HelloApp()  # type: ignore[attr-defined,assignment]
+    if stock:
+        run.limited_http_protocol = lambda limits: "auto"  # type: ignore[assignment,return-value]
     return run.serve(host="127.0.0.1", port=0, announce=announce)
 
 
@@ -224,6 +233,7 @@ class Target:
 TARGETS = [
     Target("hello (bare ASGI app)", "hello", "/", 0),
     Target("/v1/id", "idmint", "/v1/id", 1),
+    Target("hello, uvicorn's protocol without the request limits", "hello-stock", "/", 0),
     Target(f"/v1/ids?count={BATCH}", "idmint", f"/v1/ids?count={BATCH}", BATCH),
     Target("/v1/id, --generators 4", "idmint4", "/v1/id", 1),
     Target(f"/v1/ids?count={BATCH}, --generators 4", "idmint4", f"/v1/ids?count={BATCH}", BATCH),
@@ -283,6 +293,9 @@ def measure(wrk: str, duration: float, rounds: int) -> tuple[Throughput, Latency
         servers["hello"] = start_server(
             "hello", [python, str(Path(__file__).resolve()), "--serve-hello"]
         )
+        servers["hello-stock"] = start_server(
+            "hello-stock", [python, str(Path(__file__).resolve()), "--serve-hello-stock"]
+        )
         servers["idmint"] = start_server(
             "idmint serve", [python, "-m", "idmint", "serve", "--port", "0"]
         )
@@ -292,8 +305,9 @@ def measure(wrk: str, duration: float, rounds: int) -> tuple[Throughput, Latency
         )
         for target in TARGETS:
             run_wrk(wrk, servers[target.server].url + target.path, 1, latency=False)  # warm-up
-        # hello and /v1/id alternate, `rounds` times, so that they see the same machine.
-        for target in [*TARGETS[:2] * rounds, *TARGETS[2:]]:
+        # hello, /v1/id and hello-stock alternate, `rounds` times, so that they see the
+        # same machine.
+        for target in [*TARGETS[:3] * rounds, *TARGETS[3:]]:
             url = servers[target.server].url + target.path
             throughput[target.label].append(run_wrk(wrk, url, duration, latency=False))
         for target in TARGETS:
@@ -307,7 +321,7 @@ def measure(wrk: str, duration: float, rounds: int) -> tuple[Throughput, Latency
 
 def report(throughput: Throughput, latency: Latency) -> None:
     """The markdown table and the /v1/id-to-hello verdict."""
-    hello_target, one_id_target = TARGETS[:2]
+    hello_target, one_id_target, stock_target = TARGETS[:3]
     rates = {label: [run.requests_per_s for run in runs] for label, runs in throughput.items()}
     hello = statistics.median(rates[hello_target.label])
     ratios = [
@@ -338,12 +352,21 @@ def report(throughput: Throughput, latency: Latency) -> None:
             f"{sum(r.non_2xx for r in runs)} / {sum(r.socket_errors for r in runs)}",
         ]
         print("| " + " | ".join(cells) + " |")
+    limits_ratios = [
+        hello / stock
+        for hello, stock in zip(rates[hello_target.label], rates[stock_target.label], strict=True)
+    ]
     one_id = statistics.median(ratios)
     verdict = "meets" if one_id >= TARGET_SHARE else "misses"
     print(
         f"\n/v1/id serves {one_id:.1%} of the hello app's requests/s (median of "
         f"{len(ratios)} alternating pairs: {', '.join(f'{r:.1%}' for r in ratios)}; "
         f"{verdict} the {TARGET_SHARE:.0%} target)."
+    )
+    print(
+        f"hello with idmint's request limits serves {statistics.median(limits_ratios):.1%} "
+        f"of hello on uvicorn's own protocol class (pairs: "
+        f"{', '.join(f'{r:.1%}' for r in limits_ratios)})."
     )
     print(
         f"Requests/s: median of the throughput runs; p50/p99 from the --latency runs "
@@ -361,9 +384,10 @@ def main(argv: list[str] | None = None) -> int:
         "--rounds", type=int, default=3, help="alternating hello / /v1/id throughput runs"
     )
     parser.add_argument("--serve-hello", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-hello-stock", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.serve_hello:
-        return serve_hello()
+    if args.serve_hello or args.serve_hello_stock:
+        return serve_hello(stock=args.serve_hello_stock)
     duration = 3.0 if args.quick else args.duration
     rounds = 1 if args.quick else max(1, args.rounds)
     wrk = shutil.which("wrk")

@@ -246,6 +246,8 @@ class Claim:
         self._thread: threading.Thread | None = None
         self.renewals = 0
         self.renewal_failures = 0
+        self.losses = 0
+        """Times the claim was found gone (session expired, lease revoked) while held."""
 
     # -- what generators use ------------------------------------------------------
     @property
@@ -385,16 +387,32 @@ class Claim:
     def _suspend(self, reason: str) -> None:
         """The connection is in doubt: stop issuing now (safe from any thread)."""
         with self._cond:
-            if self._state is ClaimState.ACTIVE:
+            suspended = self._state is ClaimState.ACTIVE
+            if suspended:
                 self._set_state(ClaimState.SUSPENDED, reason)
         self._wake.set()
+        if suspended:
+            log.warning("%s: %s suspended: %s", self.description, self._identity_text(), reason)
 
     def _lose(self, reason: str) -> None:
         """The claim is gone: stop issuing and claim again (safe from any thread)."""
         with self._cond:
-            if self._state in (ClaimState.ACTIVE, ClaimState.SUSPENDED):
+            lost = self._state in (ClaimState.ACTIVE, ClaimState.SUSPENDED)
+            if lost:
                 self._set_state(ClaimState.LOST, reason)
+                self.losses += 1
         self._wake.set()
+        if lost:
+            log.warning(
+                "%s: %s lost: %s; claiming again", self.description, self._identity_text(), reason
+            )
+
+    def _identity_text(self, identity: Mapping[str, int] | None = None) -> str:
+        """``generator 3 cluster 0``: the identity as log lines name it."""
+        fields = identity if identity is not None else self.identity
+        if not fields:
+            return "no identity"
+        return " ".join(f"{name} {value}" for name, value in fields.items())
 
     def _update_identity(self, identity: Mapping[str, int]) -> None:
         """Switch the grant to a changed identity (elastic64's width), fencing generators.
@@ -472,11 +490,21 @@ class Claim:
                 self._set_state(ClaimState.CLAIMING, "claiming an identity")
         identity, floor_ms = self._acquire()
         with self._cond:
+            previous = self._grant
             self._epoch += 1
             # Until the first renewal lands, nothing may be issued: deadline 0.
             self._grant = Grant(self._epoch, identity, floor_ms, floor_ms, 0)
         if not self._renew_once():
             raise ClaimLost(f"{self.description}: the new claim vanished before it could be used")
+        if previous is None:
+            log.info("%s: claimed %s", self.description, self._identity_text(identity))
+        else:
+            log.warning(
+                "%s: re-claimed as %s (was %s)",
+                self.description,
+                self._identity_text(identity),
+                self._identity_text(previous.identity),
+            )
 
     def _renew_once(self) -> bool:
         """One round trip recording a new ceiling. False if the claim is gone."""
@@ -499,10 +527,13 @@ class Claim:
                 return True
             self._grant = replace(current, ceiling_ms=ceiling, deadline_mono_ns=deadline)
             self.renewals += 1
+            resumed = self._state is ClaimState.SUSPENDED
             if self._state is not ClaimState.ACTIVE:
                 self._set_state(ClaimState.ACTIVE)
             else:
                 self._cond.notify_all()
+        if resumed:
+            log.info("%s: %s resumed", self.description, self._identity_text())
         return True
 
     def _renewal_loop(self) -> None:
@@ -543,7 +574,9 @@ class Claim:
         self._wake.wait(min(self.renew_every_s, 0.25))
 
     def _reclaim(self) -> None:
-        log.warning("%s: claim lost (%s); claiming again", self, self._problem)
+        # The loss itself was logged when it was seen; a retry after a failed attempt
+        # would only repeat it.
+        log.debug("%s: claiming an identity again (%s)", self.description, self._problem)
         self._claim_and_record()
 
     # -- driver hooks ----------------------------------------------------------------
