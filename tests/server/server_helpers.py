@@ -73,7 +73,7 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 START_TIMEOUT_S = 60.0
 """How long a server may take to print that it listens (a claim in ZooKeeper included)."""
 
-_ANNOUNCE = re.compile(r"idmint server for (\S+) IDs: open http://([^:/]+):(\d+)/")
+_ANNOUNCE = re.compile(r"idmint server for (\S+) IDs: open http://(\[[^]]+\]|[^:/]+):(\d+)/")
 
 JsonValue = Any
 """What ``json.loads`` returns."""
@@ -85,12 +85,16 @@ class IdmintServer:
     ``IdmintServer("--scheme", "muid").start()`` returns once the server has printed
     ``idmint server for <scheme> IDs: open http://HOST:PORT/`` (uvicorn prints that
     line only after the lifespan startup, so the generators exist and claims are
-    held). Its stderr goes to a temporary file (:meth:`stderr_text`).
+    held). Its stderr goes to a temporary file (:meth:`stderr_text`). ``env`` adds
+    environment variables (``IDMINT_*`` settings) to the test's own.
     """
 
-    def __init__(self, *args: str, token: str | None = None) -> None:
+    def __init__(
+        self, *args: str, token: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
         self.args = list(args)
         self.token = token
+        self.env = dict(env or {})
         self.url = ""
         self.port = 0
         self.scheme = ""
@@ -123,7 +127,7 @@ class IdmintServer:
             text=True,
             encoding="utf-8",
             errors="replace",
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, **self.env, "PYTHONUNBUFFERED": "1"},
             start_new_session=True,
         )
         assert self._popen.stdout is not None
@@ -148,7 +152,7 @@ class IdmintServer:
             )
         self.scheme = match.group(1)
         self.port = int(match.group(3))
-        self.url = f"http://{LOOPBACK}:{self.port}"
+        self.url = f"http://{match.group(2)}:{self.port}"
         return self
 
     def _read_stdout(self, stream: IO[str]) -> None:
@@ -237,9 +241,11 @@ class IdmintServer:
 
 
 @contextlib.contextmanager
-def running_server(*args: str, token: str | None = None) -> Iterator[IdmintServer]:
+def running_server(
+    *args: str, token: str | None = None, env: dict[str, str] | None = None
+) -> Iterator[IdmintServer]:
     """``idmint serve --port 0 *args``, started, and stopped (SIGTERM) on exit."""
-    with IdmintServer(*args, token=token) as server:
+    with IdmintServer(*args, token=token, env=env) as server:
         server.start()
         yield server
 
