@@ -338,3 +338,59 @@ def test_text_log_lines() -> None:
     )
     # Outside serve(), the library is silent again: nothing installed stays.
     assert logging.getLogger("idmint").handlers == []
+
+
+# -- deploy/ ----------------------------------------------------------------------------------
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def environment_file(path: Path) -> dict[str, str]:
+    pairs = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            name, _, value = line.partition("=")
+            pairs[name.strip()] = value.strip()
+    return pairs
+
+
+def test_the_example_environment_file_is_accepted() -> None:
+    from idmint.server.settings import SERVE_SETTINGS, resolve_serve_settings
+
+    pairs = environment_file(DEPLOY / "idmint.env")
+    known = {setting.variable for setting in SERVE_SETTINGS}
+    assert set(pairs) <= known, set(pairs) - known
+    settings = resolve_serve_settings({}, pairs)
+    assert (settings["host"], settings["port"]) == ("0.0.0.0", 8000)
+    mentioned = set(re.findall(r"\bIDMINT_[A-Z_]+", (DEPLOY / "idmint.env").read_text()))
+    assert mentioned == known, known - mentioned  # every setting shown, if commented out
+
+
+def test_the_containerfile_runs_idmint_serve_with_known_settings() -> None:
+    from idmint.server.settings import SERVE_SETTINGS
+
+    text = (DEPLOY / "Containerfile").read_text()
+    assert 'ENTRYPOINT ["idmint", "serve"]' in text
+    known = {setting.variable for setting in SERVE_SETTINGS}
+    assert set(re.findall(r"\bIDMINT_[A-Z_]+", text)) <= known
+    assert "USER 10001" in text  # not root
+
+
+def test_the_systemd_unit_is_valid(tmp_path: Path) -> None:
+    """``systemd-analyze verify`` finds nothing to say (an unknown key would be reported)."""
+    unit = (DEPLOY / "idmint.service").read_text()
+    assert "ExecStart=/opt/idmint/bin/idmint serve\n" in unit
+    # Paths of this machine, so that verify can check them too.
+    unit = unit.replace("/opt/idmint/bin/idmint", str(Path(sys.executable).parent / "idmint"))
+    unit = unit.replace("/etc/idmint/idmint.env", str(DEPLOY / "idmint.env"))
+    path = tmp_path / "idmint.service"
+    path.write_text(unit)
+    completed = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert (completed.stdout + completed.stderr).strip() == ""
