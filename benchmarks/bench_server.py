@@ -27,17 +27,25 @@ non-2xx answer or socket error is counted and shown.
 wrk and the servers share the machine's cores: on a 2-core machine wrk's one thread
 takes much of one core, so the numbers are lower bounds of what the server does alone.
 Run it on a quiet machine (the load average is printed before and after).
+
+Last, the request limits' cost is measured without wrk, in CPU time, which other load
+on the machine moves far less than requests/s: one process serves keep-alive requests
+to itself over a socket pair (client and server on one event loop), alternately with
+uvicorn's own protocol class and with idmint's, and the CPU time per request of each is
+compared (``--limits-only`` runs just this, in a few seconds).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import platform
 import re
 import selectors
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -110,6 +118,84 @@ def serve_hello(*, stock: bool = False) -> int:
     if stock:
         run.limited_http_protocol = lambda limits: "auto"  # type: ignore[assignment,return-value]
     return run.serve(host="127.0.0.1", port=0, announce=announce)
+
+
+# -- the request limits' CPU cost, in process ------------------------------------------
+
+LIMITS_REQUESTS = 5_000
+LIMITS_ROUNDS = 11
+
+
+async def _cpu_per_request_us(protocol_class: Any, requests: int) -> float:
+    """CPU microseconds per keep-alive request, client and server on this event loop."""
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    loop = asyncio.get_running_loop()
+    config = uvicorn.Config(
+        HelloApp(),
+        http=protocol_class,
+        ws="none",
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+    )
+    config.load()
+    state = ServerState()
+    server_end, client_end = socket.socketpair()
+    transport, _ = await loop.connect_accepted_socket(
+        lambda: config.http_protocol_class(  # type: ignore[call-arg]
+            config=config, server_state=state, app_state={}
+        ),
+        server_end,
+    )
+    reader, writer = await asyncio.open_connection(sock=client_end)
+    request = b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n"
+    try:
+        started = time.process_time()
+        for _ in range(requests):
+            writer.write(request)
+            await reader.readuntil(b"0\r\n\r\n")  # the end of hello's chunked body
+        return (time.process_time() - started) / requests * 1e6
+    finally:
+        writer.close()
+        transport.close()
+
+
+def limits_cost(rounds: int = LIMITS_ROUNDS, requests: int = LIMITS_REQUESTS) -> None:
+    """Print the CPU time per request with and without idmint's request limits."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    from idmint.server.limits import RequestLimits, limited_http_protocol
+
+    try:
+        import uvloop
+
+        new_loop = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - as uvicorn's "auto" loop
+        new_loop = asyncio.new_event_loop
+    peers = {"uvicorn": AutoHTTPProtocol, "idmint": limited_http_protocol(RequestLimits())}
+    times: dict[str, list[float]] = {name: [] for name in peers}
+    loop = new_loop()
+    try:
+        for protocol_class in peers.values():  # warm-up
+            loop.run_until_complete(_cpu_per_request_us(protocol_class, requests // 5))
+        for _ in range(rounds):
+            for name, protocol_class in peers.items():
+                times[name].append(
+                    loop.run_until_complete(_cpu_per_request_us(protocol_class, requests))
+                )
+    finally:
+        loop.close()
+    stock, limited = (statistics.median(times[name]) for name in peers)
+    pairs = [mine / theirs for theirs, mine in zip(times["uvicorn"], times["idmint"], strict=True)]
+    print(
+        f"\nRequest limits, CPU time per keep-alive request ({AutoHTTPProtocol.__name__}, "
+        f"{requests:,} requests x {rounds} alternating rounds, client and server in one "
+        f"process): uvicorn's protocol {stock:.1f} us, with idmint's limits {limited:.1f} us: "
+        f"{statistics.median(pairs):.1%} (median of the pairs: "
+        f"{', '.join(f'{r:.1%}' for r in pairs)})."
+    )
 
 
 # -- servers ----------------------------------------------------------------------------
@@ -385,9 +471,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--serve-hello", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-hello-stock", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--limits-only", action="store_true", help="only the request limits' CPU cost (~10 s)"
+    )
     args = parser.parse_args(argv)
     if args.serve_hello or args.serve_hello_stock:
         return serve_hello(stock=args.serve_hello_stock)
+    if args.limits_only:
+        limits_cost()
+        return 0
     duration = 3.0 if args.quick else args.duration
     rounds = 1 if args.quick else max(1, args.rounds)
     wrk = shutil.which("wrk")
@@ -398,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Load average before: {load_average()}; {duration:g} s per wrk run\n")
     throughput, latency = measure(wrk, duration, rounds)
     report(throughput, latency)
+    limits_cost()
     print(f"Load average after: {load_average()}")
     return 0
 

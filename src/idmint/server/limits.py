@@ -27,15 +27,16 @@ through its state), so the counting can restart per request without parsing
 anything twice.
 
 The per-request cost is kept to a few attribute updates: the timer is one
-``call_later`` per connection that re-arms itself lazily, not one per request.
+``call_later`` per connection that re-arms itself lazily, not one per request
+(``benchmarks/bench_server.py`` measures it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 __all__ = [
     "MAX_REQUEST_BYTES",
@@ -95,8 +96,9 @@ def _bad_request(transport: asyncio.Transport, detail: str) -> None:
 class _RequestGuard:
     """One connection's count of request bytes and its request timer.
 
-    ``admit`` runs before the parser sees a read; the protocol calls
-    ``head_arrived`` and ``request_arrived`` as its parser reports them.
+    The protocol updates ``received``, ``started_at`` and ``head_complete``
+    itself on the hot path (attribute writes cost less than calls); the rest
+    is here.
     """
 
     __slots__ = (
@@ -115,7 +117,7 @@ class _RequestGuard:
         transport: asyncio.Transport,
         loop: asyncio.AbstractEventLoop,
         limits: RequestLimits,
-        responding: Any,
+        responding: Callable[[], bool],
     ) -> None:
         self._transport = transport
         self._loop = loop
@@ -129,13 +131,19 @@ class _RequestGuard:
             limits.request_timeout_s, self._check_time
         )
 
-    def admit(self, size: int) -> bool:
-        """Count a read; False (and the connection closing) once over the limit."""
-        if self.started_at is None:  # the first byte of a new request
-            self.request_began()
-        self.received += size
-        if self.received <= self._limits.max_request_bytes:
-            return True
+    def begin(self) -> None:
+        """The first byte of a new request has come: count and time it from here.
+
+        The timer is not re-armed per request: while armed it re-arms itself for
+        whatever request is under way when it fires.
+        """
+        self.started_at = self._loop.time()
+        self.received = 0
+        self.head_complete = False
+        if self._timer is None:
+            self._timer = self._loop.call_later(self._limits.request_timeout_s, self._check_time)
+
+    def over_limit(self) -> None:
         limit = self._limits.max_request_bytes
         if self.head_complete:
             self._refuse(
@@ -155,25 +163,6 @@ class _RequestGuard:
                     f"the request line and headers may be at most {limit} bytes",
                 )
             )
-        return False
-
-    def request_began(self) -> None:
-        """The parser saw a request start (after a previous one, within the same read)."""
-        if self.started_at is None:
-            self.started_at = self._loop.time()
-            self.received = 0
-            self.head_complete = False
-            if self._timer is None:
-                self._timer = self._loop.call_later(
-                    self._limits.request_timeout_s, self._check_time
-                )
-
-    def head_arrived(self) -> None:
-        self.head_complete = True
-
-    def request_arrived(self) -> None:
-        """The whole request is in: stop counting and timing until the next one starts."""
-        self.started_at = None
 
     def stop(self) -> None:
         if self._timer is not None:
@@ -184,7 +173,7 @@ class _RequestGuard:
         self._timer = None
         started = self.started_at
         if started is None or self._transport.is_closing():
-            return  # no request under way; admit() arms the timer for the next one
+            return  # no request under way; begin() arms the timer for the next one
         remaining = started + self._limits.request_timeout_s - self._loop.time()
         if remaining > 0:  # a later request than the one the timer was set for
             self._timer = self._loop.call_later(remaining, self._check_time)
@@ -213,33 +202,40 @@ class _RequestGuard:
 def _httptools_protocol(limits: RequestLimits) -> type[asyncio.Protocol]:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+    max_bytes = limits.max_request_bytes
+    base = HttpToolsProtocol
+
     class LimitedHttpToolsProtocol(HttpToolsProtocol):
+        # The parser's callbacks say where requests begin and end. A request
+        # pipelined behind another within one read is counted and timed from the
+        # next read (until then uvicorn's keep-alive timer covers the connection).
         guard: _RequestGuard
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            base.connection_made(self, transport)
             self.guard = _RequestGuard(transport, self.loop, limits, self._responding)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self.guard.stop()
-            super().connection_lost(exc)
+            base.connection_lost(self, exc)
 
         def data_received(self, data: bytes) -> None:
-            if self.guard.admit(len(data)):
-                super().data_received(data)
+            guard = self.guard
+            if guard.started_at is None:
+                guard.begin()
+            guard.received += len(data)
+            if guard.received > max_bytes:
+                guard.over_limit()
+                return
+            base.data_received(self, data)
 
         def on_headers_complete(self) -> None:
-            self.guard.head_arrived()
-            super().on_headers_complete()
+            self.guard.head_complete = True
+            base.on_headers_complete(self)
 
         def on_message_complete(self) -> None:
-            self.guard.request_arrived()
-            super().on_message_complete()
-
-        def on_message_begin(self) -> None:
-            # A request pipelined behind another starts inside a read: time it from here.
-            self.guard.request_began()
-            super().on_message_begin()
+            self.guard.started_at = None  # all in: nothing counted or timed until the next
+            base.on_message_complete(self)
 
         def send_400_response(self, msg: str) -> None:
             _bad_request(self.transport, msg)
@@ -257,27 +253,35 @@ def _h11_protocol(limits: RequestLimits) -> type[asyncio.Protocol]:
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
+    max_bytes = limits.max_request_bytes
+    base = H11Protocol
+
     class LimitedH11Protocol(H11Protocol):
         guard: _RequestGuard
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            base.connection_made(self, transport)
             self.guard = _RequestGuard(transport, self.loop, limits, self._responding)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self.guard.stop()
-            super().connection_lost(exc)
+            base.connection_lost(self, exc)
 
         def data_received(self, data: bytes) -> None:
-            if not self.guard.admit(len(data)):
+            guard = self.guard
+            if guard.started_at is None:
+                guard.begin()
+            guard.received += len(data)
+            if guard.received > max_bytes:
+                guard.over_limit()
                 return
-            super().data_received(data)
+            base.data_received(self, data)
             # h11 has no callbacks; its view of the client says how far the request got.
             state = self.conn.their_state
             if state is h11.SEND_BODY:
-                self.guard.head_arrived()
+                guard.head_complete = True
             elif state is not h11.IDLE:  # DONE, or the connection is closing anyway
-                self.guard.request_arrived()
+                guard.started_at = None
 
         def send_400_response(self, msg: str) -> None:
             _bad_request(self.transport, msg)
