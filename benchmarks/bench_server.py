@@ -4,13 +4,15 @@
     .venv/bin/python benchmarks/bench_server.py              # full run (~2.5 min)
     .venv/bin/python benchmarks/bench_server.py --quick      # 3 s per run (~40 s)
     .venv/bin/python benchmarks/bench_server.py --duration 20 --rounds 5
+    .venv/bin/python benchmarks/bench_server.py --limits-only  # the limits' CPU cost (~3 s)
 
-Three servers run side by side for the whole benchmark, each in its own process:
+Four servers run side by side for the whole benchmark, each in its own process:
 
 * ``hello``: an ASGI app answering every request with ``hello``, served by
   :func:`idmint.server.run.serve` itself (its ``create_app`` swapped for the hello app),
-  so the uvicorn stack and options are exactly those of ``idmint serve``: loop and
-  http ``auto`` (uvloop and httptools when installed), access log off, lifespan on;
+  so the uvicorn stack and options are exactly those of ``idmint serve``: loop
+  ``auto`` (uvloop when installed), uvicorn's protocol for its ``auto`` parser
+  (httptools when installed) with idmint's request limits, access log off, lifespan on;
 * ``idmint serve`` (uid64, static coordinator, one generator ID);
 * ``idmint serve --generators 4`` (four static generator IDs);
 * ``hello-stock``: the hello app with uvicorn's own HTTP protocol class instead of
@@ -166,7 +168,11 @@ def limits_cost(rounds: int = LIMITS_ROUNDS, requests: int = LIMITS_REQUESTS) ->
     """Print the CPU time per request with and without idmint's request limits."""
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-    from idmint.server.limits import RequestLimits, limited_http_protocol
+    try:
+        from idmint.server.limits import RequestLimits, limited_http_protocol
+    except ImportError:  # an idmint from before the limits (comparing versions)
+        print("\nRequest limits: this idmint has none.")
+        return
 
     try:
         import uvloop
@@ -370,7 +376,7 @@ Latency = dict[str, WrkResult]
 
 
 def measure(wrk: str, duration: float, rounds: int) -> tuple[Throughput, Latency]:
-    """Start the three servers, run every wrk run, stop the servers."""
+    """Start the servers, run every wrk run, stop the servers."""
     python = sys.executable
     servers: dict[str, Server] = {}
     throughput: Throughput = {target.label: [] for target in TARGETS}
