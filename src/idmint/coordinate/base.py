@@ -559,13 +559,17 @@ class Claim:
             except CoordinationError as error:
                 self.renewal_failures += 1
                 self._problem = str(error)
-                log.info("%s: renewal failed: %s", self, error)
+                log.info(
+                    "%s: %s renewal failed: %s", self.description, self._identity_text(), error
+                )
                 self._backoff()
                 retry_soon = True
             except Exception as error:  # keep the thread alive; the deadline fences
                 self.renewal_failures += 1
                 self._problem = f"coordinator unreachable: {error}"
-                log.info("%s: renewal failed: %s", self, error)
+                log.info(
+                    "%s: %s renewal failed: %s", self.description, self._identity_text(), error
+                )
                 self._backoff()
                 retry_soon = True
 
