@@ -4,37 +4,50 @@
     .venv/bin/python benchmarks/bench_server.py              # full run (~2.5 min)
     .venv/bin/python benchmarks/bench_server.py --quick      # 3 s per run (~40 s)
     .venv/bin/python benchmarks/bench_server.py --duration 20 --rounds 5
+    .venv/bin/python benchmarks/bench_server.py --limits-only  # the limits' CPU cost (~3 s)
 
-Three servers run side by side for the whole benchmark, each in its own process:
+Four servers run side by side for the whole benchmark, each in its own process:
 
 * ``hello``: an ASGI app answering every request with ``hello``, served by
   :func:`idmint.server.run.serve` itself (its ``create_app`` swapped for the hello app),
-  so the uvicorn stack and options are exactly those of ``idmint serve``: loop and
-  http ``auto`` (uvloop and httptools when installed), access log off, lifespan on;
+  so the uvicorn stack and options are exactly those of ``idmint serve``: loop
+  ``auto`` (uvloop when installed), uvicorn's protocol for its ``auto`` parser
+  (httptools when installed) with idmint's request limits, access log off, lifespan on;
 * ``idmint serve`` (uid64, static coordinator, one generator ID);
-* ``idmint serve --generators 4`` (four static generator IDs).
+* ``idmint serve --generators 4`` (four static generator IDs);
+* ``hello-stock``: the hello app with uvicorn's own HTTP protocol class instead of
+  the one with idmint's request size limit and timeout (:mod:`idmint.server.limits`),
+  all else the same: hello against it is what the limits cost.
 
 Every target gets a 1 s warm-up, a throughput run (``wrk -t1 -c32 -d<duration>``) and a
 latency run (the same with ``--latency``, whose percentiles are reported). The hello
-app and ``/v1/id`` alternate for ``--rounds`` throughput runs each (3; 1 with
-``--quick``): their ratio is the median of the pairs', as other load on the machine
+app, ``/v1/id`` and hello-stock alternate for ``--rounds`` throughput runs each (3; 1
+with ``--quick``): each ratio is the median of the pairs', as other load on the machine
 moves both. ``/v1/ids?count=1000`` is reported as IDs/s too. Any
 non-2xx answer or socket error is counted and shown.
 
 wrk and the servers share the machine's cores: on a 2-core machine wrk's one thread
 takes much of one core, so the numbers are lower bounds of what the server does alone.
 Run it on a quiet machine (the load average is printed before and after).
+
+Last, the request limits' cost is measured without wrk, in CPU time, which other load
+on the machine moves far less than requests/s: one process serves keep-alive requests
+to itself over a socket pair (client and server on one event loop), alternately with
+uvicorn's own protocol class and with idmint's, and the CPU time per request of each is
+compared (``--limits-only`` runs just this, in a few seconds).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import platform
 import re
 import selectors
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -92,15 +105,103 @@ class HelloApp:
                     return
 
 
-def serve_hello() -> int:
-    """Run the hello app through ``idmint.server.run.serve`` (same uvicorn config)."""
+def serve_hello(*, stock: bool = False) -> int:
+    """Run the hello app through ``idmint.server.run.serve`` (same uvicorn config).
+
+    ``stock``: with uvicorn's own protocol class (``http="auto"``), without idmint's
+    request limits.
+    """
     from idmint.server import run
 
     def announce(port: int) -> None:
         print(f"hello server: open http://127.0.0.1:{port}/", flush=True)
 
     run.create_app = lambda **_: HelloApp()  # type: ignore[attr-defined,assignment]
+    if stock:
+        run.limited_http_protocol = lambda limits: "auto"  # type: ignore[assignment,return-value]
     return run.serve(host="127.0.0.1", port=0, announce=announce)
+
+
+# -- the request limits' CPU cost, in process ------------------------------------------
+
+LIMITS_REQUESTS = 5_000
+LIMITS_ROUNDS = 11
+
+
+async def _cpu_per_request_us(protocol_class: Any, requests: int) -> float:
+    """CPU microseconds per keep-alive request, client and server on this event loop."""
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    loop = asyncio.get_running_loop()
+    config = uvicorn.Config(
+        HelloApp(),
+        http=protocol_class,
+        ws="none",
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+    )
+    config.load()
+    state = ServerState()
+    server_end, client_end = socket.socketpair()
+    transport, _ = await loop.connect_accepted_socket(
+        lambda: config.http_protocol_class(  # type: ignore[call-arg]
+            config=config, server_state=state, app_state={}
+        ),
+        server_end,
+    )
+    reader, writer = await asyncio.open_connection(sock=client_end)
+    request = b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n"
+    try:
+        started = time.process_time()
+        for _ in range(requests):
+            writer.write(request)
+            await reader.readuntil(b"0\r\n\r\n")  # the end of hello's chunked body
+        return (time.process_time() - started) / requests * 1e6
+    finally:
+        writer.close()
+        transport.close()
+
+
+def limits_cost(rounds: int = LIMITS_ROUNDS, requests: int = LIMITS_REQUESTS) -> None:
+    """Print the CPU time per request with and without idmint's request limits."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    try:
+        from idmint.server.limits import RequestLimits, limited_http_protocol
+    except ImportError:  # an idmint from before the limits (comparing versions)
+        print("\nRequest limits: this idmint has none.")
+        return
+
+    try:
+        import uvloop
+
+        new_loop = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - as uvicorn's "auto" loop
+        new_loop = asyncio.new_event_loop
+    peers = {"uvicorn": AutoHTTPProtocol, "idmint": limited_http_protocol(RequestLimits())}
+    times: dict[str, list[float]] = {name: [] for name in peers}
+    loop = new_loop()
+    try:
+        for protocol_class in peers.values():  # warm-up
+            loop.run_until_complete(_cpu_per_request_us(protocol_class, requests // 5))
+        for _ in range(rounds):
+            for name, protocol_class in peers.items():
+                times[name].append(
+                    loop.run_until_complete(_cpu_per_request_us(protocol_class, requests))
+                )
+    finally:
+        loop.close()
+    stock, limited = (statistics.median(times[name]) for name in peers)
+    pairs = [mine / theirs for theirs, mine in zip(times["uvicorn"], times["idmint"], strict=True)]
+    print(
+        f"\nRequest limits, CPU time per keep-alive request ({AutoHTTPProtocol.__name__}, "
+        f"{requests:,} requests x {rounds} alternating rounds, client and server in one "
+        f"process): uvicorn's protocol {stock:.1f} us, with idmint's limits {limited:.1f} us: "
+        f"{statistics.median(pairs):.1%} (median of the pairs: "
+        f"{', '.join(f'{r:.1%}' for r in pairs)})."
+    )
 
 
 # -- servers ----------------------------------------------------------------------------
@@ -224,6 +325,7 @@ class Target:
 TARGETS = [
     Target("hello (bare ASGI app)", "hello", "/", 0),
     Target("/v1/id", "idmint", "/v1/id", 1),
+    Target("hello, uvicorn's protocol without the request limits", "hello-stock", "/", 0),
     Target(f"/v1/ids?count={BATCH}", "idmint", f"/v1/ids?count={BATCH}", BATCH),
     Target("/v1/id, --generators 4", "idmint4", "/v1/id", 1),
     Target(f"/v1/ids?count={BATCH}, --generators 4", "idmint4", f"/v1/ids?count={BATCH}", BATCH),
@@ -274,7 +376,7 @@ Latency = dict[str, WrkResult]
 
 
 def measure(wrk: str, duration: float, rounds: int) -> tuple[Throughput, Latency]:
-    """Start the three servers, run every wrk run, stop the servers."""
+    """Start the servers, run every wrk run, stop the servers."""
     python = sys.executable
     servers: dict[str, Server] = {}
     throughput: Throughput = {target.label: [] for target in TARGETS}
@@ -282,6 +384,9 @@ def measure(wrk: str, duration: float, rounds: int) -> tuple[Throughput, Latency
     try:
         servers["hello"] = start_server(
             "hello", [python, str(Path(__file__).resolve()), "--serve-hello"]
+        )
+        servers["hello-stock"] = start_server(
+            "hello-stock", [python, str(Path(__file__).resolve()), "--serve-hello-stock"]
         )
         servers["idmint"] = start_server(
             "idmint serve", [python, "-m", "idmint", "serve", "--port", "0"]
@@ -292,8 +397,9 @@ def measure(wrk: str, duration: float, rounds: int) -> tuple[Throughput, Latency
         )
         for target in TARGETS:
             run_wrk(wrk, servers[target.server].url + target.path, 1, latency=False)  # warm-up
-        # hello and /v1/id alternate, `rounds` times, so that they see the same machine.
-        for target in [*TARGETS[:2] * rounds, *TARGETS[2:]]:
+        # hello, /v1/id and hello-stock alternate, `rounds` times, so that they see the
+        # same machine.
+        for target in [*TARGETS[:3] * rounds, *TARGETS[3:]]:
             url = servers[target.server].url + target.path
             throughput[target.label].append(run_wrk(wrk, url, duration, latency=False))
         for target in TARGETS:
@@ -307,7 +413,7 @@ def measure(wrk: str, duration: float, rounds: int) -> tuple[Throughput, Latency
 
 def report(throughput: Throughput, latency: Latency) -> None:
     """The markdown table and the /v1/id-to-hello verdict."""
-    hello_target, one_id_target = TARGETS[:2]
+    hello_target, one_id_target, stock_target = TARGETS[:3]
     rates = {label: [run.requests_per_s for run in runs] for label, runs in throughput.items()}
     hello = statistics.median(rates[hello_target.label])
     ratios = [
@@ -338,12 +444,21 @@ def report(throughput: Throughput, latency: Latency) -> None:
             f"{sum(r.non_2xx for r in runs)} / {sum(r.socket_errors for r in runs)}",
         ]
         print("| " + " | ".join(cells) + " |")
+    limits_ratios = [
+        hello / stock
+        for hello, stock in zip(rates[hello_target.label], rates[stock_target.label], strict=True)
+    ]
     one_id = statistics.median(ratios)
     verdict = "meets" if one_id >= TARGET_SHARE else "misses"
     print(
         f"\n/v1/id serves {one_id:.1%} of the hello app's requests/s (median of "
         f"{len(ratios)} alternating pairs: {', '.join(f'{r:.1%}' for r in ratios)}; "
         f"{verdict} the {TARGET_SHARE:.0%} target)."
+    )
+    print(
+        f"hello with idmint's request limits serves {statistics.median(limits_ratios):.1%} "
+        f"of hello on uvicorn's own protocol class (pairs: "
+        f"{', '.join(f'{r:.1%}' for r in limits_ratios)})."
     )
     print(
         f"Requests/s: median of the throughput runs; p50/p99 from the --latency runs "
@@ -361,9 +476,16 @@ def main(argv: list[str] | None = None) -> int:
         "--rounds", type=int, default=3, help="alternating hello / /v1/id throughput runs"
     )
     parser.add_argument("--serve-hello", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-hello-stock", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--limits-only", action="store_true", help="only the request limits' CPU cost (~10 s)"
+    )
     args = parser.parse_args(argv)
-    if args.serve_hello:
-        return serve_hello()
+    if args.serve_hello or args.serve_hello_stock:
+        return serve_hello(stock=args.serve_hello_stock)
+    if args.limits_only:
+        limits_cost()
+        return 0
     duration = 3.0 if args.quick else args.duration
     rounds = 1 if args.quick else max(1, args.rounds)
     wrk = shutil.which("wrk")
@@ -374,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Load average before: {load_average()}; {duration:g} s per wrk run\n")
     throughput, latency = measure(wrk, duration, rounds)
     report(throughput, latency)
+    limits_cost()
     print(f"Load average after: {load_average()}")
     return 0
 

@@ -6,7 +6,8 @@
 # - ZooKeeper server jars (libzookeeper-java) and a Java runtime when `java` is absent;
 # - etcd (etcd-server, etcd-client);
 # - wrk (HTTP load generator), chromium and chromium-driver (browser tests), procps;
-# - gcc and libc6-dev (the fault tests build an LD_PRELOAD shim that steps the clock).
+# - gcc and libc6-dev (the fault tests build an LD_PRELOAD shim that steps the clock);
+# - systemd, for systemd-analyze (the example unit in deploy/ is verified).
 #
 # Runs `apt-get update` once, and only when something has to be installed; prints
 # nothing when everything is there already. Uses sudo when not run as root.
@@ -27,6 +28,7 @@ readonly PACKAGES=(
     chromium
     chromium-driver
     procps
+    systemd
 )
 readonly JRE_PACKAGE=default-jre-headless
 readonly POLICY=/usr/sbin/policy-rc.d

@@ -175,21 +175,59 @@ def _add_fleet_commands(commands: Any) -> None:
         "serve",
         help="run the ID server (HTTP API and web page)",
         description="Serve IDs over HTTP until SIGTERM/SIGINT, then finish in-flight "
-        "requests and release claims.",
+        "requests and release claims. Each option can also be set by the environment "
+        "variable named in its help; the option wins.",
     )
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=_integer, default=8000)
-    serve.add_argument("--scheme", choices=list(SCHEMES), default="uid64")
-    serve.add_argument("--coordinator", metavar="URL", help="as for generate")
+    # Defaults are applied by idmint.server.settings (flag, else environment, else
+    # default), so every flag's own default is None: "not given".
+    serve.add_argument("--host", help="address to bind (default 127.0.0.1; IDMINT_HOST)")
     serve.add_argument(
-        "--generators", type=_integer, default=1, metavar="K", help="hold K generator IDs"
+        "--port", type=_integer, help="0 picks a free port (default 8000; IDMINT_PORT)"
     )
-    serve.add_argument("--token-file", metavar="F", help="require this bearer token on /v1/*")
-    serve.add_argument("--max-count", type=_integer, default=10_000, help="limit of /v1/ids")
     serve.add_argument(
-        "--discovery", metavar="URL", help="register the server in this zk:// discovery tree"
+        "--scheme", choices=list(SCHEMES), help="ID scheme (default uid64; IDMINT_SCHEME)"
+    )
+    serve.add_argument("--coordinator", metavar="URL", help="as for generate (IDMINT_COORDINATOR)")
+    serve.add_argument(
+        "--generators",
+        type=_integer,
+        metavar="K",
+        help="hold K generator IDs (default 1; IDMINT_GENERATORS)",
+    )
+    serve.add_argument(
+        "--token-file", metavar="F", help="require this bearer token on /v1/* (IDMINT_TOKEN_FILE)"
+    )
+    serve.add_argument(
+        "--max-count", type=_integer, help="limit of /v1/ids (default 10000; IDMINT_MAX_COUNT)"
+    )
+    serve.add_argument(
+        "--discovery",
+        metavar="URL",
+        help="register the server in this zk:// discovery tree (IDMINT_DISCOVERY)",
     )
     serve.add_argument("--mode", choices=["spread", "time-sequential"], help="uid64 mode")
+    serve.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error", "critical"],
+        help="stderr log level (default info; IDMINT_LOG_LEVEL)",
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        help="text lines or one JSON object per line (default text; IDMINT_LOG_FORMAT)",
+    )
+    serve.add_argument(
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        help="log one line per request (default off; IDMINT_ACCESS_LOG)",
+    )
+    serve.add_argument(
+        "--request-timeout",
+        type=float,
+        metavar="S",
+        help="close a connection whose request has not fully arrived after S seconds "
+        "(default 10; IDMINT_REQUEST_TIMEOUT)",
+    )
     serve.set_defaults(handler=_cmd_serve)
 
     claims = commands.add_parser("claims", help="inspect claimed generator IDs")
@@ -430,33 +468,33 @@ def _options(names: Iterable[str]) -> str:
 
 
 def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
-    from idmint.server.run import serve
+    from idmint.errors import ConfigurationError
+    from idmint.server.run import serve, startup_line
+    from idmint.server.settings import resolve_serve_settings
 
+    try:
+        settings = resolve_serve_settings(vars(args), os.environ)
+    except ConfigurationError as error:
+        raise UsageError(f"idmint serve: {error}") from None
     token = None
-    if args.token_file is not None:
+    token_file = settings.pop("token_file")
+    if token_file is not None:
+        source = "--token-file" if args.token_file is not None else "IDMINT_TOKEN_FILE"
         try:
-            with open(args.token_file, encoding="utf-8") as handle:
+            with open(token_file, encoding="utf-8") as handle:
                 token = handle.read().strip()
         except OSError as error:
-            raise UsageError(f"idmint serve: cannot read --token-file: {error}") from None
+            raise UsageError(f"idmint serve: cannot read {source}: {error}") from None
         if not token:
-            raise UsageError(f"idmint serve: --token-file {args.token_file} is empty")
-    if not 0 <= args.port <= 65535:
-        raise UsageError(f"idmint serve: --port must be 0..65535, got {args.port}")
+            raise UsageError(f"idmint serve: {source} {token_file} is empty")
 
     def announce(port: int) -> None:
-        out.write(f"idmint server for {args.scheme} IDs: open http://{args.host}:{port}/\n")
+        out.write(startup_line(settings["scheme"], settings["host"], port) + "\n")
         out.flush()
 
     return serve(
-        host=args.host,
-        port=args.port,
-        scheme=args.scheme,
-        coordinator=args.coordinator,
-        generators=args.generators,
+        **settings,
         token=token,
-        max_count=args.max_count,
-        discovery=args.discovery,
         options={"mode": args.mode} if args.mode else None,
         announce=announce,
     )

@@ -46,6 +46,7 @@ __all__ = [
     "LOOPBACK",
     "IdmintServer",
     "JsonValue",
+    "Samples",
     "TcpQueues",
     "assert_json_error",
     "client",
@@ -53,6 +54,7 @@ __all__ = [
     "list_claims",
     "load_rows",
     "metric",
+    "metric_labels",
     "nothing_received",
     "parse_metrics",
     "private_zookeeper",
@@ -71,7 +73,7 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 START_TIMEOUT_S = 60.0
 """How long a server may take to print that it listens (a claim in ZooKeeper included)."""
 
-_ANNOUNCE = re.compile(r"idmint server for (\S+) IDs: open http://([^:/]+):(\d+)/")
+_ANNOUNCE = re.compile(r"idmint server for (\S+) IDs: open http://(\[[^]]+\]|[^:/]+):(\d+)/")
 
 JsonValue = Any
 """What ``json.loads`` returns."""
@@ -83,12 +85,16 @@ class IdmintServer:
     ``IdmintServer("--scheme", "muid").start()`` returns once the server has printed
     ``idmint server for <scheme> IDs: open http://HOST:PORT/`` (uvicorn prints that
     line only after the lifespan startup, so the generators exist and claims are
-    held). Its stderr goes to a temporary file (:meth:`stderr_text`).
+    held). Its stderr goes to a temporary file (:meth:`stderr_text`). ``env`` adds
+    environment variables (``IDMINT_*`` settings) to the test's own.
     """
 
-    def __init__(self, *args: str, token: str | None = None) -> None:
+    def __init__(
+        self, *args: str, token: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
         self.args = list(args)
         self.token = token
+        self.env = dict(env or {})
         self.url = ""
         self.port = 0
         self.scheme = ""
@@ -121,7 +127,7 @@ class IdmintServer:
             text=True,
             encoding="utf-8",
             errors="replace",
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, **self.env, "PYTHONUNBUFFERED": "1"},
             start_new_session=True,
         )
         assert self._popen.stdout is not None
@@ -146,7 +152,7 @@ class IdmintServer:
             )
         self.scheme = match.group(1)
         self.port = int(match.group(3))
-        self.url = f"http://{LOOPBACK}:{self.port}"
+        self.url = f"http://{match.group(2)}:{self.port}"
         return self
 
     def _read_stdout(self, stream: IO[str]) -> None:
@@ -235,9 +241,11 @@ class IdmintServer:
 
 
 @contextlib.contextmanager
-def running_server(*args: str, token: str | None = None) -> Iterator[IdmintServer]:
+def running_server(
+    *args: str, token: str | None = None, env: dict[str, str] | None = None
+) -> Iterator[IdmintServer]:
     """``idmint serve --port 0 *args``, started, and stopped (SIGTERM) on exit."""
-    with IdmintServer(*args, token=token) as server:
+    with IdmintServer(*args, token=token, env=env) as server:
         server.start()
         yield server
 
@@ -289,25 +297,34 @@ def assert_json_error(response: httpx.Response, status: int) -> dict[str, str]:
     return body  # type: ignore[no-any-return]
 
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+"""``{(sample name, {(label, value), ...}): value}``."""
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text -> ``{'name{labels}': value}`` (labels exactly as printed)."""
-    samples: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        assert match is not None, f"not a Prometheus sample line: {line!r}"
-        samples[match.group(1) + (match.group(2) or "")] = float(match.group(3))
+def parse_metrics(text: str) -> Samples:
+    """Prometheus text parsed by prometheus_client's own parser (what a scraper reads).
+
+    Fails on text the parser rejects, and on a sample given twice (same name and labels).
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            key = (sample.name, frozenset(sample.labels.items()))
+            assert key not in samples, f"sample given twice: {sample}"
+            samples[key] = sample.value
     return samples
 
 
-def metric(samples: dict[str, float], name: str, **labels: str) -> float:
+def metric(samples: Samples, name: str, **labels: str) -> float:
     """The sample ``name`` with exactly ``labels`` (0 when absent, as for a new counter)."""
-    key = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
-    return samples.get(key, 0.0)
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def metric_labels(samples: Samples, name: str) -> list[dict[str, str]]:
+    """The label sets of every sample called ``name``."""
+    return [dict(labels) for sample, labels in samples if sample == name]
 
 
 def load_rows(name: str) -> list[dict[str, str]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import signal
 import subprocess
@@ -28,12 +29,14 @@ from tests.cli_process import run_idmint
 from tests.server.server_helpers import (
     LOOPBACK,
     IdmintServer,
+    Samples,
     assert_json_error,
     client,
     in_threads,
     list_claims,
     load_rows,
     metric,
+    metric_labels,
     nothing_received,
     parse_metrics,
     private_zookeeper,
@@ -415,6 +418,7 @@ def test_a_request_body_is_413(api: httpx.Client) -> None:
 # -- metrics ---------------------------------------------------------------------------------
 
 DOCUMENTED_METRICS = (
+    "idmint_build_info",
     "idmint_ids_served_total",
     "idmint_ids_issued_total",
     "idmint_clock_waits_total",
@@ -422,10 +426,22 @@ DOCUMENTED_METRICS = (
     "idmint_claim_usable",
     "idmint_http_requests_total",
     "idmint_http_request_duration_seconds",
+    "process_cpu_seconds_total",
+    "process_resident_memory_bytes",
+    "process_virtual_memory_bytes",
+    "process_open_fds",
+    "process_max_fds",
+    "process_start_time_seconds",
+)
+CLAIM_METRICS = (
+    "idmint_claim_renewals_total",
+    "idmint_claim_renewal_failures_total",
+    "idmint_claim_losses_total",
 )
 
 
-def scrape(http: httpx.Client) -> dict[str, float]:
+def scrape(http: httpx.Client) -> Samples:
+    """``/metrics``, checked to carry every documented family and parsed by prometheus_client."""
     response = http.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
@@ -441,10 +457,12 @@ def test_metrics_names_and_counts_move(metrics_server: IdmintServer) -> None:
 
 
 def check_metrics_move(api: httpx.Client) -> None:
-    identity = api.get("/v1/claims").json()["claims"][0]["identity"]
+    # The default server claims a free generator ID on this host: read which.
+    identity = api.get("/v1/claims").json()["claims"][0]["identity"].split()
+    generator = {"slot": "0", "generator": identity[1], "cluster": identity[3]}
     before = scrape(api)
-    assert metric(before, "idmint_claim_usable", identity=identity) == 1
-    assert metric(before, "idmint_clock_steps_back_total", identity=identity) == 0
+    assert metric(before, "idmint_claim_usable", **generator) == 1
+    assert metric(before, "idmint_clock_steps_back_total", **generator) == 0
 
     for _ in range(7):
         assert api.get("/v1/id").status_code == 200
@@ -456,25 +474,100 @@ def check_metrics_move(api: httpx.Client) -> None:
         return metric(after, name, **labels) - metric(before, name, **labels)
 
     assert moved("idmint_ids_served_total") == 7 + 5_000
-    assert moved("idmint_ids_issued_total", identity=identity) >= 7 + 5_000
-    assert moved("idmint_clock_waits_total", identity=identity) >= 1
-    assert moved("idmint_http_requests_total", route="/v1/id", status="200") == 7
-    assert moved("idmint_http_requests_total", route="/v1/ids", status="200") == 1
-    assert moved("idmint_http_requests_total", route="/v1/ids", status="422") == 1
-    assert moved("idmint_http_requests_total", route="/metrics", status="200") == 1
+    assert moved("idmint_ids_issued_total", **generator) >= 7 + 5_000
+    assert moved("idmint_clock_waits_total", **generator) >= 1
+    assert moved("idmint_http_requests_total", route="/v1/id", code="200") == 7
+    assert moved("idmint_http_requests_total", route="/v1/ids", code="200") == 1
+    assert moved("idmint_http_requests_total", route="/v1/ids", code="422") == 1
+    assert moved("idmint_http_requests_total", route="/metrics", code="200") == 1
     assert moved("idmint_http_request_duration_seconds_count", route="/v1/id") == 7
     assert moved("idmint_http_request_duration_seconds_count", route="/v1/ids") == 2
     assert moved("idmint_http_request_duration_seconds_sum", route="/v1/id") > 0
 
-    buckets = [
-        (key, value)
-        for key, value in after.items()
-        if key.startswith('idmint_http_request_duration_seconds_bucket{route="/v1/id",')
-    ]
+    buckets = sorted(
+        (float(labels["le"]), value)
+        for labels, value in (
+            (dict(key[1]), value)
+            for key, value in after.items()
+            if key[0] == "idmint_http_request_duration_seconds_bucket"
+        )
+        if labels["route"] == "/v1/id"
+    )
     counts = [value for _, value in buckets]
     assert counts == sorted(counts), "histogram buckets are cumulative"
-    assert buckets[-1][0].endswith('le="+Inf"}')
+    assert buckets[-1][0] == float("inf")
     assert counts[-1] == metric(after, "idmint_http_request_duration_seconds_count", route="/v1/id")
+
+
+def test_metrics_labels_have_no_spaces_and_name_the_generator(metrics_server: IdmintServer) -> None:
+    """Every label value is a bare token; the identity is split into its fields."""
+    with metrics_server.client() as http:
+        samples = scrape(http)
+        held = http.get("/v1/claims").json()["claims"][0]["identity"].split()
+    for (_, labels), _value in samples.items():
+        for name, value in labels:
+            assert " " not in value, (name, value)
+    assert metric_labels(samples, "idmint_ids_issued_total") == [
+        {"slot": "0", "generator": held[1], "cluster": held[3]}
+    ]
+    # Its generator ID is claimed on this host, so its claim is counted.
+    for name in CLAIM_METRICS:
+        assert metric_labels(samples, name) == [{"slot": "0"}], name
+
+
+def test_metrics_build_info_and_process(metrics_server: IdmintServer) -> None:
+    from importlib.metadata import version
+
+    with metrics_server.client() as http:
+        samples = scrape(http)
+    info = metric_labels(samples, "idmint_build_info")
+    assert len(info) == 1
+    assert info[0]["version"] == version("idmint")
+    assert metric(samples, "idmint_build_info", **info[0]) == 1
+
+    # The server's own process, as /proc shows it from outside.
+    assert metric(samples, "process_open_fds") == pytest.approx(
+        len(list(Path(f"/proc/{metrics_server.pid}/fd").iterdir())), abs=5
+    )
+    resident_pages = int(Path(f"/proc/{metrics_server.pid}/statm").read_text().split()[1])
+    page_size = os.sysconf("SC_PAGE_SIZE")
+    assert metric(samples, "process_resident_memory_bytes") == pytest.approx(
+        resident_pages * page_size, rel=0.25
+    )
+    elapsed = subprocess.run(
+        ["ps", "-o", "etimes=", "-p", str(metrics_server.pid)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    started = time.time() - int(elapsed)
+    assert metric(samples, "process_start_time_seconds") == pytest.approx(started, abs=3)
+    assert metric(samples, "process_cpu_seconds_total") > 0
+
+
+def test_metrics_of_every_scheme_parse(tmp_path: Path) -> None:
+    """Identity labels per scheme: node for elastic64 and short60, medallion for muid."""
+    with (
+        running_server(
+            "--scheme", "elastic64", "--coordinator", "static://?node=9&node_bits=10"
+        ) as server,
+        server.client() as http,
+    ):
+        samples = scrape(http)
+    assert metric_labels(samples, "idmint_ids_issued_total") == [{"slot": "0", "node": "9"}]
+    with (
+        running_server("--scheme", "short60", "--generators", "2") as server,
+        server.client() as http,
+    ):
+        samples = scrape(http)
+    labels = metric_labels(samples, "idmint_ids_issued_total")
+    assert [row["slot"] for row in labels] == ["0", "1"]
+    assert len({row["node"] for row in labels}) == 2, "two short60 nodes claimed on this host"
+    with running_server("--scheme", "muid") as server, server.client() as http:
+        samples = scrape(http)
+    (labels,) = metric_labels(samples, "idmint_ids_issued_total")
+    assert set(labels) == {"slot", "medallion"}
+    assert labels["medallion"].isdigit()
 
 
 # -- OpenAPI ---------------------------------------------------------------------------------
@@ -485,7 +578,7 @@ def check_openapi_structure(document: dict[str, Any]) -> None:
     assert {"openapi", "info", "paths"} <= set(document)
     assert isinstance(document["info"]["title"], str)
     assert isinstance(document["info"]["version"], str)
-    schemas = document["components"]["schemas"]
+    components = document["components"]
     refs: list[str] = []
 
     def collect(node: Any) -> None:
@@ -500,8 +593,9 @@ def check_openapi_structure(document: dict[str, Any]) -> None:
 
     collect(document)
     for ref in refs:
-        assert ref.startswith("#/components/schemas/"), ref
-        assert ref.rsplit("/", 1)[1] in schemas, ref
+        assert ref.startswith(("#/components/schemas/", "#/components/responses/")), ref
+        kind, name = ref.split("/")[2:]
+        assert name in components[kind], ref
     for path, item in document["paths"].items():
         assert path.startswith("/"), path
         for method, operation in item.items():
@@ -509,6 +603,8 @@ def check_openapi_structure(document: dict[str, Any]) -> None:
             assert operation["responses"], (path, method)
             for status, answer in operation["responses"].items():
                 assert status.isdigit() or status == "default", (path, status)
+                if "$ref" in answer:
+                    answer = components["responses"][answer["$ref"].rsplit("/", 1)[1]]
                 assert isinstance(answer["description"], str), (path, status)
             templated = {part[1:-1] for part in path.split("/") if part.startswith("{")}
             in_path = {p["name"] for p in operation.get("parameters", []) if p["in"] == "path"}
@@ -518,7 +614,7 @@ def check_openapi_structure(document: dict[str, Any]) -> None:
                 assert parameter["in"] != "path" or parameter["required"] is True
 
 
-def check_openapi(http: httpx.Client, max_count: int) -> None:
+def check_openapi(http: httpx.Client, max_count: int) -> dict[str, Any]:
     response = http.get("/openapi.json")
     assert response.status_code == 200
     assert response.headers["content-type"] == JSON
@@ -546,6 +642,71 @@ def check_openapi(http: httpx.Client, max_count: int) -> None:
     decode = document["paths"]["/v1/decode/{id}"]["get"]["parameters"]
     scheme = next(p for p in decode if p["name"] == "scheme")
     assert scheme["schema"]["enum"] == list(SCHEMES)
+    assert document["components"]["securitySchemes"] == {
+        "bearerToken": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": document["components"]["securitySchemes"]["bearerToken"]["description"],
+        }
+    }
+    for path, item in document["paths"].items():
+        responses = item["get"]["responses"]
+        # What any request can get, whatever its route.
+        assert {"400", "408", "413", "431"} <= set(responses), path
+    return document
+
+
+def responses_of(document: dict[str, Any], path: str) -> set[str]:
+    return set(document["paths"][path]["get"]["responses"])
+
+
+def test_openapi_routes_and_their_answers(api: httpx.Client) -> None:
+    """Which statuses each route documents, for a server without a token."""
+    document = check_openapi(api, DEFAULT_MAX_COUNT)
+    assert set(document["paths"]) >= {"/livez", "/readyz", "/", "/static/{name}"}
+    for path in ("/v1/id", "/v1/ids", "/readyz", "/healthz"):
+        assert "503" in responses_of(document, path), path
+    assert "503" not in responses_of(document, "/livez")
+    assert "404" in responses_of(document, "/static/{name}")
+    # No token: no operation requires one, and no 401 is promised.
+    for path, item in document["paths"].items():
+        assert "security" not in item["get"], path
+        assert "401" not in item["get"]["responses"], path
+    not_allowed = document["components"]["responses"]["MethodNotAllowed"]
+    assert "Allow" in not_allowed["headers"]
+
+
+def test_openapi_decoded_declares_every_field_of_every_scheme(api: httpx.Client) -> None:
+    """Each scheme's decoded JSON (golden vectors) matches ``Decoded`` exactly.
+
+    ``additionalProperties`` is false per scheme, so a field the server adds without
+    documenting it fails here, and ``time`` is checked as an RFC 3339 date-time.
+    """
+    import jsonschema
+
+    document = api.get("/openapi.json").json()
+    validator = jsonschema.Draft202012Validator(
+        {"$ref": "#/components/schemas/Decoded", "components": document["components"]},
+        format_checker=jsonschema.FormatChecker(),
+    )
+    for scheme, file, column, options in (
+        ("uid64", "uid64.csv", "hex", {}),
+        ("uid64-v1", "uid64_v1.csv", "hex", {}),
+        ("elastic64", "elastic64.csv", "id", {"node_bits": "node_bits"}),
+        ("muid", "muid.csv", "hex", {}),
+        ("short60", "short60.csv", "display", {}),
+    ):
+        for row in load_rows(file)[:20]:
+            params = {"scheme": scheme, **{k: row[v] for k, v in options.items()}}
+            decoded = api.get(f"/v1/decode/{row[column]}", params=params)
+            assert decoded.status_code == 200, decoded.text
+            validator.validate(decoded.json())
+            time_property = document["components"]["schemas"]["DecodedMuid"]["properties"]["time"]
+            assert time_property["format"] == "date-time"
+    with pytest.raises(jsonschema.ValidationError):
+        validator.validate({**api.get("/v1/decode/0000000000004c97").json(), "extra": 1})
+    with pytest.raises(jsonschema.ValidationError):
+        validator.validate({**api.get("/v1/decode/0000000000004c97").json(), "time": "soon"})
 
 
 def test_openapi_is_valid_openapi_3_1(api: httpx.Client) -> None:
@@ -603,7 +764,17 @@ def test_max_count_option(token_server: IdmintServer) -> None:
         assert len(fetch_ids(http, 50)) == 50
         body = assert_json_error(http.get("/v1/ids", params={"count": 51}), 422)
         assert "1..50" in body["detail"]
-        check_openapi(http, 50)
+        document = check_openapi(http, 50)
+    # With a token, /v1/* require it (and may answer 401); the rest stay open.
+    for path, item in document["paths"].items():
+        operation = item["get"]
+        if path.startswith("/v1/"):
+            assert operation["security"] == [{"bearerToken": []}], path
+            assert operation["responses"]["401"] == {
+                "$ref": "#/components/responses/Unauthorized"
+            }, path
+        else:
+            assert "security" not in operation, path
 
 
 @pytest.mark.parametrize(
@@ -787,10 +958,11 @@ def test_busy_port_is_one_line_and_status_2(server_url: str) -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (("--generators", "0"), "generators must be 1..64"),
-        (("--generators", "65"), "generators must be 1..64"),
-        (("--max-count", "0"), "max_count must be 1..1000000"),
-        (("--port", "70000"), "--port must be 0..65535"),
+        (("--generators", "0"), "--generators must be 1..64, got 0"),
+        (("--generators", "65"), "--generators must be 1..64, got 65"),
+        (("--max-count", "0"), "--max-count must be 1..1000000, got 0"),
+        (("--port", "70000"), "--port must be 0..65535, got 70000"),
+        (("--request-timeout", "0"), "--request-timeout must be more than 0 seconds"),
     ],
 )
 def test_bad_options_exit_2_with_one_line(options: tuple[str, ...], message: str) -> None:

@@ -2,9 +2,13 @@
 
 A server claims two generator IDs in a private standalone ZooKeeper (session timeout
 2 s, wait timeout 1 s) and three client threads ask it for IDs the whole time. The
-ZooKeeper server is stopped entirely: within the session timeout ``/healthz`` turns
-503 and ``/v1/*`` answer 503 with a JSON error. ZooKeeper is started again (same port,
-same data): both recover, and no ID was ever served twice over the whole run.
+ZooKeeper server is stopped entirely: within the session timeout ``/healthz`` and
+``/readyz`` turn 503 and ``/v1/*`` answer 503 with a JSON error, while ``/livez``
+stays 200 (the process is alive, only not ready). ZooKeeper is started again (same
+port, same data): both recover, and no ID was ever served twice over the whole run.
+A server whose session expires logs the loss and the new claim (JSON log lines).
+With etcd stopped, a claim's deadline passes without any state change in the
+library: ``/v1/claims`` shows it suspended, never "active" next to "usable": false.
 
 The ZooKeeper is private to this module (the session's ``zk`` fixture lives in
 ``tests/integration``) and is stopped at the end whatever happened.
@@ -12,6 +16,8 @@ The ZooKeeper is private to this module (the session's ``zk`` fixture lives in
 
 from __future__ import annotations
 
+import json
+import re
 import signal
 import threading
 import time
@@ -29,6 +35,7 @@ from tests.server.server_helpers import (
     wait_for,
     wait_until,
 )
+from tests.servers.etcd import EtcdCluster
 from tests.servers.zookeeper import ZooKeeperEnsemble
 
 from idmint.schemes import Uid64, parse_id
@@ -127,12 +134,26 @@ def health(http: httpx.Client) -> int:
     return http.get("/healthz").status_code
 
 
+def check_claims_agree(http: httpx.Client) -> list[dict[str, object]]:
+    """Each claim row's state agrees with its usability: active exactly when usable."""
+    rows: list[dict[str, object]] = http.get("/v1/claims").json()["claims"]
+    for row in rows:
+        assert (row["state"] == "active") == row["usable"], row
+        assert (row["problem"] is None) == row["usable"], row
+    return rows
+
+
+def log_lines(server: IdmintServer) -> list[dict[str, str]]:
+    """The server's stderr, every line parsed as the JSON object it must be."""
+    return [json.loads(line) for line in server.stderr_text().splitlines()]
+
+
 def test_zookeeper_down_then_back_under_load(zk: ZooKeeperEnsemble) -> None:
     url = (
         f"zk://{zk.hosts}{unique_zk_root()}"
         f"?session_timeout={SESSION_TIMEOUT_S:g}&wait_timeout={WAIT_TIMEOUT_S:g}"
     )
-    with IdmintServer("--coordinator", url, "--generators", "2") as server:
+    with IdmintServer("--coordinator", url, "--generators", "2", "--log-format", "json") as server:
         server.start()
         load = Load(server.url)
         load.start()
@@ -176,9 +197,11 @@ def test_zookeeper_down_then_back_under_load(zk: ZooKeeperEnsemble) -> None:
                 )
                 body = assert_json_error(http.get("/healthz"), 503)
                 assert "no usable claim" in body["detail"], body
+                assert assert_json_error(http.get("/readyz"), 503) == body
+                assert http.get("/livez").status_code == 200
                 for path in ("/v1/id", "/v1/ids?count=5"):
                     assert_json_error(http.get(path), 503)
-                claims = http.get("/v1/claims").json()["claims"]
+                claims = check_claims_agree(http)
                 assert [row["usable"] for row in claims] == [False, False], claims
                 # Keep ZooKeeper down for longer than the session timeout, as the load
                 # threads see it: past every deadline the claims could have had.
@@ -204,6 +227,8 @@ def test_zookeeper_down_then_back_under_load(zk: ZooKeeperEnsemble) -> None:
                     explain=explain,
                 )
                 recovered = time.monotonic()
+                assert http.get("/readyz").status_code == 200
+                check_claims_agree(http)
                 assert http.get("/v1/id").status_code == 200
                 after = http.get("/v1/ids?count=200").json()["ids"]
                 generators = {parse_id(text, "uid64").generator for text in after}  # type: ignore[attr-defined]
@@ -223,6 +248,11 @@ def test_zookeeper_down_then_back_under_load(zk: ZooKeeperEnsemble) -> None:
         assert all(isinstance(value, Uid64) for value in values)
         assert len(set(every)) == len(every), "an ID was served twice"
         assert {answer.status for answer in load.answers} == {200, 503}
+        # The outage in the log: each claim suspended, then resumed (same session).
+        messages = [line["message"] for line in log_lines(server)]
+        for event in ("suspended", "resumed"):
+            seen = [m for m in messages if re.search(rf": generator \d+ cluster 0 {event}\b", m)]
+            assert len(seen) >= 2, (event, messages)
 
         status = server.terminate_and_wait()
         assert status in (0, 128 + signal.SIGTERM), server.stderr_text()[-3000:]
@@ -277,3 +307,130 @@ def test_claim_is_made_again_after_a_failed_attempt(zk: ZooKeeperEnsemble) -> No
     finally:
         watcher.stop()
         watcher.close()
+
+
+def test_a_lost_claim_is_logged_with_its_identity(zk: ZooKeeperEnsemble) -> None:
+    """A server whose ZooKeeper session expires says so on stderr, naming the identities.
+
+    The server (``--log-format json``) logs its claim of generator 0 at INFO. It is
+    frozen (SIGSTOP) until ZooKeeper expires its session, then thawed: it logs the loss
+    of generator 0 at WARNING, once, then the new claim (another generator: 0 is held
+    off) at WARNING, once. ``/metrics`` counts the loss. Every stderr line is JSON with
+    ``time``, ``level``, ``logger`` and ``message``.
+    """
+    from kazoo.client import KazooClient
+
+    root = unique_zk_root()
+    url = (
+        f"zk://{zk.hosts}{root}"
+        f"?session_timeout={SESSION_TIMEOUT_S:g}&wait_timeout={WAIT_TIMEOUT_S:g}"
+    )
+    watcher = KazooClient(hosts=zk.hosts)
+    watcher.start(timeout=30)
+    try:
+        with IdmintServer("--coordinator", url, "--log-format", "json") as server:
+            server.start()
+            claimed = [line for line in log_lines(server) if "claimed" in line["message"]]
+            assert [(line["level"], line["logger"]) for line in claimed] == [
+                ("INFO", "idmint.coordinate")
+            ], claimed
+            assert claimed[0]["message"].endswith(": claimed generator 0 cluster 0"), claimed
+
+            server.send_signal(signal.SIGSTOP)
+            try:
+                wait_until(
+                    lambda: watcher.exists(f"{root}/pool/0") is None,
+                    timeout=30,
+                    description="ZooKeeper to expire the frozen server's session",
+                )
+            finally:
+                server.send_signal(signal.SIGCONT)
+            with httpx.Client(base_url=server.url, timeout=15, trust_env=False) as http:
+                wait_for(
+                    lambda: "re-claimed" in server.stderr_text() and health(http) == 200,
+                    timeout=30,
+                    description="the server to log a new claim and be ready again",
+                    explain=lambda: http.get("/v1/claims").text + "\n" + server.stderr_text(),
+                )
+                metrics = http.get("/metrics").text
+                assert 'idmint_claim_losses_total{slot="0"} 1' in metrics.splitlines(), metrics
+                (row,) = check_claims_agree(http)
+                assert row["state"] == "active"
+            lines = log_lines(server)
+
+        for line in lines:
+            assert {"time", "level", "logger", "message"} <= set(line), line
+            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"]), line
+        lost = [line for line in lines if " lost: " in line["message"]]
+        assert len(lost) == 1, lines
+        assert lost[0]["level"] == "WARNING"
+        assert ": generator 0 cluster 0 lost: " in lost[0]["message"], lost
+        again = [line for line in lines if "re-claimed" in line["message"]]
+        assert len(again) == 1, lines
+        assert again[0]["level"] == "WARNING"
+        match = re.search(
+            r": re-claimed as generator (\d+) cluster 0 \(was generator 0 cluster 0\)$",
+            again[0]["message"],
+        )
+        assert match is not None, again
+        assert lines.index(lost[0]) < lines.index(again[0])
+    finally:
+        watcher.stop()
+        watcher.close()
+
+
+@pytest.fixture
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    cluster = EtcdCluster(1, tmp_path_factory.mktemp("etcd-fault"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_a_claim_past_its_deadline_is_shown_suspended(etcd: EtcdCluster) -> None:
+    """etcd stopped: the lapsed claim is shown suspended, not active, and counted as failing.
+
+    etcd claims have no connection state: when renewals fail the library's state stays
+    ACTIVE and only the deadline (TTL 2 s) stops the generator. The server shows such a
+    claim as ``suspended`` with the reason, so ``state`` agrees with ``usable``;
+    ``/readyz`` is 503 while ``/livez`` stays 200, and the renewal failures are counted.
+    Once etcd is back the claim is active and usable again.
+    """
+    url = f"etcd://127.0.0.1:{etcd.client_port(0)}{unique_zk_root()}?ttl=2&timeout=0.5"
+    with IdmintServer("--coordinator", url) as server:
+        server.start()
+        with httpx.Client(base_url=server.url, timeout=15, trust_env=False) as http:
+            (row,) = check_claims_agree(http)
+            assert row["state"] == "active"
+            etcd.stop_member(0)
+            try:
+                wait_for(
+                    lambda: http.get("/readyz").status_code == 503,
+                    timeout=30,
+                    description="/readyz to turn 503 once etcd is down",
+                    explain=server.stderr_text,
+                )
+                assert http.get("/livez").status_code == 200
+                (row,) = check_claims_agree(http)
+                assert (row["state"], row["usable"]) == ("suspended", False), row
+                assert "no renewal before the claim's deadline" in str(row["problem"]), row
+                body = assert_json_error(http.get("/readyz"), 503)
+                assert ": suspended (no renewal before the claim's deadline" in body["detail"]
+                metrics = http.get("/metrics").text
+                failures = re.search(
+                    r'^idmint_claim_renewal_failures_total\{slot="0"\} (\d+)$', metrics, re.M
+                )
+                assert failures is not None, metrics
+                assert int(failures.group(1)) >= 1
+            finally:
+                etcd.start_member(0)
+            wait_for(
+                lambda: http.get("/readyz").status_code == 200,
+                timeout=30,
+                description="/readyz to recover once etcd is back",
+                explain=lambda: http.get("/v1/claims").text + "\n" + server.stderr_text(),
+            )
+            (row,) = check_claims_agree(http)
+            assert row["state"] == "active"

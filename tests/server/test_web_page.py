@@ -6,15 +6,18 @@ Playwright never downloads a browser here: it launches the system Chromium
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
 import re
 import shutil
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from playwright import sync_api
@@ -378,3 +381,82 @@ def test_screenshot(page: Any, server_url: str) -> None:
     data = SCREENSHOT.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n")
     assert len(data) > 10_000
+
+
+def test_a_slow_answer_does_not_overwrite_a_newer_one(page: Any, server_url: str) -> None:
+    """Changing the scheme re-decodes; an older request's late answer is dropped.
+
+    The answer to the first re-decode (as uid64-v1: an error for this ID) is held back
+    by the test until the second one (as uid64) has been shown, then let through. The
+    page must still show the uid64 result, not the stale error.
+    """
+    text = "ffffffffffffffff"  # uid64; not uid64-v1 (its reserved bits are set)
+    page.goto(server_url)
+    decode_text(page, text)
+    wait_for_result(page, text)
+
+    held: list[Any] = []
+
+    def hold_the_first_v1(route: Any) -> None:
+        if "scheme=uid64-v1" in route.request.url and not held:
+            held.append(route)  # answered below, after the newer request
+        else:
+            route.continue_()
+
+    page.route("**/v1/decode/**", hold_the_first_v1)
+    page.select_option("#scheme-select", "uid64-v1")
+    pump_until(page, lambda: len(held) == 1, "the uid64-v1 request to be held")
+    page.select_option("#scheme-select", "uid64")
+    form = page.locator("#decode-form")
+    sync_api.expect(form).not_to_have_attribute("aria-busy", "true")  # the newer one is shown
+    sync_api.expect(page.locator("#decode-status")).to_have_text(f"Decoded {text} as uid64.")
+
+    stale = held[0]
+    with contextlib.suppress(sync_api.Error):  # the page may have aborted it already
+        stale.continue_()
+    late = stale.request.response()  # None when the page aborted the request
+    if late is not None:
+        late.finished()  # its body has reached the page
+    # A round trip through the page: whatever the late answer queued has run by now.
+    page.evaluate("async () => { await fetch('livez', {cache: 'no-store'}); }")
+
+    assert page.input_value("#scheme-select") == "uid64"
+    sync_api.expect(page.locator("#decode-result")).to_be_visible()
+    sync_api.expect(page.locator("#decode-error")).to_be_hidden()
+    assert shown_fields(page) == expected_fields(text, "uid64")
+
+
+def test_deep_link_decodes_and_decoding_updates_the_address(page: Any, server_url: str) -> None:
+    """``/?id=...`` opens with that ID decoded; decoding another puts it in the address."""
+    row = next(r for r in golden("elastic64.csv") if r["node_bits"] == "11")
+    page.goto(f"{server_url}?id={row['id']}&scheme=elastic64&node_bits=11")
+    wait_for_result(page, row["id"])
+    assert shown_fields(page) == expected_fields(row["id"], "elastic64", node_bits=11)
+    assert page.input_value("#id-input") == row["id"]
+    assert page.input_value("#scheme-select") == "elastic64"
+
+    other = golden("muid.csv")[0]["hex"]
+    decode_text(page, other)  # guessed: no scheme in the address
+    wait_for_result(page, other)
+    query = parse_qs(urlsplit(page.url).query)
+    assert query == {"id": [other]}
+
+    # The address now opens the same result in a new tab.
+    second = page.context.new_page()
+    second.goto(page.url)
+    wait_for_result(second, other)
+    assert shown_fields(second) == expected_fields(other)
+    second.close()
+
+
+def pump_until(page: Any, predicate: Callable[[], bool], description: str) -> None:
+    """Wait for ``predicate`` (made true by a Playwright event handler), with a deadline.
+
+    Playwright's sync API runs event handlers (routes included) only while one of its
+    calls is under way, so the wait is made of short Playwright waits.
+    """
+    deadline = time.monotonic() + TIMEOUT_MS / 1000
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {description}")
+        page.wait_for_timeout(10)

@@ -266,7 +266,7 @@ class Claim:
         self.renewals = 0
         self.renewal_failures = 0
         self.losses = 0
-        """Times the claim was lost (session expired, lease gone, taken over)."""
+        """Times the claim was found gone (session expired, lease revoked) while held."""
         # Why the last renewal or claim attempt failed (None after a success):
         # what a generator that gives up is told to check.
         self._failure: Exception | None = None
@@ -464,17 +464,32 @@ class Claim:
     def _suspend(self, reason: str) -> None:
         """The connection is in doubt: stop issuing now (safe from any thread)."""
         with self._cond:
-            if self._state is ClaimState.ACTIVE:
+            suspended = self._state is ClaimState.ACTIVE
+            if suspended:
                 self._set_state(ClaimState.SUSPENDED, reason)
         self._wake.set()
+        if suspended:
+            log.warning("%s: %s suspended: %s", self.description, self._identity_text(), reason)
 
     def _lose(self, reason: str) -> None:
         """The claim is gone: stop issuing and claim again (safe from any thread)."""
         with self._cond:
-            if self._state in (ClaimState.ACTIVE, ClaimState.SUSPENDED):
-                self.losses += 1
+            lost = self._state in (ClaimState.ACTIVE, ClaimState.SUSPENDED)
+            if lost:
                 self._set_state(ClaimState.LOST, reason)
+                self.losses += 1
         self._wake.set()
+        if lost:
+            log.warning(
+                "%s: %s lost: %s; claiming again", self.description, self._identity_text(), reason
+            )
+
+    def _identity_text(self, identity: Mapping[str, int] | None = None) -> str:
+        """``generator 3 cluster 0``: the identity as log lines name it."""
+        fields = identity if identity is not None else self.identity
+        if not fields:
+            return "no identity"
+        return " ".join(f"{name} {value}" for name, value in fields.items())
 
     def _update_identity(self, identity: Mapping[str, int]) -> None:
         """Switch the grant to a changed identity (elastic64's width), fencing generators.
@@ -563,6 +578,7 @@ class Claim:
         identity, floor_ms = self._acquire()
         recorded, self._recorded_with_claim = self._recorded_with_claim, None
         with self._cond:
+            previous = self._grant
             self._epoch += 1
             # Until the first renewal lands, nothing may be issued: deadline 0.
             self._grant = Grant(self._epoch, identity, floor_ms, floor_ms, 0)
@@ -571,6 +587,15 @@ class Claim:
             self._renewed(grant, *recorded)
         elif not self._renew_once():
             raise ClaimLost(f"{self.description}: the new claim vanished before it could be used")
+        if previous is None:
+            log.info("%s: claimed %s", self.description, self._identity_text(identity))
+        else:
+            log.warning(
+                "%s: re-claimed as %s (was %s)",
+                self.description,
+                self._identity_text(identity),
+                self._identity_text(previous.identity),
+            )
 
     def _first_ceiling(self, floor_ms: int) -> int:
         """The ceiling a driver records with the claim itself, in the same round trip.
@@ -609,10 +634,13 @@ class Claim:
                 return
             self._grant = replace(current, ceiling_ms=ceiling, deadline_mono_ns=deadline)
             self.renewals += 1
+            resumed = self._state is ClaimState.SUSPENDED
             if self._state is not ClaimState.ACTIVE:
                 self._set_state(ClaimState.ACTIVE)
             else:
                 self._cond.notify_all()
+        if resumed:
+            log.info("%s: %s resumed", self.description, self._identity_text())
 
     def _renewal_loop(self) -> None:
         retry_soon = False
@@ -639,7 +667,9 @@ class Claim:
                 self.renewal_failures += 1
                 self._failure = error
                 self._problem = str(error)
-                log.info("%s: renewal failed: %s", self, error)
+                log.info(
+                    "%s: %s renewal failed: %s", self.description, self._identity_text(), error
+                )
                 self._backoff()
                 retry_soon = True
             except Exception as error:
@@ -648,7 +678,9 @@ class Claim:
                 self.renewal_failures += 1
                 self._failure = error
                 self._problem = f"renewal failed unexpectedly: {type(error).__name__}: {error}"
-                log.exception("%s: renewal failed unexpectedly", self, exc_info=error)
+                log.exception(
+                    "%s: %s renewal failed unexpectedly", self.description, self._identity_text()
+                )
                 self._backoff()
                 retry_soon = True
 
@@ -657,7 +689,9 @@ class Claim:
         self._wake.wait(min(self.renew_every_s, 0.25))
 
     def _reclaim(self) -> None:
-        log.warning("%s: claim lost (%s); claiming again", self, self._problem)
+        # The loss itself was logged when it was seen; a retry after a failed attempt
+        # would only repeat it.
+        log.debug("%s: claiming an identity again (%s)", self.description, self._problem)
         self._claim_and_record()
 
     # -- driver hooks ----------------------------------------------------------------

@@ -9,16 +9,22 @@ Routes (the OpenAPI document at ``/openapi.json`` is the reference):
 ``GET /v1/decode/{id}``     the JSON of ``idmint decode`` (``?scheme=``, ``?node_bits=``)
 ``GET /v1/claims``          the identities this server holds
 ``GET /v1/services``        the discovery tree, when ``discovery`` is configured
-``GET /healthz``            200 while IDs can be issued, else 503 with the reason
+``GET /livez``              200 while the process serves (liveness)
+``GET /readyz``             200 while IDs can be issued, else 503 with the reason
+``GET /healthz``            the same as ``/readyz``
 ``GET /metrics``            Prometheus text
 ``GET /openapi.json``       the API description
-``GET /``                   the web page (``/static/...`` its files)
+``GET /``                   the web page (``/static/...`` its files, with ETags)
 ==========================  ====================================================
+
+Every route answers HEAD as GET without the body; ``HEAD /v1/id`` and
+``HEAD /v1/ids`` say whether IDs could be issued without issuing any.
 
 Errors are JSON ``{"error": ..., "detail": ...}``: 400 malformed request, 401
 missing or wrong bearer token (``/v1/*`` only, when a token is set), 404, 405,
-413 request body not allowed, 422 an ID or count that is not valid, 503 IDs
-cannot be issued now. Nothing a client sends can produce a 500.
+408/413/431 a request too slow or too large (see :mod:`idmint.server.limits`),
+422 an ID or count that is not valid, 503 IDs cannot be issued now. Nothing a
+client sends can produce a 500.
 
 The app is written against raw ASGI because the hot route, ``/v1/id``, must
 cost little more than an empty response: a framework's routing and request
@@ -28,6 +34,7 @@ objects would be most of its budget.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import logging
@@ -39,7 +46,7 @@ from itertools import cycle
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from idmint.coordinate.base import Claim
+from idmint.coordinate.base import Claim, ClaimState
 from idmint.errors import (
     ClockMovedBackwards,
     ConfigurationError,
@@ -50,7 +57,7 @@ from idmint.errors import (
 from idmint.factory import new_generator
 from idmint.generate.core import TickGenerator
 from idmint.schemes import SCHEMES, parse_id
-from idmint.server.metrics import Metrics
+from idmint.server.metrics import Family, Metrics, Samples
 from idmint.server.openapi import openapi_document
 
 __all__ = ["IdServer", "create_app"]
@@ -68,6 +75,9 @@ MAX_BODY_BYTES = 0  # every route is a GET: no body is ever needed
 
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8"), (b"cache-control", b"no-store")]
 _JSON = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
+# The page's files change only with the installed version, but their URLs do not:
+# browsers keep them and ask each time whether they changed (ETag, 304).
+_STATIC_CACHE = b"no-cache"
 _STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
 _STATIC_TYPES = {
     ".html": b"text/html; charset=utf-8",
@@ -153,18 +163,26 @@ class IdServer:
         self._registration: Any = None
         self._started = False
         self._start_lock = asyncio.Lock()
-        self.metrics = Metrics()
-        self.metrics.gauges.append(self._generator_gauges)
-        self._openapi = json.dumps(openapi_document(max_count)).encode()
+        self.metrics = Metrics(version=_version())
+        self.metrics.families.extend(self._generator_families())
+        self._openapi = json.dumps(openapi_document(max_count, token=token is not None)).encode()
+        self._static_files: dict[str, tuple[bytes, bytes]] = {}
         self._routes: dict[str, Handler] = {
             "/v1/id": self._one_id,
             "/v1/ids": self._many_ids,
             "/v1/claims": self._claims,
             "/v1/services": self._services,
-            "/healthz": self._healthz,
+            "/livez": self._livez,
+            "/readyz": self._readyz,
+            "/healthz": self._readyz,
             "/metrics": self._metrics,
             "/openapi.json": self._openapi_json,
             "/": self._page,
+        }
+        # HEAD on the ID routes must not issue (or count) an ID.
+        self._head_routes: dict[str, Handler] = {
+            "/v1/id": self._one_id_head,
+            "/v1/ids": self._many_ids_head,
         }
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -315,6 +333,8 @@ class IdServer:
         route = "other"
         try:
             handler, route = self._resolve(scope)
+            if scope["method"] == "HEAD":
+                handler = self._head_routes.get(path, handler)
             if path.startswith("/v1/"):
                 self._check_token(scope)
                 if not self._started:
@@ -351,8 +371,8 @@ class IdServer:
         raise HttpError(404, "not found", f"no route {path!r}; see /openapi.json")
 
     def _internal_error(self, scope: Scope, error: Exception) -> tuple[int, list[Any], bytes]:
-        """The last resort: a bug is a 500, logged, but still answered in JSON."""
-        log.error("unexpected error on %s", scope["path"], exc_info=error)
+        """The last resort: a bug is a 500, logged with its traceback, answered in JSON."""
+        log.error("unexpected error on %s %s", scope["method"], scope["path"], exc_info=error)
         return self._error(HttpError(500, "internal error", f"{type(error).__name__}: {error}"))
 
     @staticmethod
@@ -363,13 +383,15 @@ class IdServer:
     @staticmethod
     def _check_body(scope: Scope) -> None:
         for name, value in scope.get("headers", ()):
-            if name == b"content-length" and value.strip() not in (b"", b"0"):
+            if (
+                name == b"content-length" and value.strip() not in (b"", b"0")
+            ) or name == b"transfer-encoding":
+                # Closing the connection spares reading a body nobody wants.
                 raise HttpError(
-                    413, "request too large", "requests carry no body; send a plain GET"
-                )
-            if name == b"transfer-encoding":
-                raise HttpError(
-                    413, "request too large", "requests carry no body; send a plain GET"
+                    413,
+                    "request too large",
+                    "requests carry no body; send a plain GET",
+                    [(b"connection", b"close")],
                 )
 
     def _check_token(self, scope: Scope) -> None:
@@ -430,7 +452,8 @@ class IdServer:
         for generator in self.generators:
             claim = _claim_of(generator)
             if claim is not None and claim.grant() is None:
-                reasons.append(f"{claim.description}: {claim.state.value} ({claim.problem})")
+                state, problem = _claim_state(claim)
+                reasons.append(f"{claim.description}: {state} ({problem})")
         if not self.generators:
             return "the server holds no generator (it is starting or stopping)"
         return "no usable claim: " + "; ".join(reasons) if reasons else "no generator can issue"
@@ -440,6 +463,20 @@ class IdServer:
         text = await self._mint_one()
         self.metrics.ids_served += 1
         return 200, _TEXT, text.encode()
+
+    async def _one_id_head(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+        """What ``GET /v1/id`` would answer now, without issuing an ID."""
+        self._check_can_issue()
+        return 200, _TEXT, b""
+
+    async def _many_ids_head(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+        self._count(_query(scope).get("count", ["1"]))
+        self._check_can_issue()
+        return 200, _JSON, b""
+
+    def _check_can_issue(self) -> None:
+        if not any(self._usable(g) for g in self.generators):
+            raise HttpError(503, "unavailable", self._why_unavailable())
 
     async def _many_ids(self, scope: Scope) -> tuple[int, list[Any], bytes]:
         query = _query(scope)
@@ -519,12 +556,14 @@ class IdServer:
                 row.update(state="static", usable=True)
             else:
                 grant = claim.last_grant
+                usable = claim.grant() is not None
+                state, problem = _claim_state(claim)
                 row.update(
-                    state=claim.state.value,
-                    usable=claim.grant() is not None,
+                    state=state,
+                    usable=usable,
                     high_water_mark_ms=grant.ceiling_ms if grant else None,
                     coordinator=claim.description,
-                    problem=claim.problem if claim.grant() is None else None,
+                    problem=None if usable else problem,
                 )
             rows.append(row)
         body = {"scheme": self.scheme, "coordinator": self.coordinator, "claims": rows}
@@ -541,7 +580,11 @@ class IdServer:
             body["configured"] = True
         return 200, _JSON, json.dumps(body).encode()
 
-    async def _healthz(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+    async def _livez(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+        # Answering at all is the proof: a lost claim makes the server unready, not dead.
+        return 200, _JSON, b'{"status":"ok"}'
+
+    async def _readyz(self, scope: Scope) -> tuple[int, list[Any], bytes]:
         if not self._started:
             try:
                 await self.startup()
@@ -559,57 +602,97 @@ class IdServer:
         return 200, _JSON, self._openapi
 
     async def _page(self, scope: Scope) -> tuple[int, list[Any], bytes]:
-        return await self._static_file("index.html")
+        return self._static_file(scope, "index.html")
 
     async def _static(self, scope: Scope) -> tuple[int, list[Any], bytes]:
-        name = scope["path"][len("/static/") :]
-        return await self._static_file(name)
+        return self._static_file(scope, scope["path"][len("/static/") :])
 
-    async def _static_file(self, name: str) -> tuple[int, list[Any], bytes]:
+    def _static_file(self, scope: Scope, name: str) -> tuple[int, list[Any], bytes]:
+        """A file of the page, with its ETag; 304 when the browser's copy is current."""
         suffix = name[name.rfind(".") :] if "." in name else ""
         if not _STATIC_NAME.fullmatch(name) or suffix not in _STATIC_TYPES:
             raise HttpError(404, "not found", f"no static file {name!r}")
-        try:
-            data = resources.files("idmint.server").joinpath("static").joinpath(name).read_bytes()
-        except (FileNotFoundError, IsADirectoryError):
-            raise HttpError(404, "not found", f"no static file {name!r}") from None
-        return 200, [(b"content-type", _STATIC_TYPES[suffix])], data
+        cached = self._static_files.get(name)
+        if cached is None:
+            try:
+                data = (
+                    resources.files("idmint.server").joinpath("static").joinpath(name).read_bytes()
+                )
+            except (FileNotFoundError, IsADirectoryError):
+                raise HttpError(404, "not found", f"no static file {name!r}") from None
+            etag = b'"' + hashlib.sha256(data).hexdigest()[:32].encode() + b'"'
+            cached = self._static_files[name] = (data, etag)
+        data, etag = cached
+        headers = [(b"etag", etag), (b"cache-control", _STATIC_CACHE)]
+        if _etag_matches(scope, etag):
+            return 304, headers, b""
+        return 200, [(b"content-type", _STATIC_TYPES[suffix]), *headers], data
 
     # -- metrics read on scrape -------------------------------------------------------------------
-    def _generator_gauges(self) -> Iterable[str]:
-        lines = [
-            "# HELP idmint_ids_issued_total IDs issued by the server's generators.",
-            "# TYPE idmint_ids_issued_total counter",
+    def _generator_families(self) -> list[Family]:
+        """The generators' and claims' counts, read from them on each scrape."""
+
+        def per_generator(read: Callable[[TickGenerator[Any]], float]) -> Callable[[], Samples]:
+            return lambda: [
+                (_generator_labels(slot, g), read(g)) for slot, g in enumerate(self.generators)
+            ]
+
+        def per_claim(read: Callable[[Claim], float]) -> Callable[[], Samples]:
+            # Only the slot: a re-claim may change the identity, and a loss counted
+            # under the old identity's series would vanish with it.
+            def samples() -> Samples:
+                return [
+                    ({"slot": str(slot)}, read(claim))
+                    for slot, g in enumerate(self.generators)
+                    if (claim := _claim_of(g)) is not None
+                ]
+
+            return samples
+
+        return [
+            Family(
+                "idmint_ids_issued_total",
+                "counter",
+                "IDs issued by the server's generators.",
+                per_generator(lambda g: g.issued),
+            ),
+            Family(
+                "idmint_clock_waits_total",
+                "counter",
+                "Waits for the clock (tick used up or clock behind).",
+                per_generator(lambda g: g.clock_waits),
+            ),
+            Family(
+                "idmint_clock_steps_back_total",
+                "counter",
+                "Times the clock was seen behind the newest tick.",
+                per_generator(lambda g: g.clock_steps_back),
+            ),
+            Family(
+                "idmint_claim_usable",
+                "gauge",
+                "1 while the generator's claim lets it issue IDs.",
+                per_generator(lambda g: int(self._usable(g))),
+            ),
+            Family(
+                "idmint_claim_renewals_total",
+                "counter",
+                "Successful claim renewals (each records a new high-water mark).",
+                per_claim(lambda claim: claim.renewals),
+            ),
+            Family(
+                "idmint_claim_renewal_failures_total",
+                "counter",
+                "Claim renewals that failed (coordinator unreachable or slow).",
+                per_claim(lambda claim: claim.renewal_failures),
+            ),
+            Family(
+                "idmint_claim_losses_total",
+                "counter",
+                "Claims found gone while held (session expired, lease revoked).",
+                per_claim(lambda claim: claim.losses),
+            ),
         ]
-        for generator in self.generators:
-            lines.append(
-                f'idmint_ids_issued_total{{identity="{_identity(generator)}"}} {generator.issued}'
-            )
-        lines += [
-            "# HELP idmint_clock_waits_total Waits for the clock (tick used up or clock behind).",
-            "# TYPE idmint_clock_waits_total counter",
-        ]
-        lines += [
-            f'idmint_clock_waits_total{{identity="{_identity(g)}"}} {g.clock_waits}'
-            for g in self.generators
-        ]
-        lines += [
-            "# HELP idmint_clock_steps_back_total Times the clock was seen behind the newest tick.",
-            "# TYPE idmint_clock_steps_back_total counter",
-        ]
-        lines += [
-            f'idmint_clock_steps_back_total{{identity="{_identity(g)}"}} {g.clock_steps_back}'
-            for g in self.generators
-        ]
-        lines += [
-            "# HELP idmint_claim_usable 1 while the generator's claim lets it issue IDs.",
-            "# TYPE idmint_claim_usable gauge",
-        ]
-        lines += [
-            f'idmint_claim_usable{{identity="{_identity(g)}"}} {int(self._usable(g))}'
-            for g in self.generators
-        ]
-        return lines
 
 
 def _claim_of(generator: TickGenerator[Any]) -> Claim | None:
@@ -617,13 +700,64 @@ def _claim_of(generator: TickGenerator[Any]) -> Claim | None:
     return claim if isinstance(claim, Claim) else None
 
 
+_IDENTITY_FIELDS = ("generator", "cluster", "node", "medallion")
+
+
 def _identity(generator: TickGenerator[Any]) -> str:
-    for name in ("generator", "node", "medallion"):
+    """``generator 0 cluster 0``, ``node 9``, ``medallion 123``: for people (claims JSON)."""
+    fields = _identity_fields(generator)
+    if not fields:
+        return type(generator).__name__
+    return " ".join(f"{name} {value}" for name, value in fields.items())
+
+
+def _identity_fields(generator: TickGenerator[Any]) -> dict[str, str]:
+    fields = {}
+    for name in _IDENTITY_FIELDS:
         value = getattr(generator, name, None)
         if value is not None:
-            extra = getattr(generator, "cluster", None)
-            return f"{name} {value}" + (f" cluster {extra}" if extra is not None else "")
-    return type(generator).__name__
+            fields[name] = str(value)
+    return fields
+
+
+def _generator_labels(slot: int, generator: TickGenerator[Any]) -> dict[str, str]:
+    """Metric labels: the generator's place in the server, then its identity's fields."""
+    return {"slot": str(slot), **_identity_fields(generator)}
+
+
+def _claim_state(claim: Claim) -> tuple[str, str]:
+    """The state to show and why IDs cannot be issued, agreeing with ``claim.grant()``.
+
+    A claim whose deadline passed with no renewal is still ``active`` in the
+    library: nothing has told it otherwise yet. It may still be ours (the
+    coordinator may only be slow), and nothing is issued until a round trip
+    says so, which is what ``suspended`` means: so it is shown as suspended.
+    """
+    state = claim.state
+    if state is ClaimState.ACTIVE and claim.grant() is None:
+        last = claim.problem or "the coordinator has not answered"
+        return "suspended", f"no renewal before the claim's deadline ({last})"
+    return state.value, claim.problem
+
+
+def _etag_matches(scope: Scope, etag: bytes) -> bool:
+    """Whether ``If-None-Match`` names ``etag`` (weak or strong) or is ``*``."""
+    for name, value in scope.get("headers", ()):
+        if name == b"if-none-match":
+            for listed in value.split(b","):
+                candidate = listed.strip()
+                if candidate in (b"*", etag) or candidate.removeprefix(b"W/") == etag:
+                    return True
+    return False
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("idmint")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "unknown"
 
 
 def _query(scope: Scope) -> dict[str, list[str]]:

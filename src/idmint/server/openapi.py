@@ -1,4 +1,9 @@
-"""The OpenAPI 3.1 document served at ``/openapi.json``."""
+"""The OpenAPI 3.1 document served at ``/openapi.json``.
+
+The document describes the server that serves it: ``/v1/*`` require the bearer
+token (``security``, 401) only when the server has one, and ``count``'s maximum
+is the server's ``max_count``.
+"""
 
 from __future__ import annotations
 
@@ -8,168 +13,359 @@ from idmint.schemes import SCHEMES
 
 __all__ = ["openapi_document"]
 
+_ERROR_REF = {"$ref": "#/components/schemas/Error"}
+
 
 def _error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ERROR_REF}}}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/responses/{name}"}
+
+
+# Answers any request can get, whatever the route: made before or instead of routing.
+_ANY_REQUEST = {
+    "400": _ref("BadRequest"),
+    "408": _ref("RequestTimeout"),
+    "413": _ref("ContentTooLarge"),
+    "431": _ref("HeaderTooLarge"),
+}
+
+_COMMON_RESPONSES = {
+    "BadRequest": _error("The request is not well-formed HTTP, or its query string is malformed"),
+    "Unauthorized": {
+        **_error("Missing or wrong bearer token"),
+        "headers": {
+            "WWW-Authenticate": {
+                "description": 'Bearer realm="idmint"',
+                "schema": {"type": "string"},
+            }
+        },
+    },
+    "NotFound": _error("No such route or file"),
+    "MethodNotAllowed": {
+        **_error("A method other than GET or HEAD (every route answers both)"),
+        "headers": {"Allow": {"description": "GET, HEAD", "schema": {"type": "string"}}},
+    },
+    "RequestTimeout": _error(
+        "The request did not arrive in full within the server's request timeout"
+    ),
+    "ContentTooLarge": _error("The request has a body (no route takes one) or is too large"),
+    "HeaderTooLarge": _error("The request line and headers exceed the server's limit (16 KiB)"),
+    "Unavailable": _error("IDs cannot be issued now (claim lost, coordinator down, clock behind)"),
+}
+
+_STATUS = {
+    "type": "object",
+    "required": ["status"],
+    "properties": {"status": {"type": "string", "const": "ok"}},
+}
+
+
+def _integer(minimum: int, maximum: int) -> dict[str, Any]:
+    return {"type": "integer", "minimum": minimum, "maximum": maximum}
+
+
+def _decoded_schemas() -> dict[str, Any]:
+    """One schema per scheme: every field ``idmint decode`` prints for it, and only those."""
+    time_field = {
+        "type": "string",
+        "format": "date-time",
+        "description": "When the ID was minted, ISO 8601 UTC",
+    }
+
+    def decoded(schemes: list[str], fields: dict[str, Any]) -> dict[str, Any]:
+        properties = {
+            "scheme": {"type": "string", "enum": schemes},
+            "id": {"type": "string", "description": "The canonical text form"},
+            "time": time_field,
+            **fields,
+        }
+        return {
+            "type": "object",
+            "required": list(properties),
+            "properties": properties,
+            "additionalProperties": False,
+        }
+
     return {
-        "description": description,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        "DecodedUid64": decoded(
+            ["uid64", "uid64-v1"],
+            {
+                "timestamp_ms": _integer(0, 2**42 - 1),
+                "sequence": _integer(0, 63),
+                "generator": _integer(0, 2047),
+                "cluster": _integer(0, 15),
+                "mode": {"type": "string", "enum": ["spread", "time-sequential"]},
+            },
+        ),
+        "DecodedElastic64": decoded(
+            ["elastic64"],
+            {
+                "timestamp_ms": _integer(0, 2**48 - 1),
+                "burst": _integer(0, 2**8 - 1),
+                "node": _integer(0, 2**16 - 1),
+                "node_bits": _integer(8, 16),
+            },
+        ),
+        "DecodedMuid": decoded(
+            ["muid"],
+            {
+                "timestamp_us": _integer(0, 2**56 - 1),
+                "medallion": _integer(0, 2**52 - 1),
+                "offset": _integer(0, 2**20 - 1),
+            },
+        ),
+        "DecodedShort60": decoded(
+            ["short60"],
+            {
+                "timestamp_ms": {"type": "integer", "minimum": 0},
+                "sequence": _integer(0, 511),
+                # The minting generator's node ID (random bits in uexky's IDs).
+                "node": _integer(0, 511),
+                "int": _integer(0, 2**60 - 1),
+            },
+        ),
+        "Decoded": {
+            "description": "What an ID is made of; the fields depend on its scheme",
+            "oneOf": [
+                {"$ref": f"#/components/schemas/{name}"}
+                for name in ("DecodedUid64", "DecodedElastic64", "DecodedMuid", "DecodedShort60")
+            ],
+        },
     }
 
 
-def openapi_document(max_count: int) -> dict[str, Any]:
-    unavailable = _error("IDs cannot be issued now (claim lost, coordinator down, clock behind)")
-    unauthorized = _error("Missing or wrong bearer token (only when the server has a token)")
+def _claims_schema() -> dict[str, Any]:
+    claim = {
+        "type": "object",
+        "required": ["identity", "state", "usable"],
+        "properties": {
+            "identity": {"type": "string", "description": "e.g. 'generator 0 cluster 0'"},
+            "state": {
+                "type": "string",
+                "enum": ["static", "claiming", "active", "suspended", "lost", "released"],
+                "description": "active exactly when usable; a claim past its deadline "
+                "without a renewal is shown as suspended",
+            },
+            "usable": {"type": "boolean"},
+            "node_bits": {"type": "integer"},
+            "high_water_mark_ms": {"type": ["integer", "null"]},
+            "coordinator": {"type": "string"},
+            "problem": {"type": ["string", "null"]},
+        },
+    }
+    return {
+        "type": "object",
+        "required": ["scheme", "coordinator", "claims"],
+        "properties": {
+            "scheme": {"type": "string", "enum": list(SCHEMES)},
+            "coordinator": {"type": ["string", "null"]},
+            "claims": {"type": "array", "items": claim},
+        },
+    }
+
+
+def openapi_document(max_count: int, *, token: bool = False) -> dict[str, Any]:
+    """The document for a server with this ``count`` limit, with or without a token."""
+    guarded: dict[str, Any] = (
+        {"security": [{"bearerToken": []}]} if token else {}
+    )  # on /v1/* operations
+    unauthorized = {"401": _ref("Unauthorized")} if token else {}
+    unavailable = {"503": _ref("Unavailable")}
+
+    def get(
+        summary: str,
+        operation_id: str,
+        ok: dict[str, Any],
+        *,
+        v1: bool,
+        extra: dict[str, Any] | None = None,
+        parameters: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        operation: dict[str, Any] = {"summary": summary, "operationId": operation_id}
+        if parameters:
+            operation["parameters"] = parameters
+        operation["responses"] = {
+            "200": ok,
+            **(unauthorized if v1 else {}),
+            **_ANY_REQUEST,
+            **(extra or {}),
+        }
+        if v1:
+            operation.update(guarded)
+        return {"get": operation}
+
+    def json_ok(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+        return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+    def schema_ref(name: str) -> dict[str, str]:
+        return {"$ref": f"#/components/schemas/{name}"}
+
+    invalid = "422"
+    paths = {
+        "/v1/id": get(
+            "One ID",
+            "getId",
+            {
+                "description": "The ID in its canonical text form",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            },
+            v1=True,
+            extra=unavailable,
+        ),
+        "/v1/ids": get(
+            "Several IDs",
+            "getIds",
+            json_ok("The IDs, in order", schema_ref("Ids")),
+            v1=True,
+            parameters=[
+                {
+                    "name": "count",
+                    "in": "query",
+                    "required": False,
+                    "schema": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": max_count,
+                        "default": 1,
+                    },
+                }
+            ],
+            extra={
+                invalid: _error("count is not a whole number within the limit"),
+                **unavailable,
+            },
+        ),
+        "/v1/decode/{id}": get(
+            "What an ID is made of (the JSON of `idmint decode`)",
+            "decodeId",
+            json_ok("The ID's fields", schema_ref("Decoded")),
+            v1=True,
+            parameters=[
+                {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}},
+                {
+                    "name": "scheme",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "string", "enum": list(SCHEMES)},
+                },
+                {
+                    "name": "node_bits",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "integer", "minimum": 8, "maximum": 16},
+                },
+            ],
+            extra={invalid: _error("Not an ID of the scheme, or the scheme cannot be told")},
+        ),
+        "/v1/claims": get(
+            "The identities this server holds",
+            "getClaims",
+            json_ok("One row per generator", schema_ref("Claims")),
+            v1=True,
+        ),
+        "/v1/services": get(
+            "The discovery tree (when the server is given one)",
+            "getServices",
+            json_ok("Services and endpoints", {"type": "object"}),
+            v1=True,
+            extra={"503": _error("Discovery cannot be read now")},
+        ),
+        "/livez": get(
+            "200 while the process serves (liveness; a lost claim does not change it)",
+            "live",
+            json_ok("The process is up", schema_ref("Status")),
+            v1=False,
+        ),
+        "/readyz": get(
+            "200 while the server can issue IDs (readiness)",
+            "ready",
+            json_ok("Can issue IDs", schema_ref("Status")),
+            v1=False,
+            extra=unavailable,
+        ),
+        "/healthz": get(
+            "The same as /readyz",
+            "health",
+            json_ok("Can issue IDs", schema_ref("Status")),
+            v1=False,
+            extra=unavailable,
+        ),
+        "/metrics": get(
+            "Prometheus metrics",
+            "metrics",
+            {
+                "description": "Text exposition format 0.0.4",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            },
+            v1=False,
+        ),
+        "/openapi.json": get(
+            "This document",
+            "openapi",
+            json_ok("OpenAPI 3.1", {"type": "object"}),
+            v1=False,
+        ),
+        "/": get(
+            "The web page",
+            "page",
+            {
+                "description": "The page (with ETag; 304 when If-None-Match names it)",
+                "content": {"text/html": {"schema": {"type": "string"}}},
+            },
+            v1=False,
+            extra={"304": {"description": "Not modified: the browser's copy is current"}},
+        ),
+        "/static/{name}": get(
+            "A file of the web page (with ETag; 304 when If-None-Match names it)",
+            "staticFile",
+            {
+                "description": "The file",
+                "content": {
+                    media: {"schema": {"type": "string"}}
+                    for media in ("text/html", "text/javascript", "text/css", "image/svg+xml")
+                },
+            },
+            v1=False,
+            parameters=[
+                {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+            ],
+            extra={
+                "304": {"description": "Not modified: the browser's copy is current"},
+                "404": _ref("NotFound"),
+            },
+        ),
+    }
     return {
         "openapi": "3.1.0",
         "info": {
             "title": "idmint ID server",
             "version": "1",
             "description": "Mint and decode compact unique IDs over HTTP. IDs are always "
-            "strings: JavaScript numbers cannot hold 64-bit integers.",
+            "strings: JavaScript numbers cannot hold 64-bit integers. Every route answers "
+            "HEAD as GET without the body (HEAD /v1/id and /v1/ids issue no ID); any other "
+            "method gets 405 (components/responses/MethodNotAllowed), an unknown path 404.",
         },
-        "paths": {
-            "/v1/id": {
-                "get": {
-                    "summary": "One ID",
-                    "operationId": "getId",
-                    "responses": {
-                        "200": {
-                            "description": "The ID in its canonical text form",
-                            "content": {"text/plain": {"schema": {"type": "string"}}},
-                        },
-                        "401": unauthorized,
-                        "503": unavailable,
-                    },
-                }
-            },
-            "/v1/ids": {
-                "get": {
-                    "summary": "Several IDs",
-                    "operationId": "getIds",
-                    "parameters": [
-                        {
-                            "name": "count",
-                            "in": "query",
-                            "required": False,
-                            "schema": {
-                                "type": "integer",
-                                "minimum": 1,
-                                "maximum": max_count,
-                                "default": 1,
-                            },
-                        }
-                    ],
-                    "responses": {
-                        "200": {
-                            "description": "The IDs, in order",
-                            "content": {
-                                "application/json": {"schema": {"$ref": "#/components/schemas/Ids"}}
-                            },
-                        },
-                        "401": unauthorized,
-                        "422": _error("count is not a whole number within the limit"),
-                        "503": unavailable,
-                    },
-                }
-            },
-            "/v1/decode/{id}": {
-                "get": {
-                    "summary": "What an ID is made of (the JSON of `idmint decode`)",
-                    "operationId": "decodeId",
-                    "parameters": [
-                        {
-                            "name": "id",
-                            "in": "path",
-                            "required": True,
-                            "schema": {"type": "string"},
-                        },
-                        {
-                            "name": "scheme",
-                            "in": "query",
-                            "required": False,
-                            "schema": {"type": "string", "enum": list(SCHEMES)},
-                        },
-                        {
-                            "name": "node_bits",
-                            "in": "query",
-                            "required": False,
-                            "schema": {"type": "integer", "minimum": 8, "maximum": 16},
-                        },
-                    ],
-                    "responses": {
-                        "200": {
-                            "description": "The ID's fields",
-                            "content": {
-                                "application/json": {
-                                    "schema": {"$ref": "#/components/schemas/Decoded"}
-                                }
-                            },
-                        },
-                        "401": unauthorized,
-                        "422": _error("Not an ID of the scheme, or the scheme cannot be told"),
-                    },
-                }
-            },
-            "/v1/claims": {
-                "get": {
-                    "summary": "The identities this server holds",
-                    "operationId": "getClaims",
-                    "responses": {
-                        "200": {
-                            "description": "One row per generator",
-                            "content": {"application/json": {"schema": {"type": "object"}}},
-                        },
-                        "401": unauthorized,
-                    },
-                }
-            },
-            "/v1/services": {
-                "get": {
-                    "summary": "The discovery tree (when the server is given one)",
-                    "operationId": "getServices",
-                    "responses": {
-                        "200": {
-                            "description": "Services and endpoints",
-                            "content": {"application/json": {"schema": {"type": "object"}}},
-                        },
-                        "401": unauthorized,
-                        "503": _error("Discovery cannot be read now"),
-                    },
-                }
-            },
-            "/healthz": {
-                "get": {
-                    "summary": "200 while the server can issue IDs",
-                    "operationId": "health",
-                    "responses": {
-                        "200": {
-                            "description": "Can issue IDs",
-                            "content": {"application/json": {"schema": {"type": "object"}}},
-                        },
-                        "503": unavailable,
-                    },
-                }
-            },
-            "/metrics": {
-                "get": {
-                    "summary": "Prometheus metrics",
-                    "operationId": "metrics",
-                    "responses": {
-                        "200": {
-                            "description": "Text exposition format",
-                            "content": {"text/plain": {"schema": {"type": "string"}}},
-                        }
-                    },
-                }
-            },
-        },
+        "paths": paths,
         "components": {
+            "securitySchemes": {
+                "bearerToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "The server's token (idmint serve --token-file); "
+                    "required on /v1/* only when the server has one",
+                }
+            },
+            "responses": _COMMON_RESPONSES,
             "schemas": {
                 "Error": {
                     "type": "object",
                     "required": ["error", "detail"],
                     "properties": {"error": {"type": "string"}, "detail": {"type": "string"}},
                 },
+                "Status": _STATUS,
                 "Ids": {
                     "type": "object",
                     "required": ["scheme", "ids"],
@@ -178,16 +374,8 @@ def openapi_document(max_count: int) -> dict[str, Any]:
                         "ids": {"type": "array", "items": {"type": "string"}},
                     },
                 },
-                "Decoded": {
-                    "type": "object",
-                    "required": ["scheme", "id", "time"],
-                    "properties": {
-                        "scheme": {"type": "string", "enum": list(SCHEMES)},
-                        "id": {"type": "string"},
-                        "time": {"type": "string"},
-                    },
-                    "additionalProperties": True,
-                },
-            }
+                "Claims": _claims_schema(),
+                **_decoded_schemas(),
+            },
         },
     }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import logging
+import ipaddress
 import signal
 import socket
 import threading
@@ -13,10 +13,14 @@ from typing import Any
 
 from idmint.errors import ConfigurationError
 from idmint.server.app import create_app
+from idmint.server.limits import REQUEST_TIMEOUT_S, RequestLimits, limited_http_protocol
+from idmint.server.logs import held_until_started, server_logging
 
-__all__ = ["serve"]
+__all__ = ["browser_url", "serve", "startup_line"]
 
 GRACEFUL_SHUTDOWN_S = 10
+KEEP_ALIVE_S = 5
+"""An idle keep-alive connection is closed after this long (uvicorn's timer)."""
 
 
 def serve(
@@ -31,8 +35,54 @@ def serve(
     discovery: str | None = None,
     options: dict[str, Any] | None = None,
     announce: Any = None,
+    log_level: str = "info",
+    log_format: str = "text",
+    access_log: bool = False,
+    request_timeout: float = REQUEST_TIMEOUT_S,
 ) -> int:
-    """Serve until SIGTERM/SIGINT: finish in-flight requests, release claims, return 0."""
+    """Serve until SIGTERM/SIGINT: finish in-flight requests, release claims, return 0.
+
+    While it serves, the ``idmint`` logger (claim events, unexpected errors) and
+    uvicorn's go to stderr at ``log_level`` (debug, info, warning, error) as
+    ``log_format`` (``text`` or ``json``, one object per line); ``access_log``
+    adds a line per request. A request must arrive in full within
+    ``request_timeout`` seconds and hold at most
+    :data:`~idmint.server.limits.MAX_REQUEST_BYTES` (see :mod:`idmint.server.limits`).
+    ``announce(port)`` is called once the socket listens.
+    """
+    limits = RequestLimits(request_timeout_s=request_timeout)
+    with server_logging(level=log_level, format=log_format, access_log=access_log):
+        return _serve(
+            host=host,
+            port=port,
+            scheme=scheme,
+            coordinator=coordinator,
+            generators=generators,
+            token=token,
+            max_count=max_count,
+            discovery=discovery,
+            options=options,
+            announce=announce,
+            access_log=access_log,
+            limits=limits,
+        )
+
+
+def _serve(
+    *,
+    host: str,
+    port: int,
+    scheme: str,
+    coordinator: str | None,
+    generators: int,
+    token: str | None,
+    max_count: int,
+    discovery: str | None,
+    options: dict[str, Any] | None,
+    announce: Any,
+    access_log: bool,
+    limits: RequestLimits,
+) -> int:
     try:
         import uvicorn
     except ImportError:  # pragma: no cover - depends on the install
@@ -55,7 +105,8 @@ def serve(
     try:
         # Claims before serving: a coordinator that cannot be reached is one
         # clear error, not a failed ASGI lifespan.
-        app.start_now()
+        with held_until_started():
+            app.start_now()
     except BaseException:
         listener.close()
         raise
@@ -64,15 +115,20 @@ def serve(
         host=host,
         port=bound_port,
         lifespan="on",
-        access_log=False,
-        log_level="warning",
+        # uvicorn's parser, with the request size limit and timeout it lacks.
+        http=limited_http_protocol(limits),
+        # The app serves no WebSocket: an upgrade request is an ordinary request.
+        ws="none",
+        access_log=access_log,
+        # server_logging() has set the loggers up: uvicorn must not reconfigure them.
+        log_config=None,
+        log_level=None,
+        timeout_keep_alive=KEEP_ALIVE_S,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-        # No request bodies are accepted anyway; keep headers small too.
-        h11_max_incomplete_event_size=16 * 1024,
+        h11_max_incomplete_event_size=limits.max_request_bytes,
         server_header=False,
     )
     server = uvicorn.Server(config)
-    logging.getLogger("idmint").setLevel(logging.INFO)
     with _stop_signals_handled_by(server.handle_exit):
         if announce is not None:
             # The socket already listens: connections wait in its backlog until
@@ -120,3 +176,34 @@ def _listen(host: str, port: int) -> socket.socket:
         ) from None
     listener.set_inheritable(True)
     return listener
+
+
+def browser_url(host: str, port: int) -> str:
+    """A URL a browser on this host can open for a server bound to ``host``.
+
+    IPv6 addresses go in brackets; the wildcard addresses (``0.0.0.0``, ``::``)
+    are not addresses one can connect to, so the loopback of the same family is
+    given instead.
+    """
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return f"http://{host}:{port}/"  # a host name
+    if address.is_unspecified:
+        return f"http://[::1]:{port}/" if address.version == 6 else f"http://127.0.0.1:{port}/"
+    if address.version == 6:
+        return f"http://[{host.replace('%', '%25')}]:{port}/"
+    return f"http://{host}:{port}/"
+
+
+def startup_line(scheme: str, host: str, port: int) -> str:
+    """What ``idmint serve`` prints once it listens (starts with ``... open URL``)."""
+    line = f"idmint server for {scheme} IDs: open {browser_url(host, port)}"
+    try:
+        unspecified = ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        unspecified = False
+    if unspecified:
+        where = "IPv4" if ":" not in host else "IPv6 (and IPv4, where the system maps it)"
+        line += f" (listening on all {where} addresses, port {port})"
+    return line

@@ -129,14 +129,15 @@
     }
   }
 
-  async function api(path) {
+  async function api(path, signal) {
     const headers = { Accept: "application/json" };
     const bearer = token();
     if (bearer) headers.Authorization = `Bearer ${bearer}`;
     let response;
     try {
-      response = await fetch(path, { headers, cache: "no-store" });
+      response = await fetch(path, { headers, cache: "no-store", signal });
     } catch (error) {
+      if (error.name === "AbortError") throw error;
       throw new ApiError(0, "server unreachable", `could not reach the server (${error.message})`);
     }
     const text = await response.text();
@@ -220,6 +221,25 @@
     });
   }
 
+  /**
+   * Only the newest of overlapping requests may show its answer: a slow answer to an
+   * older one (a decode before the scheme changed, say) must not overwrite a newer one.
+   * `start()` aborts the previous request and returns a ticket; `ticket.current()`
+   * tells whether its answer is still wanted.
+   */
+  function latestOnly() {
+    let newest = 0;
+    let controller = null;
+    return {
+      start() {
+        if (controller) controller.abort();
+        controller = new AbortController();
+        const number = (newest += 1);
+        return { signal: controller.signal, current: () => number === newest };
+      },
+    };
+  }
+
   /** The fields the server reports, recomputed here from the bits (to cross-check). */
   function derive(scheme, parts, value, nodeBits) {
     const p = Object.fromEntries(parts.map((s) => [s.key, s.value]));
@@ -290,6 +310,7 @@
   const schemeSelect = $("scheme-select");
   const nodeBitsInput = $("node-bits");
   let decoded = false; // a result (or error) is showing: re-decode when options change
+  const decodes = latestOnly();
 
   function syncNodeBits() {
     const scheme = schemeSelect.value;
@@ -304,7 +325,10 @@
     const scheme = schemeSelect.value;
     const nodeBits = nodeBitsInput.value.trim();
     const errorBox = $("decode-error");
+    const ticket = decodes.start(); // whatever was under way is superseded, even by nothing
     if (!text) {
+      $("decode-button").disabled = false;
+      form.removeAttribute("aria-busy");
       $("decode-result").hidden = true;
       showError(errorBox, new ApiError(0, "nothing to decode", "Paste or type an ID first."));
       idInput.focus();
@@ -317,23 +341,58 @@
       query.set("node_bits", nodeBits);
     }
     const qs = query.toString();
+    showInAddress(text, query);
     $("decode-button").disabled = true;
     form.setAttribute("aria-busy", "true");
     try {
-      const data = await api(`v1/decode/${encodeURIComponent(text)}${qs ? `?${qs}` : ""}`);
+      const data = await api(`v1/decode/${encodeURIComponent(text)}${qs ? `?${qs}` : ""}`, ticket.signal);
+      if (!ticket.current()) return;
       showError(errorBox, null);
       render(data);
       $("decode-status").textContent = `Decoded ${data.id} as ${data.scheme}.`;
     } catch (error) {
+      if (!ticket.current()) return;
       $("decode-result").hidden = true;
       showError(errorBox, error);
       $("decode-status").textContent = "";
     } finally {
-      decoded = true;
-      $("decode-button").disabled = false;
-      form.removeAttribute("aria-busy");
-      markSelectedMinted();
+      if (ticket.current()) {
+        decoded = true;
+        $("decode-button").disabled = false;
+        form.removeAttribute("aria-busy");
+        markSelectedMinted();
+      }
     }
+  }
+
+  /** The decoded ID in the address bar (?id=...&scheme=...), so the page can be shared. */
+  function showInAddress(text, query) {
+    const params = new URLSearchParams(window.location.search);
+    params.set("id", text);
+    for (const name of ["scheme", "node_bits"]) {
+      if (query.has(name)) params.set(name, query.get(name));
+      else params.delete(name);
+    }
+    try {
+      window.history.replaceState(null, "", `${window.location.pathname}?${params}${window.location.hash}`);
+    } catch {
+      // an address the browser will not rewrite (e.g. a file: URL): keep it as it is
+    }
+  }
+
+  /** Decode what ?id= (with ?scheme= and ?node_bits=) names, when the page opens with it. */
+  function decodeFromAddress() {
+    const params = new URLSearchParams(window.location.search);
+    const text = (params.get("id") || "").trim();
+    if (!text) return false;
+    idInput.value = text;
+    const scheme = params.get("scheme") || "";
+    if ([...schemeSelect.options].some((option) => option.value === scheme)) schemeSelect.value = scheme;
+    const nodeBits = params.get("node_bits");
+    if (nodeBits) nodeBitsInput.value = nodeBits;
+    syncNodeBits();
+    decode();
+    return true;
   }
 
   function render(data) {
@@ -467,6 +526,7 @@
 
   // -- minting ----------------------------------------------------------------------------
   let mintedScheme = null;
+  const mints = latestOnly();
 
   function markSelectedMinted() {
     const current = idInput.value.trim();
@@ -479,9 +539,11 @@
     const countInput = $("mint-count");
     const count = countInput.value.trim() || "1";
     const errorBox = $("mint-error");
+    const ticket = mints.start();
     $("mint-button").disabled = true;
     try {
-      const data = await api(`v1/ids?count=${encodeURIComponent(count)}`);
+      const data = await api(`v1/ids?count=${encodeURIComponent(count)}`, ticket.signal);
+      if (!ticket.current()) return;
       showError(errorBox, null);
       mintedScheme = data.scheme;
       showServerScheme(data.scheme);
@@ -497,10 +559,11 @@
       $("mint-summary").textContent = `${n} ${data.scheme} ID${n === 1 ? "" : "s"}: choose one to decode it.`;
       markSelectedMinted();
     } catch (error) {
+      if (!ticket.current()) return;
       showError(errorBox, error);
       if (error instanceof ApiError && error.status === 503) refreshHealth();
     } finally {
-      $("mint-button").disabled = false;
+      if (ticket.current()) $("mint-button").disabled = false;
     }
   }
 
@@ -681,5 +744,6 @@
   // -- start ---------------------------------------------------------------------------------
   syncNodeBits();
   showTokenState();
+  decodeFromAddress();
   refreshServer();
 })();

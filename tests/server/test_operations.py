@@ -1,0 +1,404 @@
+"""What an operator relies on, against real ``idmint serve`` processes.
+
+Probes (``/livez``, ``/readyz``), HEAD that issues nothing, the page's files cached by
+ETag, the startup line's URL for IPv6 and wildcard addresses, settings from ``IDMINT_*``
+environment variables (flags win; a bad value names its variable) and the log on
+stderr (text or JSON lines, the access log, an unexpected error with its traceback).
+The outage cases (readiness through a lost coordinator, the log of a lost claim) are in
+test_fault.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from tests.cli_process import run_idmint
+from tests.server.server_helpers import (
+    LOOPBACK,
+    IdmintServer,
+    assert_json_error,
+    client,
+    metric,
+    parse_metrics,
+    running_server,
+)
+
+from idmint.schemes import parse_id
+from idmint.server import create_app
+from idmint.server.logs import server_logging
+from idmint.server.run import browser_url, startup_line
+
+JSON = "application/json"
+TOKEN = "operations-t0ken"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[IdmintServer]:
+    """A default server of this module's own (its counters move only for these tests)."""
+    with running_server("--access-log", "--log-format", "json") as started:
+        yield started
+
+
+@pytest.fixture
+def http(server: IdmintServer) -> Iterator[httpx.Client]:
+    with server.client() as opened:
+        yield opened
+
+
+# -- probes ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/livez", "/readyz", "/healthz"])
+def test_probes_answer_ok(http: httpx.Client, path: str) -> None:
+    answer = http.get(path)
+    assert (answer.status_code, answer.headers["content-type"]) == (200, JSON)
+    assert answer.json() == {"status": "ok"}
+    assert answer.headers["cache-control"] == "no-store"
+
+
+@pytest.mark.parametrize("path", ["/livez", "/readyz"])
+def test_probes_need_no_token(path: str) -> None:
+    with running_server(token=TOKEN) as guarded, guarded.client(authorized=False) as http:
+        assert http.get(path).status_code == 200
+        assert http.head("/v1/id").status_code == 401
+
+
+# -- HEAD ------------------------------------------------------------------------------------
+
+
+def test_head_issues_no_id(http: httpx.Client) -> None:
+    """HEAD /v1/id and /v1/ids answer as GET would, without issuing or counting an ID."""
+
+    # The server claimed a free generator ID on this host: read which.
+    held = http.get("/v1/claims").json()["claims"][0]["identity"].split()
+
+    def issued() -> tuple[float, float]:
+        samples = parse_metrics(http.get("/metrics").text)
+        return (
+            metric(samples, "idmint_ids_served_total"),
+            metric(
+                samples, "idmint_ids_issued_total", slot="0", generator=held[1], cluster=held[3]
+            ),
+        )
+
+    before = issued()
+    for _ in range(20):
+        one = http.head("/v1/id")
+        assert (one.status_code, one.content) == (200, b"")
+        assert one.headers["content-type"] == "text/plain; charset=utf-8"
+        many = http.head("/v1/ids", params={"count": 1000})
+        assert (many.status_code, many.content) == (200, b"")
+        assert many.headers["content-type"] == JSON
+    assert issued() == before
+    parse_id(http.get("/v1/id").text, "uid64")  # while GET does, and is counted
+    assert issued() == (before[0] + 1, before[1] + 1)
+
+
+@pytest.mark.parametrize("count", ["0", "x", "10001"])
+def test_head_checks_the_count(http: httpx.Client, count: str) -> None:
+    answer = http.head("/v1/ids", params={"count": count})
+    assert answer.status_code == 422
+    assert answer.content == b""
+
+
+# -- static files ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/", "/static/app.js", "/static/style.css"])
+def test_static_files_are_revalidated_by_etag(http: httpx.Client, path: str) -> None:
+    first = http.get(path)
+    assert first.status_code == 200
+    etag = first.headers["etag"]
+    assert re.fullmatch(r'"[0-9a-f]{32}"', etag), etag
+    assert first.headers["cache-control"] == "no-cache"
+
+    for condition in (etag, f"W/{etag}", f'"other", {etag}', "*"):
+        unchanged = http.get(path, headers={"If-None-Match": condition})
+        assert unchanged.status_code == 304, condition
+        assert unchanged.content == b""
+        assert unchanged.headers["etag"] == etag
+    changed = http.get(path, headers={"If-None-Match": '"an-older-version"'})
+    assert changed.status_code == 200
+    assert changed.content == first.content
+    assert http.get("/static/app.js").headers["etag"] != http.get("/").headers["etag"]
+
+
+# -- the startup line --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("127.0.0.1", "http://127.0.0.1:8000/"),
+        ("::1", "http://[::1]:8000/"),
+        ("0.0.0.0", "http://127.0.0.1:8000/"),
+        ("::", "http://[::1]:8000/"),
+        ("fe80::1%eth0", "http://[fe80::1%25eth0]:8000/"),
+        ("localhost", "http://localhost:8000/"),
+    ],
+)
+def test_browser_url(host: str, url: str) -> None:
+    assert browser_url(host, 8000) == url
+
+
+def test_startup_line_says_when_it_listens_everywhere() -> None:
+    assert startup_line("uid64", "0.0.0.0", 80) == (
+        "idmint server for uid64 IDs: open http://127.0.0.1:80/ "
+        "(listening on all IPv4 addresses, port 80)"
+    )
+    assert startup_line("uid64", "::1", 80) == "idmint server for uid64 IDs: open http://[::1]:80/"
+
+
+@pytest.mark.parametrize("host", ["::1", "0.0.0.0"])
+def test_the_printed_url_is_served(host: str) -> None:
+    """What ``idmint serve --host`` prints is a URL that answers (IPv6 in brackets)."""
+    with running_server("--host", host) as started:
+        line = started.stdout_lines[0]
+        match = re.search(r"open (http://\S+/)", line)
+        assert match is not None, line
+        with client(match.group(1)) as http:
+            assert http.get("/livez").status_code == 200
+        if host == "0.0.0.0":
+            assert "listening on all IPv4 addresses" in line
+
+
+# -- settings from the environment -------------------------------------------------------------
+
+
+class ServerWithoutAddress(IdmintServer):
+    """``idmint serve`` without ``--host``/``--port``: they come from the environment."""
+
+    def argv(self) -> list[str]:
+        argv = super().argv()
+        at = argv.index("--host")
+        del argv[at : at + 4]
+        return argv
+
+
+def test_settings_come_from_the_environment(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    environment = {
+        "IDMINT_HOST": LOOPBACK,
+        "IDMINT_PORT": "0",
+        "IDMINT_SCHEME": "elastic64",
+        "IDMINT_COORDINATOR": "static://?node=5&node_bits=9",
+        "IDMINT_GENERATORS": "2",
+        "IDMINT_MAX_COUNT": "7",
+        "IDMINT_TOKEN_FILE": str(token_file),
+        "IDMINT_LOG_FORMAT": "json",
+        "IDMINT_LOG_LEVEL": "debug",
+        "IDMINT_ACCESS_LOG": "yes",
+    }
+    with ServerWithoutAddress(env=environment) as started:
+        started.token = TOKEN
+        started.start()
+        assert started.scheme == "elastic64"
+        with started.client() as http:
+            claims = http.get("/v1/claims").json()["claims"]
+            assert [row["identity"] for row in claims] == ["node 5", "node 6"]
+            assert_json_error(http.get("/v1/ids", params={"count": 8}), 422)
+            assert len(http.get("/v1/ids", params={"count": 7}).json()["ids"]) == 7
+        with started.client(authorized=False) as http:
+            assert_json_error(http.get("/v1/id"), 401)
+        lines = [json.loads(line) for line in started.stderr_text().splitlines()]
+        assert any(line["logger"] == "uvicorn.access" for line in lines), lines
+        # At debug, uvicorn's own INFO lines pass too (hidden at the default, info).
+        assert any(line["logger"] == "uvicorn.error" for line in lines), lines
+
+
+def test_flags_win_over_the_environment() -> None:
+    environment = {"IDMINT_SCHEME": "muid", "IDMINT_MAX_COUNT": "3"}
+    with (
+        running_server("--scheme", "short60", env=environment) as started,
+        started.client() as http,
+    ):
+        assert started.scheme == "short60"
+        assert_json_error(http.get("/v1/ids", params={"count": 4}), 422)  # from the variable
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("IDMINT_PORT", "http", "environment variable IDMINT_PORT: 'http' is not a whole number"),
+        ("IDMINT_PORT", "70000", "environment variable IDMINT_PORT must be 0..65535, got 70000"),
+        ("IDMINT_GENERATORS", "65", "environment variable IDMINT_GENERATORS must be 1..64"),
+        ("IDMINT_SCHEME", "uuid", "environment variable IDMINT_SCHEME: 'uuid' is not a scheme"),
+        ("IDMINT_LOG_FORMAT", "yaml", "environment variable IDMINT_LOG_FORMAT: 'yaml'"),
+        ("IDMINT_LOG_LEVEL", "loud", "environment variable IDMINT_LOG_LEVEL: 'loud'"),
+        ("IDMINT_ACCESS_LOG", "maybe", "environment variable IDMINT_ACCESS_LOG: 'maybe'"),
+        ("IDMINT_REQUEST_TIMEOUT", "-1", "environment variable IDMINT_REQUEST_TIMEOUT must be"),
+        ("IDMINT_TOKEN_FILE", "/nonexistent/token", "cannot read IDMINT_TOKEN_FILE"),
+    ],
+)
+def test_a_bad_variable_is_named(variable: str, value: str, message: str) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "idmint", "serve"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**_environment_without_idmint(), variable: value},
+    )
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr.splitlines() == [completed.stderr.strip()], completed.stderr
+    assert message in completed.stderr, completed.stderr
+
+
+def _environment_without_idmint() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith("IDMINT_")}
+
+
+def test_help_names_every_variable() -> None:
+    from idmint.server.settings import SERVE_SETTINGS
+
+    completed = run_idmint("serve", "--help")
+    assert completed.returncode == 0
+    text = " ".join(completed.stdout.split())
+    for setting in SERVE_SETTINGS:
+        assert setting.variable in text, setting.variable
+        assert setting.flag in text, setting.flag
+
+
+# -- logging ----------------------------------------------------------------------------------
+
+
+def test_access_log_lines_are_json(server: IdmintServer, http: httpx.Client) -> None:
+    assert http.get("/v1/id?marker=access-log-test").status_code == 200
+    lines = [json.loads(line) for line in server.stderr_text().splitlines()]
+    access = [line for line in lines if "access-log-test" in line["message"]]
+    assert len(access) == 1, lines
+    assert access[0]["logger"] == "uvicorn.access"
+    assert access[0]["level"] == "INFO"
+    assert '"GET /v1/id?marker=access-log-test HTTP/1.1" 200' in access[0]["message"]
+
+
+def test_no_access_log_unless_asked() -> None:
+    with running_server() as quiet, quiet.client() as http:
+        assert http.get("/v1/id").status_code == 200
+        assert http.get("/nowhere").status_code == 404
+        # The log has the claim (at INFO), and no line for either request.
+        logged = quiet.stderr_text()
+        assert "/v1/id" not in logged
+        assert "/nowhere" not in logged
+
+
+class Broken(Exception):
+    pass
+
+
+def test_an_unexpected_error_is_logged_with_its_traceback() -> None:
+    """A bug in a route: a JSON 500 to the client, an ERROR with the traceback in the log.
+
+    No request can cause one (that is the point), so a route of a real app is replaced
+    by one that raises, and the app is called as uvicorn calls it.
+    """
+    app = create_app()
+
+    async def broken(scope: Any) -> Any:
+        raise Broken("the route failed")
+
+    app._routes["/livez"] = broken
+    stream = io.StringIO()
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "GET", "path": "/livez", "headers": [], "query_string": b""}
+    with server_logging(format="json", stream=stream):
+        asyncio.run(app(scope, receive, send))
+    assert sent[0]["status"] == 500
+    assert json.loads(sent[1]["body"])["error"] == "internal error"
+    (line,) = [json.loads(text) for text in stream.getvalue().splitlines()]
+    assert (line["level"], line["logger"]) == ("ERROR", "idmint.server")
+    assert line["message"] == "unexpected error on GET /livez"
+    assert line["exception"].startswith("Traceback (most recent call last):")
+    assert line["exception"].rstrip().endswith("Broken: the route failed")
+
+
+def test_text_log_lines() -> None:
+    import logging
+
+    stream = io.StringIO()
+    with server_logging(level="warning", stream=stream):
+        logging.getLogger("idmint.coordinate").info("not shown at warning")
+        logging.getLogger("idmint.coordinate").warning("generator 3 cluster 0 lost")
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z WARNING idmint\.coordinate: "
+        r"generator 3 cluster 0 lost\n",
+        stream.getvalue(),
+    )
+    # Outside serve(), the library is silent again: nothing installed stays.
+    assert logging.getLogger("idmint").handlers == []
+
+
+# -- deploy/ ----------------------------------------------------------------------------------
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def environment_file(path: Path) -> dict[str, str]:
+    pairs = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            name, _, value = line.partition("=")
+            pairs[name.strip()] = value.strip()
+    return pairs
+
+
+def test_the_example_environment_file_is_accepted() -> None:
+    from idmint.server.settings import SERVE_SETTINGS, resolve_serve_settings
+
+    pairs = environment_file(DEPLOY / "idmint.env")
+    known = {setting.variable for setting in SERVE_SETTINGS}
+    assert set(pairs) <= known, set(pairs) - known
+    settings = resolve_serve_settings({}, pairs)
+    assert (settings["host"], settings["port"]) == ("0.0.0.0", 8000)
+    mentioned = set(re.findall(r"\bIDMINT_[A-Z_]+", (DEPLOY / "idmint.env").read_text()))
+    assert mentioned == known, known - mentioned  # every setting shown, if commented out
+
+
+def test_the_containerfile_runs_idmint_serve_with_known_settings() -> None:
+    from idmint.server.settings import SERVE_SETTINGS
+
+    text = (DEPLOY / "Containerfile").read_text()
+    assert 'ENTRYPOINT ["idmint", "serve"]' in text
+    known = {setting.variable for setting in SERVE_SETTINGS}
+    assert set(re.findall(r"\bIDMINT_[A-Z_]+", text)) <= known
+    assert "USER 10001" in text  # not root
+
+
+def test_the_systemd_unit_is_valid(tmp_path: Path) -> None:
+    """``systemd-analyze verify`` finds nothing to say (an unknown key would be reported)."""
+    unit = (DEPLOY / "idmint.service").read_text()
+    assert "ExecStart=/opt/idmint/bin/idmint serve\n" in unit
+    # Paths of this machine, so that verify can check them too.
+    unit = unit.replace("/opt/idmint/bin/idmint", str(Path(sys.executable).parent / "idmint"))
+    unit = unit.replace("/etc/idmint/idmint.env", str(DEPLOY / "idmint.env"))
+    path = tmp_path / "idmint.service"
+    path.write_text(unit)
+    completed = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert (completed.stdout + completed.stderr).strip() == ""
