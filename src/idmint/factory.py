@@ -40,7 +40,7 @@ from idmint.schemes import elastic64 as e64
 from idmint.schemes import short60 as s60
 from idmint.schemes import uid64 as u64
 
-__all__ = ["IDENTITY_OPTIONS", "SCHEME_OPTIONS", "new_generator"]
+__all__ = ["IDENTITY_OPTIONS", "SCHEME_OPTIONS", "new_generator", "new_generators"]
 
 IDENTITY_OPTIONS: dict[str, tuple[str, ...]] = {
     "uid64": ("generator", "cluster"),
@@ -114,6 +114,55 @@ def new_generator(
     if coordinator is None:
         coordinator = "static://" if identity else DEFAULT_COORDINATOR
     return _claimed(scheme, coordinator, identity, given)
+
+
+def new_generators(
+    scheme: str, count: int, coordinator: str | None = None, **options: Any
+) -> list[TickGenerator[Any]]:
+    """``count`` generators for ``scheme``, each with an identity of its own.
+
+    Claimed ones each make their own claim. A configured identity
+    (``static://`` or identity options) is the first of ``count`` consecutive
+    ones: generators G, G+1, ... (node IDs for elastic64 and short60), each
+    held on this host. If one cannot be made, those made are closed.
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 64:
+        raise ConfigurationError(f"the number of generators must be 1..64, got {count!r}")
+    first = _configured_identity(scheme, coordinator, options)
+    tuning = {
+        name: value for name, value in options.items() if name not in IDENTITY_OPTIONS[scheme]
+    }
+    made: list[TickGenerator[Any]] = []
+    try:
+        for index in range(count):
+            if first is None:
+                made.append(new_generator(scheme, coordinator, **options))
+            else:
+                counted = "generator" if "generator" in first else "node"
+                nth = {**first, counted: first[counted] + index}
+                made.append(new_generator(scheme, None, **tuning, **nth))
+    except BaseException:
+        for generator in made:
+            generator.close()
+        raise
+    return made
+
+
+def _configured_identity(
+    scheme: str, coordinator: str | None, options: dict[str, Any]
+) -> dict[str, int] | None:
+    """The configured identity the URL and options give together; None when claimed."""
+    given = {
+        name: value
+        for name, value in options.items()
+        if name in IDENTITY_OPTIONS[scheme] and value is not None
+    }
+    if scheme == "muid" or (coordinator is None and not given):
+        return None
+    parsed = parse_url(coordinator if coordinator is not None else "static://")
+    if parsed.scheme != "static":
+        return None
+    return _static_identity(scheme, StaticCoordinator(parsed), parsed.options, given)
 
 
 def _check_options(scheme: str, given: dict[str, Any]) -> None:

@@ -896,8 +896,7 @@ def test_every_scheme_can_be_served(
 STARTUP_ERRORS = [
     pytest.param(
         ("--scheme", "elastic64", "--coordinator", "static://?generator=1"),
-        "an elastic64 server with a static identity needs node IDs: --coordinator "
-        "'static://?node=N&node_bits=W'",
+        "an elastic64 generator with a configured identity needs its node ID (node=N)",
         2,
         id="elastic64-without-node",
     ),
@@ -909,7 +908,7 @@ STARTUP_ERRORS = [
     ),
     pytest.param(
         ("--scheme", "short60", "--coordinator", "static://?generator=1"),
-        "a short60 server with a static identity needs node IDs: --coordinator 'static://?node=N'",
+        "a short60 generator with a configured identity needs its node ID (node=N)",
         2,
         id="short60-without-node",
     ),

@@ -54,7 +54,7 @@ from idmint.errors import (
     IdmintError,
     InvalidId,
 )
-from idmint.factory import new_generator
+from idmint.factory import new_generators
 from idmint.generate.core import TickGenerator
 from idmint.schemes import SCHEMES, parse_id
 from idmint.server.metrics import Family, Metrics, Samples
@@ -209,44 +209,9 @@ class IdServer:
         self._started = True
 
     def _make_generators(self) -> list[TickGenerator[Any]]:
-        made: list[TickGenerator[Any]] = []
-        try:
-            for index in range(self.generator_count):
-                made.append(self._make_generator(index))
-        except BaseException:
-            for generator in made:
-                generator.close()
-            raise
-        return made
-
-    def _make_generator(self, index: int) -> TickGenerator[Any]:
-        options = dict(self._options)
-        url = self.coordinator
-        if url is None or not url.startswith("static:") or self.scheme == "muid":
-            # Claimed (from this host's pool when no coordinator is given): each
-            # generator, and each worker process of an ASGI server, its own.
-            return new_generator(self.scheme, coordinator=url, **options)
-        # K static generators: consecutive identities from the one configured,
-        # each held on this host.
-        from idmint.coordinate.static import StaticCoordinator
-        from idmint.coordinate.url import parse_url
-
-        static = StaticCoordinator(parse_url(url))
-        if self.scheme in ("elastic64", "short60"):
-            if static.node is None:
-                article = "an" if self.scheme == "elastic64" else "a"
-                raise ConfigurationError(
-                    f"{article} {self.scheme} server with a static identity needs node IDs: "
-                    "--coordinator 'static://?node=N"
-                    + ("&node_bits=W'" if self.scheme == "elastic64" else "'")
-                    + ", or no --coordinator to claim free ones on this host"
-                )
-            options.update(node=static.node + index)
-            if self.scheme == "elastic64":
-                options.update(node_bits=static.node_bits or 8)
-        else:
-            options.update(generator=static.generator + index, cluster=static.cluster)
-        return new_generator(self.scheme, **options)
+        return new_generators(
+            self.scheme, self.generator_count, coordinator=self.coordinator, **self._options
+        )
 
     def _register(self) -> None:
         from idmint.discovery import Discovery
