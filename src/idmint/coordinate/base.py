@@ -53,9 +53,10 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from idmint.clock import SYSTEM_CLOCK, Clock
+from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import (
     ClaimLost,
     ConfigurationError,
@@ -63,9 +64,6 @@ from idmint.errors import (
     CoordinatorUnavailable,
     PoolExhausted,
 )
-
-if TYPE_CHECKING:
-    from idmint.coordinate.url import CoordinatorUrl
 
 __all__ = [
     "SPACES",
@@ -199,6 +197,19 @@ class ClaimOptions:
     wait_timeout_s: float = 10.0
     margin_s: float | None = None
     skew_ms: int = 1000
+
+    @classmethod
+    def from_url(cls, url: CoordinatorUrl, *, pool_size: int = 2048) -> ClaimOptions:
+        """The options a URL's query string gives (the table above), checked."""
+        return cls(
+            pool=url.pool("generators", pool_size),
+            cluster=url.integer("cluster", None, low=0, high=15),
+            claim_timeout_s=url.number("claim_timeout", 30.0),
+            connect_timeout_s=url.number("connect_timeout", 10.0, minimum=0.1),
+            wait_timeout_s=url.number("wait_timeout", 10.0),
+            margin_s=(url.number("margin", 0.0) if "margin" in url.options else None),
+            skew_ms=round(url.number("skew", 1.0) * 1000),
+        )
 
 
 class Fenceable(Protocol):

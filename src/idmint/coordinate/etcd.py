@@ -386,7 +386,7 @@ class EtcdCoordinator(Coordinator):
             username=url.username,
             password=url.password,
         )
-        self._options_template = url.claim_options(pool_size=2048, ttl_s=self.ttl_s)
+        self._options_template = ClaimOptions.from_url(url)
         self.description = f"etcd://{','.join(f'{h}:{p}' for h, p in self.hosts)}{self.prefix}"
         self._cluster_id: bytes | None = None
         self._check_reachable()

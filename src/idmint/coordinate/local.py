@@ -149,7 +149,7 @@ class LocalCoordinator(Coordinator):
         self.private = not url.path and DIRECTORY_VARIABLE not in os.environ
         self.directory = Path(url.path) if url.path else default_directory()
         self.ttl_s = url.number("ttl", DEFAULT_TTL_S, minimum=0.5)
-        self._options_template = url.claim_options(pool_size=2048, ttl_s=self.ttl_s)
+        self._options_template = ClaimOptions.from_url(url)
         self.default = default
 
     @property

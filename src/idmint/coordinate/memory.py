@@ -122,7 +122,7 @@ class MemoryCoordinator(Coordinator):
         self.url = url.redacted()
         self.name = url.hosts[0][0]
         self.ttl_s = url.number("ttl", DEFAULT_TTL_S, minimum=0.5)
-        self._options_template = url.claim_options(pool_size=2048, ttl_s=self.ttl_s)
+        self._options_template = ClaimOptions.from_url(url)
         with _POOLS_LOCK:
             self.pool = _POOLS.setdefault(self.name, _Pool())
 

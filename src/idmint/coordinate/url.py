@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from idmint.coordinate.base import ClaimOptions
 from idmint.errors import ConfigurationError
 
 __all__ = ["CoordinatorUrl", "parse_url"]
@@ -106,17 +105,6 @@ class CoordinatorUrl:
                 f"{self.scheme}:// option {name}={raw} must satisfy 0 <= LO <= HI <= {size - 1}"
             )
         return range(low, high + 1)
-
-    def claim_options(self, *, pool_size: int, ttl_s: float) -> ClaimOptions:
-        return ClaimOptions(
-            pool=self.pool("generators", pool_size),
-            cluster=self.integer("cluster", None, low=0, high=15),
-            claim_timeout_s=self.number("claim_timeout", 30.0),
-            connect_timeout_s=self.number("connect_timeout", 10.0, minimum=0.1),
-            wait_timeout_s=self.number("wait_timeout", 10.0),
-            margin_s=(self.number("margin", 0.0) if "margin" in self.options else None),
-            skew_ms=round(self.number("skew", 1.0) * 1000),
-        )
 
 
 COMMON_OPTIONS = (

@@ -136,7 +136,7 @@ class ZooKeeperCoordinator(Coordinator):
         self.session_timeout_s = url.number("session_timeout", DEFAULT_SESSION_TIMEOUT_S, minimum=1)
         self.use_queue = url.flag("queue", True)
         self.credentials = f"{url.username}:{url.password}" if url.username is not None else None
-        self._options_template = url.claim_options(pool_size=2048, ttl_s=self.session_timeout_s)
+        self._options_template = ClaimOptions.from_url(url)
 
     # -- connections -----------------------------------------------------------------
     def client(

@@ -358,10 +358,14 @@ class TickGenerator(Generic[IdT]):
     def close(self) -> None:
         """Release what this generator owns (a claimed identity, its connection)."""
         claim = self._claim
-        if claim is not None:
-            claim.detach(self)
+        self._fence()  # the open tick must not go on issuing after close()
+        # The claim is released while we are still attached to it: it fences
+        # us for good and records the newest tick we used, including one a
+        # thread opened a moment ago.
         while self._closers:
             self._closers.pop()()
+        if claim is not None:
+            claim.detach(self)
 
     def __enter__(self: GeneratorT) -> GeneratorT:
         return self
