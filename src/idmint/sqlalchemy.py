@@ -35,6 +35,8 @@ type                        PostgreSQL                         other dialects
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
 import sqlalchemy as sa
@@ -186,3 +188,16 @@ class MuidType(IdType[Muid]):
         if dialect.name in _BINARY16_DIALECTS:
             return dialect.type_descriptor(sa.BINARY(16))
         return dialect.type_descriptor(sa.LargeBinary(16))
+
+    def literal_processor(self, dialect: Dialect) -> Callable[[Any], str]:
+        # SQLAlchemy's generic binary literal is a quoted string of the raw bytes,
+        # which SQLite refuses (NUL bytes) and no database reads as binary.
+        def render(value: Any) -> str:
+            hex_digits = f"{self.coerce_value(value).int:032x}"
+            if dialect.name in _storage.NATIVE_UUID_DATABASES:
+                return f"'{uuid.UUID(hex_digits)}'"
+            if dialect.name == "mssql":
+                return f"0x{hex_digits}"
+            return f"X'{hex_digits}'"
+
+        return render
