@@ -49,7 +49,7 @@ __all__ = [
     "Uid64V1Field",
 ]
 
-# The longest text form of each scheme: the form field's max_length.
+# The longest text form of each scheme, for the form input's maxlength.
 _TEXT_LENGTHS: dict[type[IdValue], int] = {
     Uid64: 16,
     Uid64V1: 16,
@@ -67,8 +67,10 @@ class IdFormField(forms.CharField):  # type: ignore[misc]
     ) -> None:
         self.id_type = id_type
         self.node_bits = node_bits
-        kwargs.setdefault("max_length", _TEXT_LENGTHS[id_type])
         super().__init__(**kwargs)
+        # A hint for the browser only: CharField's max_length validator would be
+        # run on the parsed ID; the parser checks lengths itself.
+        self.widget.attrs.setdefault("maxlength", str(_TEXT_LENGTHS[id_type]))
 
     def prepare_value(self, value: Any) -> Any:
         return str(value) if isinstance(value, IdValue) else value
