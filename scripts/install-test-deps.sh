@@ -14,7 +14,8 @@
 #
 # Package scripts must not start system services (etcd-server ships one that would
 # listen on the default ports 2379/2380, postgresql one on 5432): while installing,
-# /usr/sbin/policy-rc.d answers 101 ("action forbidden"), and whatever was there before is put back on exit.
+# /usr/sbin/policy-rc.d answers 101 ("action forbidden"), and whatever was there before
+# is put back on exit.
 # The test harness starts its own servers on free ports (tests/servers/).
 set -euo pipefail
 
