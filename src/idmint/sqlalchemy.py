@@ -87,6 +87,10 @@ class IdType(TypeDecorator[IdT], Generic[IdT]):
     id_type: ClassVar[type[IdValue]]
 
     @property
+    def _stored_as(self) -> str:
+        return _storage.STORAGE[self.id_type]
+
+    @property
     def python_type(self) -> type[Any]:
         return self.id_type
 
@@ -109,9 +113,14 @@ class IdType(TypeDecorator[IdT], Generic[IdT]):
     def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
         if value is None:
             return None
+        # A value of the column's own type (what generators mint) needs no parsing;
+        # elastic64 values still have their width checked.
+        if type(value) is not self.id_type or self.id_type is Elastic64:
+            value = self.coerce_value(value)
+        if self._stored_as == _storage.BIGINT_FLIPPED:
+            return value._int - _storage.TOP_BIT
         return _storage.to_stored(
-            self.coerce_value(value),
-            native_uuid=dialect.name in _storage.NATIVE_UUID_DATABASES,
+            value, native_uuid=dialect.name in _storage.NATIVE_UUID_DATABASES
         )
 
     def process_literal_param(self, value: Any, dialect: Dialect) -> Any:
