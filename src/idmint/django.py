@@ -59,7 +59,7 @@ _TEXT_LENGTHS: dict[type[IdValue], int] = {
 }
 
 
-class IdFormField(forms.CharField):  # type: ignore[misc]
+class IdFormField(forms.CharField):
     """A text input that reads an ID of one scheme and shows its text form."""
 
     def __init__(
@@ -85,7 +85,7 @@ class IdFormField(forms.CharField):  # type: ignore[misc]
             raise exceptions.ValidationError(str(error), code="invalid") from None
 
 
-class IdField(models.Field):  # type: ignore[misc]
+class IdField(models.Field):
     """Base of the ID model fields; use one of the scheme fields."""
 
     id_type: ClassVar[type[IdValue]]
