@@ -206,7 +206,7 @@ class MuidField(IdField):
         vendor = connection.vendor
         if vendor in _storage.NATIVE_UUID_DATABASES:
             return "uuid"
-        if vendor == "mysql":
+        if vendor in ("mysql", "microsoft"):
             return "binary(16)"
         if vendor == "oracle":
             return "RAW(16)"

@@ -119,9 +119,7 @@ class IdType(TypeDecorator[IdT], Generic[IdT]):
             value = self.coerce_value(value)
         if self._stored_as == _storage.BIGINT_FLIPPED:
             return value._int - _storage.TOP_BIT
-        return _storage.to_stored(
-            value, native_uuid=dialect.name in _storage.NATIVE_UUID_DATABASES
-        )
+        return _storage.to_stored(value, native_uuid=dialect.name in _storage.NATIVE_UUID_DATABASES)
 
     def process_literal_param(self, value: Any, dialect: Dialect) -> Any:
         return self.process_bind_param(value, dialect)

@@ -355,6 +355,8 @@ def test_a_range_by_time_is_an_index_range_scan(engine: sa.Engine, scheme: str) 
 PG_UID64_HEX = "lpad(to_hex(id # x'8000000000000000'::bigint), 16, '0')"
 PG_HEX_TO_STORED = "('x' || :hex)::bit(64)::bigint # x'8000000000000000'::bigint"
 PG_ELASTIC64_DECIMAL = "(id::numeric + 9223372036854775808)::text"
+PG_MUID_HEX = "upper(replace(id::text, '-', ''))"
+SQLITE_MUID_HEX = "hex(id)"
 SQLITE_UID64_HEX = "printf('%016x', (id | (1 << 63)) - (id & (1 << 63)))"
 # SQLite has no integer above 2**63 - 1: exact for elastic64 IDs below 2**63 (until 6429).
 SQLITE_ELASTIC64_DECIMAL = "id + 9223372036854775807 + 1"
@@ -370,7 +372,12 @@ def test_the_documented_sql_reads_stored_ids_back(engine: sa.Engine) -> None:
         "raw_elastic64",
         sa.Column("id", Elastic64Type(node_bits=NODE_BITS), primary_key=True),
     )
+    muids = EDGES["muid"]
+    muid_table = fresh_table(engine, "raw_muid", sa.Column("id", MuidType(), primary_key=True))
     with engine.begin() as connection:
+        connection.execute(muid_table.insert(), [{"id": value} for value in muids])
+        muid_sql = PG_MUID_HEX if postgres else SQLITE_MUID_HEX
+        muid_texts = connection.exec_driver_sql(f"SELECT {muid_sql} FROM raw_muid").scalars().all()
         connection.execute(uid_table.insert(), [{"id": value} for value in uid64s])
         connection.execute(elastic_table.insert(), [{"id": value} for value in elastic64s])
         hex_sql = PG_UID64_HEX if postgres else SQLITE_UID64_HEX
@@ -387,6 +394,7 @@ def test_the_documented_sql_reads_stored_ids_back(engine: sa.Engine) -> None:
                 ).scalar_one()
                 assert found == 1, value
     assert sorted(texts) == sorted(str(value) for value in uid64s)
+    assert sorted(muid_texts) == sorted(str(value) for value in muids)
     assert sorted(decimal_texts) == sorted(str(value) for value in elastic64s)
 
 
