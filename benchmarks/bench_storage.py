@@ -19,7 +19,8 @@ generator (``default=generator.generate``, through :mod:`idmint.sqlalchemy`) for
 the others. Rates are rows over the wall time of the whole load. Index size is
 ``pg_relation_size`` of the primary key's index after the load (and a VACUUM
 ANALYZE, which does not shrink B-tree indexes). Kinds run in turn, in a new
-order each round; the table reports the median round, ratios against BIGSERIAL.
+order each round; the table reports each kind's median over the rounds, and
+ratios against BIGSERIAL.
 
 idmint keys are loaded two ways: minted by the column default during the load
 (end to end: minting, the column type's conversion, the database), and minted
@@ -205,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
 
     print(
         f"\nPostgreSQL {version}, {args.rows:,} rows in batches of {BATCH:,}, "
-        f"{args.rounds} round(s), median round\n"
+        f"{args.rounds} round(s), median of the rounds per kind\n"
     )
     print(
         "| primary key | key bytes | rows/s | vs BIGSERIAL | index MiB | vs BIGSERIAL | table MiB |"
