@@ -8,13 +8,16 @@
 # - wrk (HTTP load generator), chromium and chromium-driver (browser tests), procps;
 # - gcc and libc6-dev (the fault tests build an LD_PRELOAD shim that steps the clock);
 # - systemd, for systemd-analyze (the example unit in deploy/ is verified).
+# - PostgreSQL (postgresql: server binaries in /usr/lib/postgresql/<version>/bin) for the
+#   storage tests, and util-linux's setpriv, which runs it as an unprivileged user.
 #
 # Runs `apt-get update` once, and only when something has to be installed; prints
 # nothing when everything is there already. Uses sudo when not run as root.
 #
 # Package scripts must not start system services (etcd-server ships one that would
-# listen on the default ports 2379/2380): while installing, /usr/sbin/policy-rc.d
-# answers 101 ("action forbidden"), and whatever was there before is put back on exit.
+# listen on the default ports 2379/2380, postgresql one on 5432): while installing,
+# /usr/sbin/policy-rc.d answers 101 ("action forbidden"), and whatever was there before
+# is put back on exit.
 # The test harness starts its own servers on free ports (tests/servers/).
 set -euo pipefail
 
@@ -29,6 +32,8 @@ readonly PACKAGES=(
     chromium-driver
     procps
     systemd
+    postgresql
+    util-linux
 )
 readonly JRE_PACKAGE=default-jre-headless
 readonly POLICY=/usr/sbin/policy-rc.d
@@ -87,17 +92,33 @@ apt=("${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -qq -o Dpkg::Use-Pt
 "${SUDO[@]}" mkdir -p /usr/share/man/man1
 "${apt[@]}" install -y --no-install-recommends "${missing[@]}" >/dev/null
 
-# On a machine booted with systemd, keep the packaged etcd service from starting at
-# boot too (the test servers run on their own ports, but 2379 should stay free).
-if [[ " ${missing[*]} " == *" etcd-server "* ]] && [ -d /run/systemd/system ]; then
-    "${SUDO[@]}" systemctl disable --now etcd.service >/dev/null 2>&1 || true
+# On a machine booted with systemd, keep the packaged etcd and PostgreSQL services from
+# starting at boot too (the test servers run on their own ports, but 2379 and 5432
+# should stay free).
+if [ -d /run/systemd/system ]; then
+    if [[ " ${missing[*]} " == *" etcd-server "* ]]; then
+        "${SUDO[@]}" systemctl disable --now etcd.service >/dev/null 2>&1 || true
+    fi
+    if [[ " ${missing[*]} " == *" postgresql "* ]]; then
+        "${SUDO[@]}" systemctl disable --now postgresql.service >/dev/null 2>&1 || true
+    fi
 fi
 
 # Check that what the test harness runs is now there.
 problems=()
-for command in java etcd etcdctl wrk; do
+for command in java etcd etcdctl wrk setpriv; do
     command -v "$command" >/dev/null 2>&1 || problems+=("command $command")
 done
+# The harness (tests/servers/postgres.py) looks for the server where Debian puts it.
+postgres_found=""
+for bindir in /usr/lib/postgresql/*/bin; do
+    found=yes
+    for program in initdb postgres pg_isready psql; do
+        [ -x "$bindir/$program" ] || found=""
+    done
+    [ -z "$found" ] || postgres_found="$bindir"
+done
+[ -n "$postgres_found" ] || problems+=("/usr/lib/postgresql/*/bin/{initdb,postgres,pg_isready,psql}")
 for jar in zookeeper.jar zookeeper-jute.jar slf4j-api.jar slf4j-simple.jar metrics-core.jar; do
     [ -f "/usr/share/java/$jar" ] || problems+=("/usr/share/java/$jar")
 done

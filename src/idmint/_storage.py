@@ -1,0 +1,99 @@
+"""How ID values are stored in SQL databases: shared by idmint.sqlalchemy and idmint.django.
+
+The rule for every scheme is that the database's order of the stored values is the
+value type's order (which is the order of the unsigned int, see
+``IdValue.__lt__``), so that ``ORDER BY`` and index range scans mean what the
+Python comparisons mean:
+
+- 64-bit IDs that can reach 2**63 (uid64, uid64-v1, elastic64) go into a signed
+  BIGINT as ``id - 2**63``, which is the ID with its top bit flipped read as a
+  two's-complement number. The map is monotonic over the whole unsigned range;
+  storing the bits as they are would put every ID at or above 2**63 (half of all
+  spread-mode uid64 IDs) before the others.
+- short60 is 60 bits: it fits a BIGINT as it is.
+- muid is 128 bits: PostgreSQL's ``uuid`` (compared byte by byte, so in the
+  unsigned order of the big-endian bytes) or 16 big-endian bytes elsewhere,
+  which every database compares byte by byte too.
+
+Nothing here imports a database library.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Final
+
+from idmint.errors import InvalidId
+from idmint.schemes import Elastic64, IdValue, Muid, Short60, Uid64, Uid64V1
+
+TOP_BIT: Final = 1 << 63
+
+BIGINT_FLIPPED: Final = "bigint-flipped"
+BIGINT: Final = "bigint"
+UUID_OR_BYTES: Final = "uuid-or-bytes"
+
+STORAGE: Final[dict[type[IdValue], str]] = {
+    Uid64: BIGINT_FLIPPED,
+    Uid64V1: BIGINT_FLIPPED,
+    Elastic64: BIGINT_FLIPPED,
+    Short60: BIGINT,
+    Muid: UUID_OR_BYTES,
+}
+"""The storage kind of each value type."""
+
+# Dialect / vendor names (SQLAlchemy's dialect.name, Django's connection.vendor)
+# whose native uuid type is compared byte by byte.
+NATIVE_UUID_DATABASES: Final = frozenset({"postgresql"})
+
+
+def to_bigint(value: int, kind: str) -> int:
+    """The BIGINT stored for the unsigned ``value``."""
+    return value - TOP_BIT if kind == BIGINT_FLIPPED else value
+
+
+def from_bigint(stored: int, kind: str) -> int:
+    """The unsigned ID behind the stored BIGINT."""
+    return stored + TOP_BIT if kind == BIGINT_FLIPPED else stored
+
+
+def coerce(
+    id_type: type[IdValue], value: object, node_bits: int | None = None, *, where: str
+) -> IdValue:
+    """``value`` (an ID of the family, its text, int or bytes) as an ``id_type``.
+
+    Raises ``InvalidId`` for anything else. An elastic64 value of another width is
+    refused rather than re-read: the same 64 bits name another node under another
+    width, and the column's width is what readers will use.
+    """
+    if id_type is Elastic64:
+        if isinstance(value, Elastic64) and value.node_bits != node_bits:
+            raise InvalidId(
+                "elastic64",
+                f"{where} holds IDs of node_bits={node_bits}, got {value!r}; "
+                "its bits would name another node when read back",
+                problem="node_bits",
+            )
+        return Elastic64.parse(value, node_bits)
+    return id_type.parse(value)
+
+
+def from_stored(id_type: type[IdValue], stored: Any, node_bits: int | None = None) -> IdValue:
+    """The value behind what the database returned for a column of ``id_type``."""
+    kind = STORAGE[id_type]
+    if kind == UUID_OR_BYTES:
+        if isinstance(stored, uuid.UUID):
+            return id_type.from_int(stored.int)
+        if isinstance(stored, str):  # a driver without uuid support
+            return id_type.from_int(uuid.UUID(stored).int)
+        return id_type.from_bytes(stored)
+    if id_type is Elastic64:
+        return Elastic64.from_int(from_bigint(stored, kind), node_bits)
+    return id_type.from_int(from_bigint(stored, kind))
+
+
+def to_stored(value: IdValue, *, native_uuid: bool) -> int | bytes | uuid.UUID:
+    """What the database stores for ``value`` (already of the column's type)."""
+    kind = STORAGE[type(value)]
+    if kind == UUID_OR_BYTES:
+        return uuid.UUID(int=value.int) if native_uuid else value.int.to_bytes(16, "big")
+    return to_bigint(value.int, kind)

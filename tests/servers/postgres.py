@@ -1,0 +1,338 @@
+"""A PostgreSQL server for the storage tests and benchmarks.
+
+:class:`PostgresServer` runs Debian's PostgreSQL (package ``postgresql``, binaries in
+``/usr/lib/postgresql/<version>/bin``) in a fresh data directory made by ``initdb``,
+listening on a free port of 127.0.0.1 only (no Unix socket)::
+
+    server = PostgresServer(tmp_path)
+    server.start()
+    engine = sqlalchemy.create_engine(server.url("postgresql+psycopg"))
+    server.create_database("orders")
+    ...
+    server.stop()
+
+PostgreSQL refuses to run as root. When this process is root (CI on a fresh Debian
+machine), ``initdb`` and ``postgres`` run as an unprivileged user, ``nobody`` unless
+``$IDMINT_POSTGRES_USER`` names another, through ``setpriv``; the data directory
+then lives in its own directory under the system temporary directory (pytest's
+temporary directories are private to root), owned by that user and removed when the
+server is stopped or the interpreter exits.
+
+The server trusts every local connection (``initdb --auth=trust``): the superuser is
+``postgres``, without a password. It is tuned for tests, not durability: no fsync, no
+synchronous commit, no full-page writes. A server starts in one to two seconds.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import pwd
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from . import ServerError, ServerProcess, wait_until
+from .ports import LOOPBACK, free_port
+
+__all__ = ["FAST_SETTINGS", "PostgresServer", "postgres_bindir"]
+
+BINDIR_ENV = "IDMINT_POSTGRES_BINDIR"
+"""Environment variable naming the directory of ``initdb`` and ``postgres``."""
+
+USER_ENV = "IDMINT_POSTGRES_USER"
+"""Environment variable naming the user PostgreSQL runs as when we are root."""
+
+DEFAULT_USER = "nobody"
+"""Exists on every Debian system; owns nothing, which suits a throwaway server."""
+
+SUPERUSER = "postgres"
+
+FAST_SETTINGS: Mapping[str, str] = {
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "60",
+    "shared_buffers": "64MB",
+    "log_min_messages": "warning",
+}
+"""Server settings for tests: durability traded for speed, a small footprint."""
+
+
+def postgres_bindir() -> Path:
+    """Return the directory holding ``initdb`` and ``postgres``.
+
+    ``$IDMINT_POSTGRES_BINDIR`` wins when set; otherwise the newest version under
+    ``/usr/lib/postgresql`` (Debian's layout, not on ``$PATH``).
+
+    :raises ServerError: if no PostgreSQL server is installed.
+    """
+    override = os.environ.get(BINDIR_ENV)
+    if override:
+        return Path(override)
+    candidates = []
+    for bindir in Path("/usr/lib/postgresql").glob("*/bin"):
+        version = bindir.parent.name
+        if re.fullmatch(r"\d+(\.\d+)?", version) and (bindir / "postgres").is_file():
+            candidates.append((tuple(int(part) for part in version.split(".")), bindir))
+    if not candidates:
+        raise ServerError(
+            "no PostgreSQL server under /usr/lib/postgresql; run "
+            f"scripts/install-test-deps.sh (Debian package postgresql) or set {BINDIR_ENV}"
+        )
+    return max(candidates)[1]
+
+
+class PostgresServer:
+    """One PostgreSQL server on 127.0.0.1 with a data directory of its own.
+
+    Nothing is started by the constructor: call :meth:`start`.
+    """
+
+    def __init__(
+        self,
+        tmpdir: Path | str,
+        *,
+        settings: Mapping[str, str] = FAST_SETTINGS,
+        bindir: Path | None = None,
+    ) -> None:
+        """Describe a server.
+
+        :param tmpdir: directory for the log file (and the data when not root).
+        :param settings: ``postgres -c`` settings.
+        :param bindir: where ``initdb`` and ``postgres`` are (default:
+            :func:`postgres_bindir`).
+        """
+        self.tmpdir = Path(tmpdir)
+        self.settings = dict(settings)
+        self._bindir = bindir
+        self.port = free_port()
+        self._run_as: pwd.struct_passwd | None = None
+        if os.geteuid() == 0:
+            user = os.environ.get(USER_ENV, DEFAULT_USER)
+            try:
+                self._run_as = pwd.getpwnam(user)
+            except KeyError:
+                raise ServerError(
+                    f"PostgreSQL cannot run as root and user {user!r} does not exist; "
+                    f"set {USER_ENV} to an unprivileged user"
+                ) from None
+        self._data_parent: Path | None = None
+        self.process = ServerProcess(
+            "postgres", ["postgres"], log_path=self.tmpdir / "postgres.log"
+        )
+        self._databases: set[str] = {"postgres"}
+
+    def __repr__(self) -> str:
+        return f"<PostgresServer {LOOPBACK}:{self.port} {'running' if self.running else 'stopped'}>"
+
+    # -- addresses -----------------------------------------------------------------
+
+    @property
+    def host(self) -> str:
+        return LOOPBACK
+
+    def url(self, driver: str = "postgresql+psycopg", database: str = "postgres") -> str:
+        """A SQLAlchemy URL: ``postgresql+psycopg://postgres@127.0.0.1:PORT/DATABASE``."""
+        return f"{driver}://{SUPERUSER}@{LOOPBACK}:{self.port}/{database}"
+
+    def connection_settings(self, database: str = "postgres") -> dict[str, str | int]:
+        """Host, port, user and database name, as keyword arguments (libpq, Django)."""
+        return {"host": LOOPBACK, "port": self.port, "user": SUPERUSER, "dbname": database}
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self.process.running
+
+    @property
+    def bindir(self) -> Path:
+        if self._bindir is None:
+            self._bindir = postgres_bindir()
+        return self._bindir
+
+    @property
+    def data_dir(self) -> Path:
+        if self._data_parent is None:
+            raise ServerError("the server has no data directory before start()")
+        return self._data_parent / "data"
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Create the data directory (first time only), start the server, wait until ready."""
+        if self.running:
+            return
+        if self._data_parent is None:
+            self._initdb()
+        options: list[str] = []
+        for name, value in {
+            "listen_addresses": LOOPBACK,
+            "port": str(self.port),
+            "unix_socket_directories": "",
+            **self.settings,
+        }.items():
+            options += ["-c", f"{name}={value}"]
+        self.process.argv = [
+            *self._as_server_user(),
+            str(self.bindir / "postgres"),
+            "-D",
+            str(self.data_dir),
+            *options,
+        ]
+        self.process.start()
+        wait_until(
+            self._ready,
+            timeout=timeout,
+            description=f"PostgreSQL on {LOOPBACK}:{self.port}",
+            check=self.process.check_alive,
+        )
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Fast shutdown (``SIGINT``: clients are disconnected) and wait for the exit.
+
+        ``SIGTERM``, what :meth:`ServerProcess.stop` sends, is PostgreSQL's *smart*
+        shutdown, which waits for every client to disconnect first.
+        """
+        pid = self.process.pid
+        if self.running and pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGINT)
+            with contextlib.suppress(TimeoutError):
+                wait_until(
+                    lambda: not self.running,
+                    timeout=timeout,
+                    description="PostgreSQL to shut down",
+                )
+        self.process.stop(timeout)
+
+    def close(self) -> None:
+        """Stop the server and delete its data directory."""
+        self.stop()
+        self._remove_data()
+
+    # -- administration ------------------------------------------------------------
+
+    def psql(self, sql: str, database: str = "postgres") -> str:
+        """Run ``sql`` with ``psql`` and return its unaligned, tuples-only output."""
+        completed = subprocess.run(
+            [
+                str(self.bindir / "psql"),
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                LOOPBACK,
+                "-p",
+                str(self.port),
+                "-U",
+                SUPERUSER,
+                "-d",
+                database,
+                "-c",
+                sql,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        if completed.returncode != 0:
+            raise ServerError(f"psql {sql!r} failed: {completed.stderr.strip()}")
+        return completed.stdout
+
+    def create_database(self, name: str) -> str:
+        """Create database ``name`` (a plain identifier) if needed and return its name."""
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", name):
+            raise ValueError(f"database name {name!r} is not a plain lower-case identifier")
+        if name not in self._databases:
+            self.psql(f"CREATE DATABASE {name}")
+            self._databases.add(name)
+        return name
+
+    # -- internals -----------------------------------------------------------------
+
+    def _as_server_user(self) -> list[str]:
+        """The argv prefix running a command as the server's user.
+
+        Changing user clears the parent-death signal that :class:`ServerProcess` sets,
+        so it is set again after the change.
+        """
+        if self._run_as is None:
+            return []
+        return [
+            "setpriv",
+            f"--reuid={self._run_as.pw_uid}",
+            f"--regid={self._run_as.pw_gid}",
+            "--clear-groups",
+            "--",
+            "setpriv",
+            "--pdeathsig",
+            "KILL",
+            "--",
+        ]
+
+    def _initdb(self) -> None:
+        self.tmpdir.mkdir(parents=True, exist_ok=True)
+        if self._run_as is None:
+            parent = Path(tempfile.mkdtemp(prefix="postgres-", dir=self.tmpdir))
+        else:
+            # pytest's temporary directories are private to root: the server's user
+            # could not reach a data directory inside them.
+            parent = Path(tempfile.mkdtemp(prefix="idmint-postgres-"))
+            parent.chmod(0o755)
+            os.chown(parent, self._run_as.pw_uid, self._run_as.pw_gid)
+        self._data_parent = parent
+        # Registered after the ServerProcess exit hook, so it runs before it (LIFO):
+        # a fast shutdown first, then the data directory goes.
+        atexit.register(self.close)
+        completed = subprocess.run(
+            [
+                *self._as_server_user(),
+                str(self.bindir / "initdb"),
+                "-D",
+                str(self.data_dir),
+                "-U",
+                SUPERUSER,
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--no-locale",
+                "--no-sync",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+            # initdb changes into no directory of its own; root's cwd may be unreadable.
+            cwd=parent,
+        )
+        if completed.returncode != 0:
+            raise ServerError(
+                f"initdb failed with status {completed.returncode}:\n"
+                f"{completed.stdout}{completed.stderr}"
+            )
+
+    def _ready(self) -> bool:
+        completed = subprocess.run(
+            [
+                str(self.bindir / "pg_isready"),
+                "-q",
+                *("-h", LOOPBACK, "-p", str(self.port), "-U", SUPERUSER, "-d", "postgres"),
+            ],
+            check=False,
+            timeout=30,
+        )
+        return completed.returncode == 0
+
+    def _remove_data(self) -> None:
+        if self.running or self._data_parent is None:
+            return
+        shutil.rmtree(self._data_parent, ignore_errors=True)
+        self._data_parent = None
