@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
 __all__ = ["SYSTEM_CLOCK", "Clock", "ManualClock", "OffsetClock", "SystemClock"]
@@ -61,44 +62,40 @@ class SystemClock:
     monotonic_ns = staticmethod(time.monotonic_ns)
 
     def sleep_until_ns(self, wall_ns: int, longest_ns: int | None = None) -> None:
-        now = time.time_ns()
-        started = time.monotonic_ns()
-        # Where the wall clock should read at each monotonic instant, were it not stepped.
-        offset = now - started
-        give_up = started + (longest_ns if longest_ns is not None else wall_ns - now)
-        while now < wall_ns:
-            mono = time.monotonic_ns()
-            if now < mono + offset - _STEP_SLACK_NS or (longest_ns is not None and mono > give_up):
-                return  # stepped back, or waited all the caller accepts: look again
-            remaining = wall_ns - now
-            if remaining > _SPIN_NS:
-                time.sleep(min(remaining - _SPIN_NS, _SLICE_NS) / 1e9)
-            else:
-                time.sleep(0)  # releases the GIL so other threads run while we spin
-            now = time.time_ns()
+        for seconds in _slices(wall_ns, longest_ns):
+            time.sleep(seconds)  # 0 releases the GIL so other threads run while we spin
 
     async def asleep_until_ns(self, wall_ns: int, longest_ns: int | None = None) -> None:
         import asyncio  # only async callers pay for importing it
 
-        now = time.time_ns()
-        started = time.monotonic_ns()
-        offset = now - started
-        give_up = started + (longest_ns if longest_ns is not None else wall_ns - now)
-        while now < wall_ns:
-            mono = time.monotonic_ns()
-            if now < mono + offset - _STEP_SLACK_NS or (longest_ns is not None and mono > give_up):
-                return  # stepped back, or waited all the caller accepts: look again
-            remaining = wall_ns - now
-            await asyncio.sleep(
-                min(remaining - _SPIN_NS, _SLICE_NS) / 1e9 if remaining > _SPIN_NS else 0
-            )
-            now = time.time_ns()
+        for seconds in _slices(wall_ns, longest_ns):
+            await asyncio.sleep(seconds)
 
     def __repr__(self) -> str:
         return "SystemClock()"
 
 
 SYSTEM_CLOCK = SystemClock()
+
+
+def _slices(wall_ns: int, longest_ns: int | None) -> Iterator[float]:
+    """The sleeps (in s; 0 to spin) that wait for the real wall clock to reach ``wall_ns``.
+
+    They stop early when the wall clock falls behind the monotonic clock (it
+    was stepped back) or once ``longest_ns`` have passed: the caller looks again.
+    """
+    now = time.time_ns()
+    started = time.monotonic_ns()
+    # Where the wall clock should read at each monotonic instant, were it not stepped.
+    offset = now - started
+    give_up = started + (longest_ns if longest_ns is not None else wall_ns - now)
+    while now < wall_ns:
+        mono = time.monotonic_ns()
+        if now < mono + offset - _STEP_SLACK_NS or (longest_ns is not None and mono > give_up):
+            return
+        remaining = wall_ns - now
+        yield min(remaining - _SPIN_NS, _SLICE_NS) / 1e9 if remaining > _SPIN_NS else 0.0
+        now = time.time_ns()
 
 
 class ManualClock:

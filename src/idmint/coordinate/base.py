@@ -44,6 +44,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import enum
+import json
 import logging
 import math
 import os
@@ -75,6 +76,7 @@ __all__ = [
     "Grant",
     "HighWaterMark",
     "holder_description",
+    "holder_of",
 ]
 
 log = logging.getLogger("idmint.coordinate")
@@ -134,6 +136,18 @@ class HighWaterMark:
             holder=str(data.get("holder", "")),
         )
 
+    @classmethod
+    def from_bytes(cls, data: bytes) -> HighWaterMark:
+        """A mark as a coordinator stores it (JSON).
+
+        An unreadable one means someone used the identity and we cannot tell
+        how far: the most cautious ceiling there is.
+        """
+        try:
+            return cls.from_json(json.loads(data))
+        except (ValueError, TypeError, AttributeError):
+            return cls(ceiling_ms=2**62)
+
     def holdoff_until_ms(self, ttl_ms: int, skew_ms: int) -> int:
         """When the identity may be claimed again without waiting."""
         end = self.ceiling_ms
@@ -170,6 +184,22 @@ class ClaimInfo:
 def holder_description() -> str:
     """``host:pid``: who holds a claim, for people reading ``claims list``."""
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def holder_of(data: bytes) -> tuple[str, int | None]:
+    """Who holds a claim and since when (ms), from the claim's data.
+
+    idmint writes JSON ``{"holder", "since_ms", "token"}``; java-uniqueid
+    writes nothing.
+    """
+    if not data:
+        return "unknown (no data: java-uniqueid?)", None
+    try:
+        record = json.loads(data)
+        since = record.get("since_ms")
+        return str(record.get("holder", "unknown")), since if isinstance(since, int) else None
+    except (ValueError, AttributeError):
+        return "unknown", None
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,7 @@ from idmint.coordinate.base import (
     Coordinator,
     HighWaterMark,
     holder_description,
+    holder_of,
 )
 from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
 from idmint.errors import (
@@ -336,7 +337,7 @@ class EtcdGateway:
             claimed = int(answers[2 * index].get("count", 0)) > 0
             kvs = answers[2 * index + 1].get("kvs") or []
             if kvs:
-                mark = _mark(_unb64(kvs[0].get("value")))
+                mark = HighWaterMark.from_bytes(_unb64(kvs[0].get("value")))
                 found[pair] = (claimed, mark, int(kvs[0].get("mod_revision", 0)))
             else:
                 found[pair] = (claimed, None, 0)
@@ -479,7 +480,7 @@ class EtcdCoordinator(Coordinator):
         for key, value, kv in self.gateway.get_prefix(f"{self.space_prefix(space)}/hwm/"):
             pair = _pair(key)
             if pair is not None:
-                marks[pair] = (_mark(value), int(kv.get("mod_revision", 0)))
+                marks[pair] = (HighWaterMark.from_bytes(value), int(kv.get("mod_revision", 0)))
         return marks
 
     def list_claims(self) -> list[ClaimInfo]:
@@ -491,7 +492,7 @@ class EtcdCoordinator(Coordinator):
                 pair = _pair(key)
                 if pair is None:
                     continue
-                holder, since = _holder(value)
+                holder, since = holder_of(value)
                 mark = marks.get(pair)
                 found.append(
                     ClaimInfo(
@@ -680,7 +681,7 @@ class EtcdClaim(Claim):
         found = self._gateway.get(f"{self._base}/hwm/{cluster}:{generator}")
         if found is None:
             return None, 0
-        return _mark(found[0]), int(found[1].get("mod_revision", 0))
+        return HighWaterMark.from_bytes(found[0]), int(found[1].get("mod_revision", 0))
 
     def _renew(self, ceiling_ms: int) -> bool:
         assert self._lease is not None
@@ -816,24 +817,6 @@ def _pair(key: str) -> tuple[int, int] | None:
     if not colon or not cluster.isdigit() or not generator.isdigit():
         return None
     return int(cluster), int(generator)
-
-
-def _mark(value: bytes) -> HighWaterMark:
-    try:
-        return HighWaterMark.from_json(json.loads(value))
-    except (ValueError, TypeError, AttributeError):
-        # Unreadable: treat as "someone used it, we do not know how far".
-        return HighWaterMark(ceiling_ms=2**62)
-
-
-def _holder(value: bytes) -> tuple[str, int | None]:
-    if not value:
-        return "unknown (no data: java-uniqueid?)", None
-    try:
-        data = json.loads(value)
-        return str(data.get("holder", "unknown")), data.get("since_ms")
-    except (ValueError, AttributeError):
-        return "unknown", None
 
 
 def _translate(error: Exception, doing: str) -> CoordinationError:

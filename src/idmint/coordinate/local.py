@@ -462,11 +462,10 @@ def _read_mark(path: Path) -> tuple[HighWaterMark | None, dict[str, object]]:
             f"cannot read the high-water mark {path}: {error.strerror or error}"
         ) from error
     try:
-        record = json.loads(data)
-        return HighWaterMark.from_json(record), dict(record)
-    except (ValueError, TypeError, AttributeError):
-        # Unreadable: someone used the identity and we cannot tell how far.
-        return HighWaterMark(ceiling_ms=2**62), {}
+        record = dict(json.loads(data))
+    except (ValueError, TypeError):
+        record = {}
+    return HighWaterMark.from_bytes(data), record
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

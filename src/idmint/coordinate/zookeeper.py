@@ -71,6 +71,7 @@ from idmint.coordinate.base import (
     Coordinator,
     HighWaterMark,
     holder_description,
+    holder_of,
 )
 from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
 from idmint.errors import (
@@ -328,7 +329,7 @@ class ZooKeeperCoordinator(Coordinator):
                         ClaimInfo(
                             cluster=cluster,
                             generator=int(name),
-                            holder=_holder_of(data),
+                            holder=holder_of(data)[0],
                             since_ms=int(stat.ctime),
                             high_water_mark_ms=mark.ceiling_ms if mark else None,
                             space=space,
@@ -777,7 +778,7 @@ def _mark_of(pending: Any) -> tuple[HighWaterMark | None, int]:
         data, stat = pending.get()
     except kazoo.exceptions.NoNodeError:
         return None, -1
-    return mark_from_data(data), stat.version
+    return HighWaterMark.from_bytes(data), stat.version
 
 
 def read_mark(client: Any, path: str) -> tuple[HighWaterMark | None, int]:
@@ -787,16 +788,7 @@ def read_mark(client: Any, path: str) -> tuple[HighWaterMark | None, int]:
         data, stat = client.get(path)
     except kazoo.exceptions.NoNodeError:
         return None, -1
-    return mark_from_data(data), stat.version
-
-
-def mark_from_data(data: bytes) -> HighWaterMark:
-    """A high-water mark from a znode's data."""
-    try:
-        return HighWaterMark.from_json(json.loads(data))
-    except (ValueError, TypeError, AttributeError):
-        # Unreadable: treat as "someone used it, we do not know how far".
-        return HighWaterMark(ceiling_ms=2**62)
+    return HighWaterMark.from_bytes(data), stat.version
 
 
 def write_mark(client: Any, path: str, mark: HighWaterMark, version: int, acl: Any) -> int:
@@ -807,15 +799,6 @@ def write_mark(client: Any, path: str, mark: HighWaterMark, version: int, acl: A
         return 0
     stat = client.set(path, data, version=version)
     return int(stat.version)
-
-
-def _holder_of(data: bytes) -> str:
-    if not data:
-        return "unknown (no data: java-uniqueid?)"
-    try:
-        return str(json.loads(data).get("holder", "unknown"))
-    except (ValueError, AttributeError):
-        return "unknown"
 
 
 def translate_error(error: Exception, doing: str) -> CoordinationError:

@@ -68,13 +68,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from idmint.clock import Clock
-from idmint.coordinate.base import ClaimOptions, holder_description
+from idmint.coordinate.base import ClaimOptions, HighWaterMark, holder_description
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.coordinate.zookeeper import (
     ZooKeeperClaim,
     ZooKeeperCoordinator,
     kazoo_module,
-    mark_from_data,
     read_mark,
     translate_error,
 )
@@ -466,7 +465,7 @@ class NodeIdClaim(ZooKeeperClaim):
                 data, _ = read.get()
             except kazoo_module().exceptions.NoNodeError:
                 continue
-            highest = max(highest, mark_from_data(data).ceiling_ms)
+            highest = max(highest, HighWaterMark.from_bytes(data).ceiling_ms)
         return highest
 
     # -- following the groups ------------------------------------------------------------
