@@ -4,6 +4,13 @@ A generator reads the wall clock for the time it puts into IDs and the
 monotonic clock for deadlines that must not move when the wall clock is
 stepped. Both come from one injectable object so tests can drive time by hand,
 including stepping the wall clock backwards.
+
+A wait for a wall-clock time sleeps in short slices and compares the wall
+clock with the monotonic clock after each, so a step back during the wait
+hands control back to the caller at once rather than stretching the wait by
+the size of the step. (A signal handler runs during a wait as during any
+sleep; a caller whose handler only sets a flag sees it when the wait ends,
+which a step back no longer postpones.)
 """
 
 from __future__ import annotations
@@ -19,12 +26,15 @@ __all__ = ["SYSTEM_CLOCK", "Clock", "ManualClock", "OffsetClock", "SystemClock"]
 # sleeping until this far before the target and spinning the rest means the
 # next millisecond is caught within a few microseconds, not a tenth of it.
 _SPIN_NS = 200_000
-# A wait sleeps at most this long at a time, then looks at the wall clock again:
-# a clock stepped back meanwhile is noticed within a slice, not after the step.
-_SLICE_NS = 50_000_000
-# How far the wall clock may fall behind the monotonic clock during a wait before
-# it counts as a step back (NTP slewing moves it by 0.05 % at most).
-_STEP_SLACK_NS = 1_000_000
+# The longest single sleep of a wait. A wall-clock target can recede while we
+# sleep (the clock steps back); between slices the wait looks again, so a step
+# is noticed at most this late.
+_SLICE_NS = 5_000_000
+# How far the wall clock may fall behind the monotonic clock during one wait
+# before the wait calls it a step back. Slewing moves both clocks alike, and
+# the order of the readings below only ever hides drift, so this is margin,
+# not a tolerance for noise.
+_STEP_SLACK_NS = 100_000
 
 
 @runtime_checkable
@@ -39,19 +49,60 @@ class Clock(Protocol):
         """A clock that never goes backwards, for deadlines."""
         ...
 
-    def sleep_until_ns(self, wall_ns: int, longest_ns: int | None = None) -> None:
+    def sleep_until_ns(self, wall_ns: int, since_ns: int | None = None) -> None:
         """Return once ``time_ns() >= wall_ns``, as soon after as practical.
 
-        Return early if the wall clock steps back meanwhile, or once
-        ``longest_ns`` have passed on the monotonic clock: the caller looks at
-        the clock again and decides (a generator counts a step, then waits
-        within its tolerance or refuses).
+        Return early, without reaching ``wall_ns``, as soon as the wall clock
+        is seen stepping back: before ``since_ns`` (the reading the caller
+        decided to wait on), or falling behind the monotonic clock during the
+        wait. The caller looks at the clock again and decides what the step
+        means; a wait never stretches by the size of a step.
         """
         ...
 
-    async def asleep_until_ns(self, wall_ns: int, longest_ns: int | None = None) -> None:
+    async def asleep_until_ns(self, wall_ns: int, since_ns: int | None = None) -> None:
         """Like :meth:`sleep_until_ns`, yielding to the event loop instead of blocking it."""
         ...
+
+
+def _remaining_ns(clock: Clock, wall_ns: int, since_ns: int | None) -> Iterator[int]:
+    """How far ``wall_ns`` still is, before each pause of a wait on ``clock``.
+
+    Ends when the wall clock reaches ``wall_ns``, or early when it steps back
+    (see :meth:`Clock.sleep_until_ns`). The drivers below only choose how to
+    pause, so the blocking and the async wait see steps alike.
+    """
+    time_ns = clock.time_ns
+    monotonic_ns = clock.monotonic_ns
+    wall = time_ns()
+    if since_ns is not None and wall < since_ns:
+        return  # stepped back between the caller's decision and now
+    # Wall read before monotonic here and after it in the loop: a pause between
+    # two readings then only makes the wall clock look further ahead, so it
+    # can hide a step of that size but never invent one.
+    start_wall = wall
+    start_mono = monotonic_ns()
+    while wall < wall_ns:
+        yield wall_ns - wall
+        mono = monotonic_ns()
+        wall = time_ns()
+        if (mono - start_mono) - (wall - start_wall) > _STEP_SLACK_NS:
+            return
+
+
+def _sleep_until(clock: Clock, wall_ns: int, since_ns: int | None) -> None:
+    for remaining in _remaining_ns(clock, wall_ns, since_ns):
+        if remaining > _SPIN_NS:
+            time.sleep(min(remaining - _SPIN_NS, _SLICE_NS) / 1e9)
+        else:
+            time.sleep(0)  # releases the GIL so other threads run while we spin
+
+
+async def _asleep_until(clock: Clock, wall_ns: int, since_ns: int | None) -> None:
+    import asyncio  # only async callers pay for importing it
+
+    for remaining in _remaining_ns(clock, wall_ns, since_ns):
+        await asyncio.sleep(min(remaining, _SLICE_NS) / 1e9 if remaining > _SPIN_NS else 0)
 
 
 class SystemClock:
@@ -61,41 +112,17 @@ class SystemClock:
     time_ns = staticmethod(time.time_ns)
     monotonic_ns = staticmethod(time.monotonic_ns)
 
-    def sleep_until_ns(self, wall_ns: int, longest_ns: int | None = None) -> None:
-        for seconds in _slices(wall_ns, longest_ns):
-            time.sleep(seconds)  # 0 releases the GIL so other threads run while we spin
+    def sleep_until_ns(self, wall_ns: int, since_ns: int | None = None) -> None:
+        _sleep_until(self, wall_ns, since_ns)
 
-    async def asleep_until_ns(self, wall_ns: int, longest_ns: int | None = None) -> None:
-        import asyncio  # only async callers pay for importing it
-
-        for seconds in _slices(wall_ns, longest_ns):
-            await asyncio.sleep(seconds)
+    async def asleep_until_ns(self, wall_ns: int, since_ns: int | None = None) -> None:
+        await _asleep_until(self, wall_ns, since_ns)
 
     def __repr__(self) -> str:
         return "SystemClock()"
 
 
 SYSTEM_CLOCK = SystemClock()
-
-
-def _slices(wall_ns: int, longest_ns: int | None) -> Iterator[float]:
-    """The sleeps (in s; 0 to spin) that wait for the real wall clock to reach ``wall_ns``.
-
-    They stop early when the wall clock falls behind the monotonic clock (it
-    was stepped back) or once ``longest_ns`` have passed: the caller looks again.
-    """
-    now = time.time_ns()
-    started = time.monotonic_ns()
-    # Where the wall clock should read at each monotonic instant, were it not stepped.
-    offset = now - started
-    give_up = started + (longest_ns if longest_ns is not None else wall_ns - now)
-    while now < wall_ns:
-        mono = time.monotonic_ns()
-        if now < mono + offset - _STEP_SLACK_NS or (longest_ns is not None and mono > give_up):
-            return
-        remaining = wall_ns - now
-        yield min(remaining - _SPIN_NS, _SLICE_NS) / 1e9 if remaining > _SPIN_NS else 0.0
-        now = time.time_ns()
 
 
 class ManualClock:
@@ -136,20 +163,20 @@ class ManualClock:
     def step_back_ms(self, ms: float) -> None:
         self.step_back_ns(round(ms * 1_000_000))
 
-    def sleep_until_ns(self, wall_ns: int, longest_ns: int | None = None) -> None:
+    def sleep_until_ns(self, wall_ns: int, since_ns: int | None = None) -> None:
         with self._lock:
+            if since_ns is not None and self._wall_ns < since_ns:
+                return  # stepped back since the caller decided to wait: it looks again
             gap = wall_ns - self._wall_ns
-            if longest_ns is not None:
-                gap = min(gap, longest_ns)
             if gap > 0:
                 self.sleeps.append(gap)
                 self._wall_ns += gap
                 self._mono_ns += gap
 
-    async def asleep_until_ns(self, wall_ns: int, longest_ns: int | None = None) -> None:
+    async def asleep_until_ns(self, wall_ns: int, since_ns: int | None = None) -> None:
         import asyncio
 
-        self.sleep_until_ns(wall_ns, longest_ns)
+        self.sleep_until_ns(wall_ns, since_ns)
         await asyncio.sleep(0)
 
     def __repr__(self) -> str:
@@ -171,11 +198,12 @@ class OffsetClock:
 
     monotonic_ns = staticmethod(time.monotonic_ns)
 
-    def sleep_until_ns(self, wall_ns: int, longest_ns: int | None = None) -> None:
-        SYSTEM_CLOCK.sleep_until_ns(wall_ns - self.offset_ns, longest_ns)
+    def sleep_until_ns(self, wall_ns: int, since_ns: int | None = None) -> None:
+        # Waits on this clock's own readings, so a changed offset is a step too.
+        _sleep_until(self, wall_ns, since_ns)
 
-    async def asleep_until_ns(self, wall_ns: int, longest_ns: int | None = None) -> None:
-        await SYSTEM_CLOCK.asleep_until_ns(wall_ns - self.offset_ns, longest_ns)
+    async def asleep_until_ns(self, wall_ns: int, since_ns: int | None = None) -> None:
+        await _asleep_until(self, wall_ns, since_ns)
 
     def __repr__(self) -> str:
         return f"OffsetClock({self.offset_ns / 1e6:+g} ms)"

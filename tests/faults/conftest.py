@@ -2,11 +2,16 @@
 
 Run it alone with ``pytest tests/faults``; docs/reliability.md lists the fault
 model it covers. Tests that need ZooKeeper or etcd use the same session servers
-as tests/integration (started on first use, on free ports of 127.0.0.1).
+as tests/integration (started on first use, on free ports of 127.0.0.1); the
+clock tests use a wall-clock shim built once per session.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+from tests.faults.wallclock import WallClockOffset, build_shim
 from tests.integration.conftest import (
     _restart_stopped_members,
     backend,
@@ -16,3 +21,14 @@ from tests.integration.conftest import (
 )
 
 __all__ = ["_restart_stopped_members", "backend", "etcd", "exit_stack", "zk"]
+
+
+@pytest.fixture(scope="session")
+def wallclock_shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_shim(tmp_path_factory.mktemp("wallclock-shim"))
+
+
+@pytest.fixture
+def wallclock(wallclock_shim: Path, tmp_path: Path) -> WallClockOffset:
+    """The wall clock of the children this test starts with ``wallclock.env()``."""
+    return WallClockOffset(wallclock_shim, tmp_path / "wallclock-offset")

@@ -33,8 +33,10 @@ identity (muid: a fresh medallion; short60: a fresh tick) or refuses with
 :class:`~idmint.errors.GeneratorForked`.
 
 Free-threaded CPython (no GIL) does not make ``next()`` on a shared iterator
-atomic, so there every ID goes through the locked path (see :data:`LOCKED_PATH`;
-``IDMINT_LOCKED_PATH=1`` chooses it anywhere).
+atomic, so there every ID goes through the lock: each scheme's class gets a
+locked ``generate()``/``generate_nowait()`` when it is created (see
+:attr:`TickGenerator.locked_path`), so the choice costs nothing per ID.
+``IDMINT_LOCKED=1`` in the environment at import forces it everywhere.
 """
 
 from __future__ import annotations
@@ -53,17 +55,27 @@ from idmint.clock import SYSTEM_CLOCK, Clock
 from idmint.errors import ClockMovedBackwards, ConfigurationError, GeneratorError
 from idmint.schemes._base import IdValue
 
-__all__ = ["LOCKED_PATH", "IdBatch", "TickGenerator", "fork_generation"]
+__all__ = ["LOCKED_PATH_FORCED", "IdBatch", "TickGenerator", "fork_generation"]
 
 IdT = TypeVar("IdT", bound=IdValue)
 GeneratorT = TypeVar("GeneratorT", bound="TickGenerator[Any]")
 
 _new = object.__new__
 _GIL_ENABLED: bool = getattr(sys, "_is_gil_enabled", lambda: True)()
-LOCKED_PATH: bool = not _GIL_ENABLED or os.environ.get("IDMINT_LOCKED_PATH", "") not in ("", "0")
-"""Whether every ID takes the locked path: always without the GIL (where ``next()`` on
-a shared iterator is not atomic), or when ``IDMINT_LOCKED_PATH=1`` asks for it.
-Decided once, at import."""
+
+
+def _locked_by_environment() -> bool:
+    # Anything but an explicit "off" counts as on: a typo should cost speed,
+    # never safety.
+    value = os.environ.get("IDMINT_LOCKED", "").strip().lower()
+    return value not in {"", "0", "false", "no", "off"}
+
+
+LOCKED_PATH_FORCED: bool = not _GIL_ENABLED or _locked_by_environment()
+"""Whether every generator class takes the lock for each ID: the GIL is disabled
+(free-threaded CPython, where ``next()`` on a shared iterator is not atomic), or
+``IDMINT_LOCKED`` is set (to anything but ``0``/``false``/``no``/``off``).
+Decided once, when idmint is imported."""
 
 DEFAULT_MAX_CLOCK_WAIT_MS = 10.0
 """How far back the wall clock may step before generators refuse instead of
@@ -239,6 +251,7 @@ class TickGenerator(Generic[IdT]):
         "_run",
         "_seq_shift",
         "_tick",
+        "_wait_since_ns",
         "_wasted",
         "clock_steps_back",
         "clock_waits",
@@ -248,6 +261,13 @@ class TickGenerator(Generic[IdT]):
     tick_ns: ClassVar[int] = 1_000_000  # one tick is one millisecond unless a scheme says
     random_bits: ClassVar[int] = 0  # low bits filled at random per ID (short60)
     _int_mask: ClassVar[int | None] = None
+    locked_path: ClassVar[bool] = LOCKED_PATH_FORCED
+    """Whether ``generate()`` and ``generate_nowait()`` take the lock for every ID.
+
+    Read once, when a subclass is created. Always true when
+    :data:`LOCKED_PATH_FORCED`; a subclass may set it to ``True`` to force the
+    locked path (for tests, or to be cautious), never to turn it off.
+    """
 
     def __init__(
         self,
@@ -275,6 +295,7 @@ class TickGenerator(Generic[IdT]):
         self._tick = -1
         self._run = _Run(_NO_RUN_VALUES, 0)
         self._pending: range | None = None  # the rest of the tick (short60)
+        self._wait_since_ns = 0  # the clock reading of the newest decision to wait
         self._blocked: Callable[[], Exception] | None = None
         self._banked = 0
         self._wasted = 0
@@ -395,24 +416,17 @@ class TickGenerator(Generic[IdT]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if LOCKED_PATH:
-            # Every ID through the lock, whatever the class's own hot path.
-            cls.generate = TickGenerator.generate_locked  # type: ignore[method-assign]
-            cls.generate_nowait = _nowait_locked  # type: ignore[method-assign]
+        if LOCKED_PATH_FORCED:
+            cls.locked_path = True
+        if cls.locked_path:
+            cls.generate = _locked_path(cls, wait=True)  # type: ignore[method-assign,assignment]
+            cls.generate_nowait = _locked_path(cls, wait=False)  # type: ignore[method-assign,assignment]
         elif "id_type" in cls.__dict__:
             make = getattr(cls, "_make_from_run", None)
             cls.generate = _hot_path(cls.id_type, cls.random_bits, make)  # type: ignore[method-assign,assignment]
             cls.generate_nowait = _hot_path(  # type: ignore[method-assign,assignment]
                 cls.id_type, cls.random_bits, make, wait=False
             )
-
-    def generate_locked(self) -> IdT:
-        """Issue one ID through the lock: what :meth:`generate` is without the GIL.
-
-        Slower than the lock-free hot path, and correct on any interpreter: the
-        run's iterator is only ever advanced under the lock.
-        """
-        return self._generate_slow(0)
 
     def generate_nowait(self) -> IdT | None:
         """Issue one ID if that needs no waiting, else ``None``.
@@ -488,18 +502,7 @@ class TickGenerator(Generic[IdT]):
             self._claim.wait(min_ceiling_ms=self._need_ceiling_ms)
             return
         self.clock_waits += 1
-        self._clock.sleep_until_ns(until_ns, self._longest_wait_ns())
-
-    def _longest_wait_ns(self) -> int:
-        """The longest wait for the clock this generator accepts.
-
-        A wait cut short at this length means the clock went back since it was
-        chosen; the locked path then counts the step and refuses.
-        """
-        tolerance_ns = self._max_clock_wait_ns
-        if self._claim is not None:
-            tolerance_ns = max(tolerance_ns, round(self._claim.options.wait_timeout_s * 1e9))
-        return tolerance_ns + (self._max_ahead + 1) * self.tick_ns
+        self._clock.sleep_until_ns(until_ns, self._wait_since_ns)
 
     async def agenerate(self) -> IdT:
         """Issue one ID without ever blocking the event loop."""
@@ -520,7 +523,7 @@ class TickGenerator(Generic[IdT]):
                 await asyncio.to_thread(self._claim.wait, min_ceiling_ms=self._need_ceiling_ms)
                 continue
             self.clock_waits += 1
-            await self._clock.asleep_until_ns(wait_until_ns, self._longest_wait_ns())
+            await self._clock.asleep_until_ns(wait_until_ns, self._wait_since_ns)
 
     def __iter__(self) -> Iterator[IdT]:
         while True:
@@ -612,6 +615,10 @@ class TickGenerator(Generic[IdT]):
                 return taken
             opening = tick + 1  # this tick is used up: borrow the next, if allowed
             if opening - now > self._max_ahead:
+                # The waiter compares the clock with this reading: earlier means
+                # it stepped back since. Another thread may overwrite it first,
+                # but only with a later reading, which still reveals such a step.
+                self._wait_since_ns = now_ns
                 return (opening - self._max_ahead) * tick_ns
             if opening > ceiling:
                 self._need_ceiling_ms = opening
@@ -751,9 +758,48 @@ def _hot_path(
     return generate
 
 
-def _nowait_locked(self: TickGenerator[Any]) -> Any:
-    """``generate_nowait()`` through the lock (see :data:`LOCKED_PATH`)."""
-    return self._generate_slow(0, wait=False)
+def _locked_path(cls: type[TickGenerator[Any]], *, wait: bool) -> Callable[[Any], Any]:
+    """``generate()`` (or ``generate_nowait()``) for ``cls`` that takes the lock for every ID.
+
+    Where ``next()`` on the shared run is not atomic (no GIL), or when asked
+    for. The hot path's steps, with the lock held around ``next()`` and the
+    clock check: every other taker of the run (:meth:`TickGenerator._take_locked`)
+    holds the same lock, so no two threads can take the same value. The value
+    object is built after the lock is released, inline where the scheme's
+    value is its int alone, as :func:`_hot_path` does.
+    """
+    # A class without an id_type of its own yet (an abstract base) builds values
+    # through the instance's maker; so does one that keeps bits above the ID.
+    id_type: type[IdValue] = getattr(cls, "id_type", IdValue)
+    random_bits = cls.random_bits
+    make = getattr(cls, "_make_from_run", None)
+    inline = hasattr(cls, "id_type") and cls._int_mask is None and make is None
+
+    def generate(self: TickGenerator[Any]) -> Any:
+        lock = self._lock
+        lock.acquire()  # not `with`: half the cost, and this runs for every ID
+        try:
+            run = self._run
+            value = next(run.values, None)  # run values are ints, never None
+            fresh = value is not None and self._now_ns() < run.until_ns
+        finally:
+            lock.release()
+        if value is None:
+            return self._generate_slow(0, wait=wait)
+        if not fresh:
+            return self._generate_slow(1, wait=wait)
+        if random_bits:
+            value |= getrandbits(random_bits)
+        if inline:
+            obj = _new(id_type)
+            obj._int = value
+            return obj
+        return make(value) if make is not None else self._make(value)
+
+    template = TickGenerator.generate if wait else TickGenerator.generate_nowait
+    generate.__name__ = template.__name__
+    generate.__doc__ = template.__doc__
+    return generate
 
 
 def check_identity_field(name: str, value: object, low: int, high: int) -> int:
