@@ -74,6 +74,13 @@ def _wait_for_next_ms() -> None:
         pass
 
 
+class LockedUid64Generator(Uid64Generator):
+    """uid64 on the locked path, as on free-threaded CPython or with IDMINT_LOCKED=1."""
+
+    __slots__ = ()
+    locked_path = True
+
+
 def burst_sampler(call: Callable[[], object], per_burst: int) -> Callable[[], float]:
     """One sample: ns per call over ``per_burst`` calls, starting a fresh ms."""
 
@@ -143,6 +150,7 @@ def cost_table(bursts: int) -> list[Row]:
     code ran, which ``cold_table`` reports on its own.
     """
     uid64 = Uid64Generator(1)
+    uid64_locked = LockedUid64Generator(4)
     short60 = Short60Generator(1)
     elastic64 = Elastic64Generator(9, 8, max_ahead_ms=0)
     muid = MuidGenerator()
@@ -154,6 +162,7 @@ def cost_table(bursts: int) -> list[Row]:
             cases.append((name, per_burst, burst_sampler(call, per_burst)))
     cases += [
         ("uid64 generate()", 60, burst_sampler(uid64.generate, 60)),
+        ("uid64 generate(), locked path", 60, burst_sampler(uid64_locked.generate, 60)),
         ("uid64 batch(60)", 60, batch_sampler(uid64.batch, 60)),
         # batch() reserves the IDs; reading them as ints is the caller's cost.
         ("uid64 batch(60).ints()", 60, batch_sampler(lambda n: uid64.batch(n).ints(), 60)),
