@@ -8,7 +8,8 @@ status that says what kind of trouble it was:
 1     no ID could be issued: a claim lost, the pool exhausted, the
       identity in use by another process, the clock far behind
 2     usage: a bad option, URL, scheme or ID
-69    the coordinator cannot be reached (EX_UNAVAILABLE)
+69    the coordinator cannot be reached, or (fetch) no ID server gave IDs
+      in time (EX_UNAVAILABLE)
 77    the coordinator refused us: credentials, permissions, TLS (EX_NOPERM)
 128+N stopped by signal N (SIGTERM: 143, SIGINT: 130)
 ====  =================================================================
@@ -34,6 +35,7 @@ from idmint.errors import (
     GeneratorError,
     IdmintError,
     InvalidId,
+    NoServerAnswered,
 )
 from idmint.factory import SCHEME_OPTIONS, new_generator
 from idmint.generate.core import IdBatch
@@ -271,6 +273,50 @@ def _add_fleet_commands(commands: Any) -> None:
     listing.add_argument("--service")
     listing.add_argument("--format", choices=["text", "json"], default="text")
     listing.set_defaults(handler=_cmd_discovery_list)
+    _add_fetch(commands)
+
+
+def _add_fetch(commands: Any) -> None:
+    fetch = commands.add_parser(
+        "fetch",
+        help="take IDs from ID servers (idmint serve), one per line",
+        description="Take IDs from running ID servers through idmint.client: in batches, "
+        "from the next server when one fails. Exits 69 when no server gives IDs in time.",
+        formatter_class=_HelpFormatter,
+    )
+    where = fetch.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--server",
+        action="append",
+        metavar="URL",
+        help="an ID server, http://host:port (repeatable)",
+    )
+    where.add_argument(
+        "--discovery", metavar="URL", help="find the servers in this zk:// discovery tree"
+    )
+    fetch.add_argument(
+        "--count", type=_positive_count, default=1, help="how many IDs; 0: until interrupted"
+    )
+    fetch.add_argument(
+        "--scheme",
+        choices=list(SCHEMES),
+        help="the scheme expected (default: whatever the servers serve)",
+    )
+    fetch.add_argument("--node-bits", type=_integer, help="elastic64: the node-ID width 8..16")
+    fetch.add_argument(
+        "--token-file", metavar="F", help="the servers' bearer token (IDMINT_TOKEN_FILE)"
+    )
+    fetch.add_argument(
+        "--timeout",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="give up when no server has given IDs for S seconds",
+    )
+    fetch.add_argument(
+        "--format", choices=["text", "json"], default="text", help="one text form or JSON per line"
+    )
+    fetch.set_defaults(handler=_cmd_fetch, graceful=True)
 
 
 def _add_decode_encode(commands: Any) -> None:
@@ -476,17 +522,7 @@ def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         settings = resolve_serve_settings(vars(args), os.environ)
     except ConfigurationError as error:
         raise UsageError(f"idmint serve: {error}") from None
-    token = None
-    token_file = settings.pop("token_file")
-    if token_file is not None:
-        source = "--token-file" if args.token_file is not None else "IDMINT_TOKEN_FILE"
-        try:
-            with open(token_file, encoding="utf-8") as handle:
-                token = handle.read().strip()
-        except OSError as error:
-            raise UsageError(f"idmint serve: cannot read {source}: {error}") from None
-        if not token:
-            raise UsageError(f"idmint serve: {source} {token_file} is empty")
+    token = _token("serve", args.token_file, settings.pop("token_file"))
 
     def announce(port: int) -> None:
         out.write(startup_line(settings["scheme"], settings["host"], port) + "\n")
@@ -498,6 +534,57 @@ def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         options={"mode": args.mode} if args.mode else None,
         announce=announce,
     )
+
+
+def _token(command: str, flag: str | None, path: str | None) -> str | None:
+    """The bearer token in ``path`` (from --token-file, else IDMINT_TOKEN_FILE)."""
+    if path is None:
+        return None
+    source = "--token-file" if flag is not None else "IDMINT_TOKEN_FILE"
+    try:
+        with open(path, encoding="utf-8") as handle:
+            token = handle.read().strip()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"idmint {command}: cannot read {source}: {error}") from None
+    if not token:
+        raise UsageError(f"idmint {command}: {source} {path} is empty")
+    return token
+
+
+def _cmd_fetch(args: argparse.Namespace, out: TextIO) -> int:
+    from idmint.client import IdClient
+    from idmint.errors import ConfigurationError
+
+    token_file = args.token_file or os.environ.get("IDMINT_TOKEN_FILE") or None
+    try:
+        client = IdClient(
+            args.server,
+            discovery=args.discovery,
+            scheme=args.scheme,
+            node_bits=args.node_bits,
+            token=_token("fetch", args.token_file, token_file),
+            timeout=args.timeout,
+        )
+    except ConfigurationError as error:
+        raise UsageError(f"idmint fetch: {error}") from None
+    with client:
+        remaining = args.count if args.count > 0 else None
+        last_flush = time.monotonic()
+        while (remaining is None or remaining > 0) and _STOP.signum is None:
+            take = 1000 if remaining is None else min(1000, remaining)
+            values = client.get_many(take)
+            if args.format == "json":
+                out.write("".join(json.dumps(value.to_dict()) + "\n" for value in values))
+            else:
+                out.write("".join(f"{value}\n" for value in values))
+            if remaining is not None:
+                remaining -= take
+            now = time.monotonic()
+            if now - last_flush >= FLUSH_INTERVAL_S:
+                out.flush()
+                last_flush = now
+        out.flush()
+    return 0 if _STOP.signum is None else 128 + _STOP.signum
 
 
 def _cmd_claims_list(args: argparse.Namespace, out: TextIO) -> int:
@@ -693,7 +780,7 @@ def exit_status(error: Exception) -> int:
     """The documented exit status for an error (see the module docstring)."""
     if isinstance(error, CoordinatorRefused):
         return EXIT_REFUSED
-    if isinstance(error, CoordinatorUnavailable):
+    if isinstance(error, (CoordinatorUnavailable, NoServerAnswered)):
         return EXIT_UNAVAILABLE
     if isinstance(error, GeneratorError):
         return EXIT_RUNTIME

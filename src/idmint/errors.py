@@ -23,6 +23,8 @@ raise with one clause, and a few branches that match how a caller reacts:
  │         ├── ``PoolExhausted``: every identity in the pool is taken.
  │         └── ``IdentityInUse``: a configured identity is held by another
  │              process on this host.
+ ├── ``NoServerAnswered``: an ID client found no ID server that could give
+ │    IDs in time (every server tried is named, with why).
  └── (nothing else: library bugs surface as ordinary Python exceptions)
 
 Messages say what was wrong and what was expected, so the CLI can print
@@ -43,6 +45,7 @@ __all__ = [
     "IdentityInUse",
     "IdmintError",
     "InvalidId",
+    "NoServerAnswered",
     "PoolExhausted",
     "TransactionFull",
 ]
@@ -137,3 +140,7 @@ class IdentityInUse(CoordinationError):
 
     Two processes with one identity would mint the same IDs; the second refuses.
     """
+
+
+class NoServerAnswered(IdmintError):
+    """No ID server could give IDs within the client's timeout; says which were tried and why."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -206,6 +207,7 @@ class Discovery:
         self.root = self.nodes.root
         self._clock = clock
         self._client: Any = None
+        self._client_owner = os.getpid()
         self._client_lock = threading.Lock()
 
     # -- registering -----------------------------------------------------------------------
@@ -290,8 +292,11 @@ class Discovery:
     # -- looking up ------------------------------------------------------------------------
     def _reader(self) -> Any:
         with self._client_lock:
-            if self._client is None:
+            if self._client is None or self._client_owner != os.getpid():
+                # A fork child's copy of the parent's session has no reader thread
+                # behind it: the child opens its own.
                 self._client, _ = self.nodes.client()
+                self._client_owner = os.getpid()
             return self._client
 
     def services(self) -> list[str]:
@@ -441,6 +446,8 @@ class Discovery:
 
     def close(self) -> None:
         with self._client_lock:
+            if self._client is not None and self._client_owner != os.getpid():
+                self._client = None  # the parent's session: only the parent ends it
             if self._client is not None:
                 self._client.stop()
                 self._client.close()
