@@ -30,10 +30,21 @@ def _iso_time(record: logging.LogRecord) -> str:
 
 
 class TextFormatter(logging.Formatter):
-    """``2026-01-01T00:00:00.000Z WARNING idmint.coordinate: message`` (+ traceback lines)."""
+    """``2026-01-01T00:00:00.000Z WARNING idmint.coordinate: message`` (+ traceback lines).
+
+    A worker of ``idmint serve --workers N`` names itself after the logger:
+    ``... idmint.coordinate (worker 2): message``.
+    """
+
+    def __init__(self, worker: int | None = None) -> None:
+        super().__init__()
+        self._worker = "" if worker is None else f" (worker {worker})"
 
     def format(self, record: logging.LogRecord) -> str:
-        line = f"{_iso_time(record)} {record.levelname} {record.name}: {record.getMessage()}"
+        line = (
+            f"{_iso_time(record)} {record.levelname} {record.name}{self._worker}: "
+            f"{record.getMessage()}"
+        )
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
@@ -42,16 +53,23 @@ class TextFormatter(logging.Formatter):
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ``time``, ``level``, ``logger``, ``message``, ``exception``.
 
-    ``exception`` (the traceback text) is present only when the record has one.
+    ``exception`` (the traceback text) is present only when the record has one;
+    ``worker`` (its index) only in a worker of ``idmint serve --workers N``.
     """
 
+    def __init__(self, worker: int | None = None) -> None:
+        super().__init__()
+        self._worker = worker
+
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        entry: dict[str, object] = {
             "time": _iso_time(record),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
         }
+        if self._worker is not None:
+            entry["worker"] = self._worker
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         elif record.exc_text:
@@ -74,13 +92,15 @@ def server_logging(
     format: str = "text",
     access_log: bool = False,
     stream: TextIO | None = None,
+    worker: int | None = None,
 ) -> Iterator[None]:
     """Send the ``idmint`` and ``uvicorn`` loggers to ``stream`` (stderr) while inside.
 
     uvicorn's own messages pass at WARNING and above (its INFO lines repeat what
     ``idmint serve`` prints), at DEBUG when ``level`` is debug. The access log
     (``uvicorn.access``, one line per request) only when ``access_log``. What
-    was configured before is restored on exit.
+    was configured before is restored on exit. ``worker``: each line names
+    this worker of ``idmint serve --workers N``.
     """
     numeric = _level(level)
     if format not in LOG_FORMATS:
@@ -88,7 +108,7 @@ def server_logging(
             f"unknown log format {format!r}; expected one of {', '.join(LOG_FORMATS)}"
         )
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
-    handler.setFormatter(JsonFormatter() if format == "json" else TextFormatter())
+    handler.setFormatter(JsonFormatter(worker) if format == "json" else TextFormatter(worker))
     settings = {
         "idmint": numeric,
         "uvicorn": logging.DEBUG if numeric <= logging.DEBUG else max(numeric, logging.WARNING),
