@@ -13,12 +13,21 @@ import datetime as _dt
 import json
 import logging
 import sys
+import threading
 from collections.abc import Iterator
 from typing import TextIO
 
 from idmint.errors import ConfigurationError
 
-__all__ = ["LOG_FORMATS", "LOG_LEVELS", "JsonFormatter", "TextFormatter", "server_logging"]
+__all__ = [
+    "LOG_FORMATS",
+    "LOG_LEVELS",
+    "JsonFormatter",
+    "LogHold",
+    "TextFormatter",
+    "held_until_started",
+    "server_logging",
+]
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("text", "json")
@@ -138,6 +147,46 @@ def server_logging(
         handler.close()
 
 
+class LogHold:
+    """What ``name`` logs, held from :meth:`start` until :meth:`release` or :meth:`drop`.
+
+    Released, the records are passed on in order (from any thread); dropped,
+    they are forgotten. Either restores the logger's handlers.
+    """
+
+    def __init__(self, name: str = "idmint") -> None:
+        self._logger = logging.getLogger(name)
+        self._held: list[logging.LogRecord] = []
+        self._handlers: list[logging.Handler] | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        held = self._held
+
+        class Hold(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                held.append(record)
+
+        with self._lock:
+            self._handlers = list(self._logger.handlers)
+            self._logger.handlers = [Hold()]
+
+    def release(self) -> None:
+        with self._lock:
+            if self._handlers is None:
+                return
+            self._logger.handlers, self._handlers = self._handlers, None
+            held, self._held[:] = list(self._held), []
+        for record in held:
+            self._logger.handle(record)
+
+    def drop(self) -> None:
+        with self._lock:
+            if self._handlers is not None:
+                self._logger.handlers, self._handlers = self._handlers, None
+            self._held.clear()
+
+
 @contextlib.contextmanager
 def held_until_started(name: str = "idmint") -> Iterator[None]:
     """Hold what ``name`` logs while the server starts; pass it on if it starts.
@@ -146,18 +195,11 @@ def held_until_started(name: str = "idmint") -> Iterator[None]:
     made and gave back on the way are not part of that story. One that starts
     logs them as they happened, in order.
     """
-    logger = logging.getLogger(name)
-    held: list[logging.LogRecord] = []
-
-    class Hold(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            held.append(record)
-
-    handlers = list(logger.handlers)
-    logger.handlers = [Hold()]
+    hold = LogHold(name)
+    hold.start()
     try:
         yield
-    finally:
-        logger.handlers = handlers
-    for record in held:
-        logger.handle(record)
+    except BaseException:
+        hold.drop()
+        raise
+    hold.release()

@@ -203,8 +203,11 @@ class _Supervisor:
                 raise failed
             if starting and all(worker.ready for worker in self.workers):
                 starting = False
-                if self.stop_signal is None and announce is not None:
-                    announce(self.port)
+                if self.stop_signal is None:
+                    for worker in self.workers:
+                        self._go(worker)
+                    if announce is not None:
+                        announce(self.port)
             if self.kill_at is not None and not self._alive():
                 return
             self._restart_due()
@@ -341,6 +344,7 @@ class _Supervisor:
             if "ready" in message:
                 worker.ready = True
                 if worker.generation > 0:
+                    self._go(worker)
                     log.info(
                         "worker %d replaced: pid %d serves (restart %d)",
                         worker.index,
@@ -350,6 +354,12 @@ class _Supervisor:
             elif "failed" in message:
                 worker.failure = {k: str(v) for k, v in message["failed"].items()}
         return True
+
+    def _go(self, worker: _Worker) -> None:
+        """Tell a ready worker the server is up: it passes on what it logged meanwhile."""
+        if worker.control is not None:
+            with contextlib.suppress(OSError):
+                worker.control.sendall(b'{"go": true}\n')
 
     def _forget_control(self, worker: _Worker) -> None:
         if worker.control is not None:

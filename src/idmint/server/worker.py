@@ -3,9 +3,12 @@
 Started by the supervisor (:mod:`idmint.server.supervisor`), never by hand.
 ``FD`` is this worker's end of a socket pair: the supervisor writes the
 settings as one JSON line; the worker answers ``{"ready": pid}`` once uvicorn
-serves, or ``{"failed": {"type", "message"}}`` if it cannot start. After that
-the supervisor sends nothing: end of file means it is gone, and the worker
-stops as on SIGTERM.
+serves, or ``{"failed": {"type", "message"}}`` if it cannot start. The
+supervisor answers ``{"go": true}`` once the server is up (every worker ready,
+or this one replacing a dead one): until then the worker holds what it logs, so
+a server that cannot start says so in one line (the supervisor's), as a single
+process does. After that the supervisor sends nothing: end of file means it is
+gone, and the worker stops as on SIGTERM.
 
 In order: make the app and its claims (worker i of K generators each takes
 configured identities from i x K, claimed ones from the pool); listen on the
@@ -32,7 +35,7 @@ from typing import Any
 from idmint.errors import IdmintError
 from idmint.server.app import IdServer, create_app
 from idmint.server.limits import RequestLimits
-from idmint.server.logs import held_until_started, server_logging
+from idmint.server.logs import LogHold, server_logging
 from idmint.server.run import listen_socket, stop_signals_handled_by, uvicorn_config
 from idmint.server.siblings import Siblings
 
@@ -70,13 +73,13 @@ def _read_line(control: socket.socket) -> bytes:
     return data
 
 
-def _watch_supervisor(control: socket.socket) -> None:
-    """Stop this worker when the supervisor's end closes (it died, or was killed)."""
-    try:
-        while control.recv(4096):
-            pass
-    except OSError:
-        pass
+def _watch_supervisor(control: socket.socket, hold: LogHold) -> None:
+    """Pass the held log on at ``go``; stop this worker when the supervisor's end closes."""
+    with contextlib.suppress(OSError):
+        while data := control.recv(4096):
+            if b"go" in data:
+                hold.release()
+    hold.release()
     log.warning("the supervisor is gone: stopping this worker")
     os.kill(os.getpid(), signal.SIGTERM)
 
@@ -99,11 +102,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
         stop_signals_handled_by(stop),
     ):
-        return _run(control, place, settings, stop)
+        hold = LogHold()
+        hold.start()
+        try:
+            return _run(control, place, settings, stop, hold)
+        finally:
+            hold.drop()  # never told to go: the server did not start
 
 
 def _run(
-    control: socket.socket, place: dict[str, Any], settings: dict[str, Any], stop: _Stop
+    control: socket.socket,
+    place: dict[str, Any],
+    settings: dict[str, Any],
+    stop: _Stop,
+    hold: LogHold,
 ) -> int:
     import uvicorn
 
@@ -130,8 +142,7 @@ def _run(
             collect=app.metrics.collect,
             claims=app.claim_rows,
         )
-        with held_until_started():
-            app.start_now()
+        app.start_now()
     except IdmintError as error:
         _tell(control, {"failed": {"type": type(error).__name__, "message": str(error)}})
         return 1
@@ -159,7 +170,10 @@ def _run(
     if stop.requested:  # a signal between the check above and now
         server.should_exit = True
     threading.Thread(
-        target=_watch_supervisor, args=(control,), name="idmint-supervisor-watch", daemon=True
+        target=_watch_supervisor,
+        args=(control, hold),
+        name="idmint-supervisor-watch",
+        daemon=True,
     ).start()
     server.run(sockets=[listener])
     return 0
