@@ -123,6 +123,14 @@ def serve_workers(
     announce: Callable[[int], None] | None,
 ) -> int:
     """Run ``workers`` workers on ``settings.host:port`` until SIGTERM/SIGINT; see the module."""
+    if not sys.platform.startswith("linux"):
+        # BSD's and macOS's SO_REUSEPORT lets every worker bind, then gives one of
+        # them all the connections.
+        raise ConfigurationError(
+            "idmint serve --workers needs Linux, whose SO_REUSEPORT spreads connections "
+            "over the workers; elsewhere run one server per port behind a proxy, or "
+            "create_app under uvicorn --workers"
+        )
     if threading.current_thread() is not threading.main_thread():
         raise ConfigurationError(
             "idmint serve with workers must run in the main thread: its supervisor "
