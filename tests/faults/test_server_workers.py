@@ -10,7 +10,9 @@ takes the same one and starts above the high-water mark its predecessor recorded
 ``/metrics`` stays monotonic through all of it.
 
 Each server gets a private ``local://`` directory, so ``idmint claims list`` shows
-exactly its claims. Waiting is on conditions with deadlines, never on sleeps.
+exactly its claims; the last test claims through the session's ZooKeeper instead
+(what several hosts would use). Waiting is on conditions with deadlines, never on
+sleeps.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ from tests.server.server_helpers import (
     metric,
     parse_metrics,
     running_server,
+    unique_zk_root,
     wait_for,
 )
+from tests.servers.zookeeper import ZooKeeperEnsemble
 
 from idmint.schemes import Uid64
 
@@ -388,3 +392,72 @@ def test_workers_of_a_killed_supervisor_stop_and_release_their_claims(tmp_path: 
         assert list_claims(pool_url(tmp_path)) == []
         with pytest.raises(ConnectionRefusedError):
             get_alone(server.port, "/livez", timeout=5)
+
+
+@pytest.mark.integration
+def test_workers_claiming_in_zookeeper_each_hold_and_register_their_own(
+    tmp_path: Path, zk: ZooKeeperEnsemble
+) -> None:
+    """Across hosts: workers claim through ZooKeeper, each its own ID, and each registers as an
+    instance of the server in discovery. A SIGKILLed worker's claim is still held by its
+    session (it expires later), so the replacement claims another ID; no ID twice."""
+    root = unique_zk_root()
+    url = f"zk://{zk.hosts}{root}?session_timeout=4"
+    with running_server(
+        "--workers",
+        "2",
+        "--coordinator",
+        url,
+        "--discovery",
+        f"zk://{zk.hosts}{root}-discovery",
+        env=private_pool(tmp_path),
+    ) as server:
+        view = claims_of(server.port)
+        assert {row["coordinator"].split(" at ")[1] for row in view["claims"]} == {
+            f"zk://{zk.hosts}{root}"
+        }
+        before = {worker: generators_of(view, worker) for worker in (0, 1)}
+        assert len(before[0] | before[1]) == 2
+        assert list_claims(pool_url(tmp_path)) == []  # nothing on the host's pool
+        status, body = get_alone(server.port, "/v1/services")
+        assert status == 200, body
+        instances = json.loads(body)["services"]["idmint"]
+        assert sorted(i["metadata"]["worker"] for i in instances) == ["0", "1"]
+        assert {(i["port"], i["metadata"]["workers"]) for i in instances} == {(server.port, "2")}
+        with Load(server.port) as load:
+            wait_for(
+                lambda: {Uid64(t).generator for t in load.ids()} == before[0] | before[1],
+                timeout=WAIT_S,
+                description="both workers serving",
+                explain=lambda: f"{len(load.answers)} answers",
+            )
+            victim = worker_pid(view, 1)
+            os.kill(victim, signal.SIGKILL)
+            wait_for(
+                lambda: claims_of(server.port)["workers"][1]["answering"],
+                timeout=WAIT_S,
+                description="worker 1 replaced",
+                explain=server.stderr_text,
+            )
+            replaced_at = time.monotonic()
+            after = generators_of(claims_of(server.port), 1)
+            wait_for(
+                lambda: any(
+                    Uid64(t).generator in after for t in load.ids(started_after=replaced_at)
+                ),
+                timeout=WAIT_S,
+                description="the replacement serving",
+                explain=lambda: f"{len(load.answers)} answers",
+            )
+        assert not after & before[1]  # the dead worker's session still held its ID
+        assert load.refused == []
+        assert_distinct(load.ids())
+        assert server.terminate_and_wait() == 0, server.stderr_text()
+    # The workers released theirs; the dead one's goes when its session expires.
+    assert {row["holder"] for row in list_claims(url)} <= {f"{os.uname().nodename}:{victim}"}
+    wait_for(
+        lambda: list_claims(url) == [],
+        timeout=WAIT_S,
+        description="the killed worker's session expired",
+        explain=lambda: str(list_claims(url)),
+    )

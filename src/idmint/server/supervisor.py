@@ -22,13 +22,14 @@ serves nothing; it
 Each worker listens on a socket of its own bound to the port with
 ``SO_REUSEPORT``: the kernel spreads new connections over the listening
 sockets by a hash of the connection's addresses. One listening socket shared
-by all workers spreads badly: each worker's event loop accepts whenever it
-wakes, and the same worker keeps winning (measured: one worker of two served
-0 % to 19 % of the requests; see docs/server.md). A worker's claims are its
-own: ``local://`` frees them when the process dies; ZooKeeper and etcd let
-them expire. Its replacement claims anew, under the hold-off and high-water
-mark rules like any other process, so it never reuses a millisecond of its
-predecessor's.
+by all workers spreads as timing allows: each worker's event loop accepts
+whenever it wakes, and one may take every connection (uvicorn's own workers
+left one idle for a whole benchmark run; see docs/benchmarks.md).
+
+A worker's claims are its own: ``local://`` frees them when the process dies;
+ZooKeeper and etcd let them expire. Its replacement claims anew, under the
+hold-off and high-water mark rules like any other process, so it never reuses
+a millisecond of its predecessor's.
 
 A worker whose supervisor disappears (SIGKILL) sees its control socket close
 and stops as on SIGTERM.
@@ -187,7 +188,12 @@ class _Supervisor:
             self.selector.register(woken, selectors.EVENT_READ)
             try:
                 for worker in self.workers:
-                    self._spawn(worker)
+                    try:
+                        self._spawn(worker)
+                    except OSError as error:
+                        raise IdmintError(
+                            f"cannot start worker {worker.index}: {error.strerror or error}"
+                        ) from None
                 self._supervise(woken, announce)
             except BaseException:
                 self._kill_all()
@@ -320,10 +326,14 @@ class _Supervisor:
                 # Ctrl-C reaches the supervisor alone, which stops each worker once.
                 start_new_session=True,
             )
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
         worker.started_at = time.monotonic()
-        ours.sendall(json.dumps(place).encode() + b"\n")
+        with contextlib.suppress(OSError):  # it died at once: reaped like any other death
+            ours.sendall(json.dumps(place).encode() + b"\n")
         ours.setblocking(False)
         worker.control = ours
         self.selector.register(ours, selectors.EVENT_READ, worker)
@@ -434,7 +444,18 @@ class _Supervisor:
         now = time.monotonic()
         for worker in self.workers:
             if worker.restart_at is not None and worker.restart_at <= now:
-                self._spawn(worker)
+                try:
+                    self._spawn(worker)
+                except OSError as error:  # out of processes or memory: try again later
+                    worker.quick_deaths += 1
+                    pause = min(MAX_PAUSE_S, FIRST_PAUSE_S * 2 ** (worker.quick_deaths - 1))
+                    log.error(  # noqa: TRY400 - the reason is the message, not a bug
+                        "cannot start worker %d: %s; trying again in %.1f s",
+                        worker.index,
+                        error.strerror or error,
+                        pause,
+                    )
+                    worker.restart_at = time.monotonic() + pause
 
     def _failed_to_start(self) -> BaseException | None:
         """The error of a worker whose first start failed, once it has exited."""
