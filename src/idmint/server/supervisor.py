@@ -405,10 +405,8 @@ class _Supervisor:
                     )
                     self.unclean.append(worker.index)
                 continue  # stopping: it was meant to go
-            if worker.failure is not None and not worker.ready and worker.generation == 0:
-                continue  # the first start failed: _failed_to_start reports it
             if worker.generation == 0 and not worker.ready:
-                continue
+                continue  # the first start failed: _failed_to_start reports it
             self._schedule_restart(worker, process.returncode)
 
     def _schedule_restart(self, worker: _Worker, status: int) -> None:
@@ -462,6 +460,8 @@ class _Supervisor:
         for worker in self.workers:
             if worker.generation != 0 or worker.ready or worker.process is not None:
                 continue
+            if worker.restart_at is not None:
+                continue  # it served, then died: replaced like any other
             if self.stop_signal is not None:
                 return None  # stopped while starting: not a failure
             if worker.failure is not None:
