@@ -280,6 +280,16 @@ def test_bad_workers_exit_2_with_one_line(
     assert completed.stdout == ""
 
 
+def test_a_coordinator_out_of_reach_is_one_line_and_69(tmp_path: Path) -> None:
+    """Every worker fails to claim at once: still one line (the first failure), status 69."""
+    url = "zk://127.0.0.1:1/idmint?connect_timeout=1"
+    completed = run_serve(tmp_path, "--workers", "4", "--coordinator", url)
+    assert completed.returncode == 69, completed
+    line = assert_one_error_line(completed.stderr)
+    assert re.search(r"worker \d: could not reach ZooKeeper at 127\.0\.0\.1:1 within 1 s", line)
+    assert completed.stdout == ""
+
+
 def test_workers_from_the_environment_and_auto(tmp_path: Path) -> None:
     """``IDMINT_WORKERS=2`` is used when no flag is given; ``--workers auto`` wins over a bad one
     and means one worker per core this process may run on."""

@@ -397,7 +397,10 @@ class _Supervisor:
             self._forget_control(worker)
             worker.process = None
             if self.kill_at is not None:
-                if process.returncode != 0 and worker.index not in self.killed:
+                # A worker that never served held nothing worth reporting (SIGTERM may
+                # even reach it before it handles signals); one that served must stop
+                # cleanly.
+                if worker.ready and process.returncode != 0 and worker.index not in self.killed:
                     log.error(
                         "worker %d %s while stopping",
                         worker.index,

@@ -89,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(arguments) != 1 or not arguments[0].isdigit():
         sys.stderr.write("idmint.server.worker is started by idmint serve --workers N\n")
         return 2
+    # As in the CLI: libraries (kazoo) log their retries, which must not reach
+    # stderr through Python's last-resort handler.
+    if not logging.getLogger().handlers:
+        logging.getLogger().addHandler(logging.NullHandler())
     control = socket.socket(fileno=int(arguments[0]))
     place = json.loads(_read_line(control))
     settings = place["settings"]
