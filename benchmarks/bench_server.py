@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/bench_server.py --quick      # 3 s per run (~40 s)
     .venv/bin/python benchmarks/bench_server.py --duration 20 --rounds 5
     .venv/bin/python benchmarks/bench_server.py --limits-only  # the limits' CPU cost (~3 s)
+    .venv/bin/python benchmarks/bench_server.py --workers-only --duration 5 --rounds 3  # ~2 min
 
 Four servers run side by side for the whole benchmark, each in its own process:
 
@@ -30,6 +31,18 @@ wrk and the servers share the machine's cores: on a 2-core machine wrk's one thr
 takes much of one core, so the numbers are lower bounds of what the server does alone.
 Run it on a quiet machine (the load average is printed before and after).
 
+Workers (also alone with ``--workers-only``): ``idmint serve`` (one process) against
+``idmint serve --workers 2``, and against uvicorn's own ``--workers 2`` running
+``create_app`` (one listening socket shared by its workers, where ``idmint serve``
+gives each worker a socket of its own with ``SO_REUSEPORT``). For each,
+``/v1/ids?count=1000`` (IDs/s: one generator ID is capped at 64 per ms, so two workers
+should give twice as many) and ``/v1/id`` (requests/s: CPU-bound, and wrk's thread needs
+a core of its own). The three alternate for ``--rounds`` rounds and each ratio is the
+median of the rounds'. How the connections spread is read from the per-generator
+``idmint_ids_issued_total`` of ``/metrics`` before and after each run (uvicorn's workers
+each answer ``/metrics`` for themselves: it is scraped on 16 new connections and each
+generator's largest count kept); the idlest worker's share is shown.
+
 Last, the request limits' cost is measured without wrk, in CPU time, which other load
 on the machine moves far less than requests/s: one process serves keep-alive requests
 to itself over a socket pair (client and server on one event loop), alternately with
@@ -41,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import os
 import platform
 import re
@@ -52,6 +66,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -225,13 +240,22 @@ class Server:
             self.process.stdout.close()
 
 
-def start_server(name: str, argv: Sequence[str]) -> Server:
-    """Start ``argv`` and wait for the ``open http://HOST:PORT/`` line it prints."""
+def start_server(
+    name: str,
+    argv: Sequence[str],
+    *,
+    announce: str = r"open (http://\S+?)/?(?:\s|$)",
+    merged: bool = False,
+) -> Server:
+    """Start ``argv`` and wait for the line it prints once it listens (``open http://...``).
+
+    ``merged``: the line is on stderr (uvicorn's own), read with stdout.
+    """
     with tempfile.TemporaryFile("w+") as stderr:
         process = subprocess.Popen(
             list(argv),
             stdout=subprocess.PIPE,
-            stderr=stderr,
+            stderr=subprocess.STDOUT if merged else stderr,
             stdin=subprocess.DEVNULL,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -248,13 +272,20 @@ def start_server(name: str, argv: Sequence[str]) -> Server:
                 line = process.stdout.readline()
                 if not line:
                     break
-                match = re.search(r"open (http://\S+?)/?$", line.strip())
+                match = re.search(announce, line.strip())
                 if match:
+                    if merged:  # keep reading its log, or uvicorn blocks on a full pipe
+                        threading.Thread(target=_drain, args=(process.stdout,), daemon=True).start()
                     return Server(name, process, match.group(1))
         process.kill()
         process.wait()
         stderr.seek(0)
         raise RuntimeError(f"{name} did not start: {' '.join(argv)}\n{stderr.read()}")
+
+
+def _drain(stream: Any) -> None:
+    for _ in stream:
+        pass
 
 
 # -- wrk --------------------------------------------------------------------------------
@@ -468,6 +499,133 @@ def report(throughput: Throughput, latency: Latency) -> None:
     )
 
 
+# -- workers: one process against two ------------------------------------------------------
+
+WORKER_PATHS = [(f"/v1/ids?count={BATCH}", BATCH), ("/v1/id", 1)]
+WORKER_SCRAPES = 16
+IDS_TARGET = 1.8
+REQUESTS_TARGET = 1.2
+
+
+def issued_by_generator(url: str, scrapes: int) -> dict[str, float]:
+    """``idmint_ids_issued_total`` per generator ID, from ``scrapes`` new connections.
+
+    ``idmint serve --workers N`` answers for all its workers on any connection;
+    uvicorn's workers each for themselves, so several connections are needed to
+    see every worker (the largest count of each generator is kept).
+    """
+    seen: dict[str, float] = {}
+    for _ in range(scrapes):
+        host, _, port = url.removeprefix("http://").rpartition(":")
+        connection = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=30)
+        try:
+            connection.request("GET", "/metrics")
+            text = connection.getresponse().read().decode()
+        finally:
+            connection.close()
+        for generator, value in re.findall(
+            r'^idmint_ids_issued_total\{[^}]*generator="(\d+)"[^}]*\} (\S+)$', text, re.MULTILINE
+        ):
+            seen[generator] = max(seen.get(generator, 0.0), float(value))
+    return seen
+
+
+@dataclass
+class WorkerRun:
+    result: WrkResult
+    idlest_share: float | None
+    """The smallest share of the run's IDs issued by one generator ID (one worker)."""
+
+
+WorkerRuns = dict[tuple[str, str], list[WorkerRun]]
+
+
+def measure_workers(wrk: str, duration: float, rounds: int) -> tuple[list[str], WorkerRuns]:
+    python = sys.executable
+    argvs = {
+        "idmint serve (1 process)": [python, "-m", "idmint", "serve", "--port", "0"],
+        "idmint serve --workers 2": [
+            *(python, "-m", "idmint", "serve", "--port", "0", "--workers", "2"),
+        ],
+        "uvicorn --workers 2 (create_app)": [
+            *(python, "-m", "uvicorn", "--factory", "idmint.server.app:create_app"),
+            *("--workers", "2", "--port", "0", "--no-access-log"),
+        ],
+    }
+    workers = {"idmint serve (1 process)": 1}
+    servers: dict[str, Server] = {}
+    runs: WorkerRuns = {(name, path): [] for name in argvs for path, _ in WORKER_PATHS}
+    try:
+        for name, argv in argvs.items():
+            if name.startswith("uvicorn"):
+                servers[name] = start_server(
+                    name, argv, announce=r"Uvicorn running on (http://\S+?) ", merged=True
+                )
+            else:
+                servers[name] = start_server(name, argv)
+        for name, server in servers.items():  # warm-up; uvicorn's workers claim as they start
+            for path, _ in WORKER_PATHS:
+                run_wrk(wrk, server.url + path, 1, latency=False)
+            scrapes = 1 if name.startswith("idmint") else WORKER_SCRAPES
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while len(issued_by_generator(server.url, scrapes)) < workers.get(name, 2):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{name}: not every worker has issued an ID")
+        for _ in range(rounds):
+            for path, _ids in WORKER_PATHS:
+                for name, server in servers.items():
+                    scrapes = 1 if name.startswith("idmint") else WORKER_SCRAPES
+                    before = issued_by_generator(server.url, scrapes)
+                    result = run_wrk(wrk, server.url + path, duration, latency=False)
+                    after = issued_by_generator(server.url, scrapes)
+                    deltas = [after[g] - before.get(g, 0.0) for g in after]
+                    total = sum(deltas)
+                    share = min(deltas) / total if total and len(deltas) > 1 else None
+                    runs[name, path].append(WorkerRun(result, share))
+    finally:
+        for server in servers.values():
+            server.stop()
+    return list(argvs), runs
+
+
+def report_workers(names: list[str], runs: WorkerRuns) -> None:
+    single = names[0]
+    print(
+        "\n| server | target | requests/s | IDs/s | vs 1 process (median of rounds) "
+        "| idlest worker's share of IDs | non-2xx / socket errors |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|")
+    verdicts = []
+    for path, per_request in WORKER_PATHS:
+        for name in names:
+            mine = runs[name, path]
+            rate = statistics.median(run.result.requests_per_s for run in mine)
+            ratios = [
+                run.result.requests_per_s / base.result.requests_per_s
+                for run, base in zip(mine, runs[single, path], strict=True)
+            ]
+            ratio = statistics.median(ratios)
+            shares = [run.idlest_share for run in mine if run.idlest_share is not None]
+            cells = [
+                name,
+                f"`{path}`",
+                f"{rate:,.0f}",
+                f"{rate * per_request:,.0f}",
+                "1.00"
+                if name == single
+                else f"{ratio:.2f} ({', '.join(f'{r:.2f}' for r in ratios)})",
+                ", ".join(f"{share:.0%}" for share in shares) if shares else "-",
+                f"{sum(r.result.non_2xx for r in mine)} / "
+                f"{sum(r.result.socket_errors for r in mine)}",
+            ]
+            print("| " + " | ".join(cells) + " |")
+            if name == names[1]:
+                target = IDS_TARGET if per_request > 1 else REQUESTS_TARGET
+                verdict = "meets" if ratio >= target else "misses"
+                verdicts.append(f"{path}: {ratio:.2f}x ({verdict} the {target}x target)")
+    print("\n--workers 2 against one process: " + "; ".join(verdicts) + ".")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per wrk run")
@@ -479,6 +637,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serve-hello-stock", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--limits-only", action="store_true", help="only the request limits' CPU cost (~10 s)"
+    )
+    parser.add_argument(
+        "--workers-only", action="store_true", help="only one process against --workers 2"
     )
     args = parser.parse_args(argv)
     if args.serve_hello or args.serve_hello_stock:
@@ -494,9 +655,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"Machine: {machine_note()}")
     print(f"Load average before: {load_average()}; {duration:g} s per wrk run\n")
-    throughput, latency = measure(wrk, duration, rounds)
-    report(throughput, latency)
-    limits_cost()
+    if not args.workers_only:
+        throughput, latency = measure(wrk, duration, rounds)
+        report(throughput, latency)
+    report_workers(*measure_workers(wrk, duration, rounds))
+    if not args.workers_only:
+        limits_cost()
     print(f"Load average after: {load_average()}")
     return 0
 

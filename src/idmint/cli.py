@@ -81,6 +81,15 @@ def _integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
 
 
+def _workers(text: str) -> int:
+    from idmint.server.settings import parse_workers
+
+    try:
+        return parse_workers(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _positive_count(text: str) -> int:
     value = _integer(text)
     if value < 0:
@@ -195,6 +204,13 @@ def _add_fleet_commands(commands: Any) -> None:
         type=_integer,
         metavar="K",
         help="hold K generator IDs (default 1; IDMINT_GENERATORS)",
+    )
+    serve.add_argument(
+        "--workers",
+        type=_workers,
+        metavar="N",
+        help="serve from N worker processes on the port, each with its own --generators K "
+        "claims; auto: one per available core (default 1; IDMINT_WORKERS)",
     )
     serve.add_argument(
         "--token-file", metavar="F", help="require this bearer token on /v1/* (IDMINT_TOKEN_FILE)"
@@ -525,7 +541,8 @@ def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     token = _token("serve", args.token_file, settings.pop("token_file"))
 
     def announce(port: int) -> None:
-        out.write(startup_line(settings["scheme"], settings["host"], port) + "\n")
+        line = startup_line(settings["scheme"], settings["host"], port, settings["workers"])
+        out.write(line + "\n")
         out.flush()
 
     return serve(

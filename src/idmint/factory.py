@@ -117,17 +117,22 @@ def new_generator(
 
 
 def new_generators(
-    scheme: str, count: int, coordinator: str | None = None, **options: Any
+    scheme: str, count: int, coordinator: str | None = None, *, offset: int = 0, **options: Any
 ) -> list[TickGenerator[Any]]:
     """``count`` generators for ``scheme``, each with an identity of its own.
 
     Claimed ones each make their own claim. A configured identity
     (``static://`` or identity options) is the first of ``count`` consecutive
     ones: generators G, G+1, ... (node IDs for elastic64 and short60), each
-    held on this host. If one cannot be made, those made are closed.
+    held on this host. ``offset`` skips that many of them first (G+offset,
+    ...), so that processes sharing one configuration (the workers of
+    ``idmint serve --workers``) take distinct blocks; claimed identities ignore
+    it. If one cannot be made, those made are closed.
     """
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 64:
         raise ConfigurationError(f"the number of generators must be 1..64, got {count!r}")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ConfigurationError(f"the identity offset must be a whole number, got {offset!r}")
     first = _configured_identity(scheme, coordinator, options)
     tuning = {
         name: value for name, value in options.items() if name not in IDENTITY_OPTIONS[scheme]
@@ -139,7 +144,7 @@ def new_generators(
                 made.append(new_generator(scheme, coordinator, **options))
             else:
                 counted = "generator" if "generator" in first else "node"
-                nth = {**first, counted: first[counted] + index}
+                nth = {**first, counted: first[counted] + offset + index}
                 made.append(new_generator(scheme, None, **tuning, **nth))
     except BaseException:
         for generator in made:

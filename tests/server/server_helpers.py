@@ -9,6 +9,8 @@
   (``/proc/net/tcp``): the tests use them to know that the server has read a request,
   and not yet answered it, without sleeping.
 * :func:`list_claims` runs ``idmint claims list`` against a coordinator URL.
+* :func:`get_alone` sends one request on a connection of its own: with
+  ``--workers N`` each new connection may reach another worker.
 * :func:`assert_json_error` checks the ``{"error", "detail"}`` body every error carries.
 
 Waiting is on a condition with a deadline (:func:`tests.servers.wait_until`) or on a
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import http.client
 import json
 import os
 import queue
@@ -50,6 +53,7 @@ __all__ = [
     "TcpQueues",
     "assert_json_error",
     "client",
+    "get_alone",
     "in_threads",
     "list_claims",
     "load_rows",
@@ -269,6 +273,17 @@ def _pdeathsig_prefix() -> list[str]:
         return []
     setpriv = shutil.which("setpriv")
     return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
+
+
+def get_alone(port: int, path: str, *, timeout: float = 30.0) -> tuple[int, bytes]:
+    """``GET path`` on a new connection, closed after: the status and the body."""
+    connection = http.client.HTTPConnection(LOOPBACK, port, timeout=timeout)
+    try:
+        connection.request("GET", path, headers={"Connection": "close"})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
 
 
 # -- errors, metrics, vectors -------------------------------------------------------------

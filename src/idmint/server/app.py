@@ -7,7 +7,7 @@ Routes (the OpenAPI document at ``/openapi.json`` is the reference):
 ``GET /v1/ids?count=N``     ``{"scheme": ..., "ids": ["...", ...]}``; IDs always as
                             strings (JavaScript cannot hold 64-bit integers)
 ``GET /v1/decode/{id}``     the JSON of ``idmint decode`` (``?scheme=``, ``?node_bits=``)
-``GET /v1/claims``          the identities this server holds
+``GET /v1/claims``          the identities this server holds (all its workers')
 ``GET /v1/services``        the discovery tree, when ``discovery`` is configured
 ``GET /livez``              200 while the process serves (liveness)
 ``GET /readyz``             200 while IDs can be issued, else 503 with the reason
@@ -19,6 +19,10 @@ Routes (the OpenAPI document at ``/openapi.json`` is the reference):
 
 Every route answers HEAD as GET without the body; ``HEAD /v1/id`` and
 ``HEAD /v1/ids`` say whether IDs could be issued without issuing any.
+
+In a worker of ``idmint serve --workers N`` (:attr:`IdServer.siblings` set),
+``/metrics`` and ``/v1/claims`` describe the whole server
+(:mod:`idmint.server.siblings`); the probes describe the worker that answers.
 
 Errors are JSON ``{"error": ..., "detail": ...}``: 400 malformed request, 401
 missing or wrong bearer token (``/v1/*`` only, when a token is set), 404, 405,
@@ -59,6 +63,7 @@ from idmint.generate.core import TickGenerator
 from idmint.schemes import SCHEMES, parse_id
 from idmint.server.metrics import Family, Metrics, Samples
 from idmint.server.openapi import openapi_document
+from idmint.server.siblings import Siblings
 
 __all__ = ["IdServer", "create_app"]
 
@@ -110,8 +115,17 @@ def create_app(
     discovery: str | None = None,
     advertise: tuple[str, int] | None = None,
     options: dict[str, Any] | None = None,
+    identity_offset: int = 0,
 ) -> IdServer:
-    """The ASGI app. Nothing is claimed until the app starts (ASGI lifespan)."""
+    """The ASGI app. Nothing is claimed until the app starts (ASGI lifespan).
+
+    So each worker process of an ASGI server (``uvicorn --workers N``, gunicorn,
+    with or without ``--preload``) claims its own identities from this host's
+    pool when it starts, never the parent before a fork. A configured identity
+    (``static://?generator=G``) would be the same in every worker and refused
+    in all but one: ``identity_offset`` (for worker i of K generators each:
+    i x K) makes each take its own block.
+    """
     return IdServer(
         scheme=scheme,
         coordinator=coordinator,
@@ -121,6 +135,7 @@ def create_app(
         discovery=discovery,
         advertise=advertise,
         options=options or {},
+        identity_offset=identity_offset,
     )
 
 
@@ -138,6 +153,7 @@ class IdServer:
         discovery: str | None,
         advertise: tuple[str, int] | None,
         options: dict[str, Any],
+        identity_offset: int = 0,
     ) -> None:
         if scheme not in SCHEMES:
             raise ConfigurationError(
@@ -157,6 +173,9 @@ class IdServer:
         self._discovery_url = discovery
         self._advertise = advertise
         self._options = options
+        self.identity_offset = identity_offset
+        self.siblings: Siblings | None = None
+        """Set in a worker of ``idmint serve --workers N``: the whole server's view."""
         self.generators: list[TickGenerator[Any]] = []
         self._cycle: Any = None
         self._discovery: Any = None
@@ -210,7 +229,11 @@ class IdServer:
 
     def _make_generators(self) -> list[TickGenerator[Any]]:
         return new_generators(
-            self.scheme, self.generator_count, coordinator=self.coordinator, **self._options
+            self.scheme,
+            self.generator_count,
+            coordinator=self.coordinator,
+            offset=self.identity_offset,
+            **self._options,
         )
 
     def _register(self) -> None:
@@ -219,16 +242,22 @@ class IdServer:
         assert self._discovery_url is not None
         self._discovery = Discovery(self._discovery_url)
         host, port = self._advertise or ("127.0.0.1", 0)
+        metadata = {"scheme": self.scheme, "generators": str(self.generator_count)}
+        if self.siblings is not None:
+            # Each worker is an instance of its own (it holds its own claims).
+            metadata.update(worker=str(self.siblings.index), workers=str(self.siblings.count))
         self._registration = self._discovery.register(
             "idmint",
             host=host,
             port=port,
             endpoints=["ids", f"ids:{self.scheme}"],
-            metadata={"scheme": self.scheme, "generators": str(self.generator_count)},
+            metadata=metadata,
         )
 
     async def shutdown(self) -> None:
         """Release claims and the discovery registration."""
+        if self.siblings is not None:
+            await self.siblings.stop()  # its last snapshot, with every request counted
         generators, self.generators = self.generators, []
         for generator in generators:
             await asyncio.to_thread(generator.close)
@@ -244,6 +273,8 @@ class IdServer:
             if message["type"] == "lifespan.startup":
                 try:
                     await self.startup()
+                    if self.siblings is not None:
+                        await self.siblings.start()
                 except Exception as error:  # reported to the server, which exits
                     log.error("idmint server could not start: %s", error)  # noqa: TRY400
                     await send({"type": "lifespan.startup.failed", "message": str(error)})
@@ -510,6 +541,15 @@ class IdServer:
         return 200, _JSON, json.dumps(value.to_dict()).encode()
 
     async def _claims(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+        body: dict[str, Any] = {"scheme": self.scheme, "coordinator": self.coordinator}
+        if self.siblings is None:
+            body["claims"] = self.claim_rows()
+        else:
+            body["claims"], body["workers"] = await self.siblings.claims()
+        return 200, _JSON, json.dumps(body).encode()
+
+    def claim_rows(self) -> list[dict[str, Any]]:
+        """``/v1/claims`` rows of this process's generators."""
         rows = []
         for generator in self.generators:
             claim = _claim_of(generator)
@@ -531,8 +571,7 @@ class IdServer:
                     problem=None if usable else problem,
                 )
             rows.append(row)
-        body = {"scheme": self.scheme, "coordinator": self.coordinator, "claims": rows}
-        return 200, _JSON, json.dumps(body).encode()
+        return rows
 
     async def _services(self, scope: Scope) -> tuple[int, list[Any], bytes]:
         if self._discovery is None:
@@ -547,7 +586,14 @@ class IdServer:
 
     async def _livez(self, scope: Scope) -> tuple[int, list[Any], bytes]:
         # Answering at all is the proof: a lost claim makes the server unready, not dead.
-        return 200, _JSON, b'{"status":"ok"}'
+        return 200, _JSON, self._ok
+
+    @property
+    def _ok(self) -> bytes:
+        """A probe's 200 body; a worker names itself (probes describe the worker answering)."""
+        if self.siblings is None:
+            return b'{"status":"ok"}'
+        return json.dumps({"status": "ok", "worker": self.siblings.index}).encode()
 
     async def _readyz(self, scope: Scope) -> tuple[int, list[Any], bytes]:
         if not self._started:
@@ -556,11 +602,13 @@ class IdServer:
             except IdmintError as error:
                 raise HttpError(503, "unavailable", str(error)) from None
         if any(self._usable(g) for g in self.generators):
-            return 200, _JSON, b'{"status":"ok"}'
+            return 200, _JSON, self._ok
         raise HttpError(503, "unavailable", self._why_unavailable())
 
     async def _metrics(self, scope: Scope) -> tuple[int, list[Any], bytes]:
         headers = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]
+        if self.siblings is not None:
+            return 200, headers, (await self.siblings.render_metrics()).encode()
         return 200, headers, self.metrics.render().encode()
 
     async def _openapi_json(self, scope: Scope) -> tuple[int, list[Any], bytes]:

@@ -13,12 +13,21 @@ import datetime as _dt
 import json
 import logging
 import sys
+import threading
 from collections.abc import Iterator
 from typing import TextIO
 
 from idmint.errors import ConfigurationError
 
-__all__ = ["LOG_FORMATS", "LOG_LEVELS", "JsonFormatter", "TextFormatter", "server_logging"]
+__all__ = [
+    "LOG_FORMATS",
+    "LOG_LEVELS",
+    "JsonFormatter",
+    "LogHold",
+    "TextFormatter",
+    "held_until_started",
+    "server_logging",
+]
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("text", "json")
@@ -30,10 +39,21 @@ def _iso_time(record: logging.LogRecord) -> str:
 
 
 class TextFormatter(logging.Formatter):
-    """``2026-01-01T00:00:00.000Z WARNING idmint.coordinate: message`` (+ traceback lines)."""
+    """``2026-01-01T00:00:00.000Z WARNING idmint.coordinate: message`` (+ traceback lines).
+
+    A worker of ``idmint serve --workers N`` names itself after the logger:
+    ``... idmint.coordinate (worker 2): message``.
+    """
+
+    def __init__(self, worker: int | None = None) -> None:
+        super().__init__()
+        self._worker = "" if worker is None else f" (worker {worker})"
 
     def format(self, record: logging.LogRecord) -> str:
-        line = f"{_iso_time(record)} {record.levelname} {record.name}: {record.getMessage()}"
+        line = (
+            f"{_iso_time(record)} {record.levelname} {record.name}{self._worker}: "
+            f"{record.getMessage()}"
+        )
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
@@ -42,16 +62,23 @@ class TextFormatter(logging.Formatter):
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ``time``, ``level``, ``logger``, ``message``, ``exception``.
 
-    ``exception`` (the traceback text) is present only when the record has one.
+    ``exception`` (the traceback text) is present only when the record has one;
+    ``worker`` (its index) only in a worker of ``idmint serve --workers N``.
     """
 
+    def __init__(self, worker: int | None = None) -> None:
+        super().__init__()
+        self._worker = worker
+
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        entry: dict[str, object] = {
             "time": _iso_time(record),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
         }
+        if self._worker is not None:
+            entry["worker"] = self._worker
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         elif record.exc_text:
@@ -74,13 +101,15 @@ def server_logging(
     format: str = "text",
     access_log: bool = False,
     stream: TextIO | None = None,
+    worker: int | None = None,
 ) -> Iterator[None]:
     """Send the ``idmint`` and ``uvicorn`` loggers to ``stream`` (stderr) while inside.
 
     uvicorn's own messages pass at WARNING and above (its INFO lines repeat what
     ``idmint serve`` prints), at DEBUG when ``level`` is debug. The access log
     (``uvicorn.access``, one line per request) only when ``access_log``. What
-    was configured before is restored on exit.
+    was configured before is restored on exit. ``worker``: each line names
+    this worker of ``idmint serve --workers N``.
     """
     numeric = _level(level)
     if format not in LOG_FORMATS:
@@ -88,7 +117,7 @@ def server_logging(
             f"unknown log format {format!r}; expected one of {', '.join(LOG_FORMATS)}"
         )
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
-    handler.setFormatter(JsonFormatter() if format == "json" else TextFormatter())
+    handler.setFormatter(JsonFormatter(worker) if format == "json" else TextFormatter(worker))
     settings = {
         "idmint": numeric,
         "uvicorn": logging.DEBUG if numeric <= logging.DEBUG else max(numeric, logging.WARNING),
@@ -118,6 +147,46 @@ def server_logging(
         handler.close()
 
 
+class LogHold:
+    """What ``name`` logs, held from :meth:`start` until :meth:`release` or :meth:`drop`.
+
+    Released, the records are passed on in order (from any thread); dropped,
+    they are forgotten. Either restores the logger's handlers.
+    """
+
+    def __init__(self, name: str = "idmint") -> None:
+        self._logger = logging.getLogger(name)
+        self._held: list[logging.LogRecord] = []
+        self._handlers: list[logging.Handler] | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        held = self._held
+
+        class Hold(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                held.append(record)
+
+        with self._lock:
+            self._handlers = list(self._logger.handlers)
+            self._logger.handlers = [Hold()]
+
+    def release(self) -> None:
+        with self._lock:
+            if self._handlers is None:
+                return
+            self._logger.handlers, self._handlers = self._handlers, None
+            held, self._held[:] = list(self._held), []
+        for record in held:
+            self._logger.handle(record)
+
+    def drop(self) -> None:
+        with self._lock:
+            if self._handlers is not None:
+                self._logger.handlers, self._handlers = self._handlers, None
+            self._held.clear()
+
+
 @contextlib.contextmanager
 def held_until_started(name: str = "idmint") -> Iterator[None]:
     """Hold what ``name`` logs while the server starts; pass it on if it starts.
@@ -126,18 +195,11 @@ def held_until_started(name: str = "idmint") -> Iterator[None]:
     made and gave back on the way are not part of that story. One that starts
     logs them as they happened, in order.
     """
-    logger = logging.getLogger(name)
-    held: list[logging.LogRecord] = []
-
-    class Hold(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            held.append(record)
-
-    handlers = list(logger.handlers)
-    logger.handlers = [Hold()]
+    hold = LogHold(name)
+    hold.start()
     try:
         yield
-    finally:
-        logger.handlers = handlers
-    for record in held:
-        logger.handle(record)
+    except BaseException:
+        hold.drop()
+        raise
+    hold.release()

@@ -3,9 +3,12 @@
 Counters are plain ints (the server runs on one event loop thread); the
 latency histogram finds its bucket with ``bisect``. Everything else (the
 generators' and claims' counts, the process's CPU time and memory) is read
-when ``/metrics`` is scraped, not kept up to date per request. ``render()``
-writes the text exposition format (version 0.0.4) Prometheus scrapes, with the
-standard ``process_*`` families, so no client library is needed to serve it.
+when ``/metrics`` is scraped, not kept up to date per request. ``collect()``
+gives every family as plain data (:class:`FamilyData`), which the workers of
+``idmint serve --workers N`` exchange (:mod:`idmint.server.siblings`);
+:func:`render` writes families in the text exposition format (version 0.0.4)
+Prometheus scrapes, with the standard ``process_*`` families, so no client
+library is needed to serve it.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
-__all__ = ["LATENCY_BUCKETS_S", "Family", "Metrics", "labels_text"]
+__all__ = ["LATENCY_BUCKETS_S", "Family", "FamilyData", "Metrics", "labels_text", "render"]
 
 LATENCY_BUCKETS_S = (
     0.0001,
@@ -38,6 +42,32 @@ LATENCY_BUCKETS_S = (
 
 Samples = Iterable[tuple[Mapping[str, str], float]]
 
+Sample = tuple[str, dict[str, str], float]
+"""One line of a family: the sample's name (the family's, or with ``_bucket``,
+``_sum``, ``_count`` for a histogram), its labels, its value."""
+
+
+class FamilyData(NamedTuple):
+    """A metric family as it stands when collected: what :func:`render` writes."""
+
+    name: str
+    kind: str
+    help: str
+    samples: list[Sample]
+
+
+def render(families: Iterable[FamilyData]) -> str:
+    """The text exposition format: each family's HELP and TYPE, then its samples."""
+    lines = []
+    for family in families:
+        lines.append(f"# HELP {family.name} {family.help}")
+        lines.append(f"# TYPE {family.name} {family.kind}")
+        lines += [
+            f"{name}{labels_text(labels)} {_number(value)}"
+            for name, labels, value in family.samples
+        ]
+    return "\n".join(lines) + "\n"
+
 
 class Family:
     """One metric family read on scrape: name, type, help, and a function giving its samples."""
@@ -50,12 +80,11 @@ class Family:
         self.help = help
         self.samples = samples
 
-    def render(self) -> list[str]:
-        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
-        lines += [
-            f"{self.name}{labels_text(labels)} {_number(value)}" for labels, value in self.samples()
+    def collect(self) -> FamilyData:
+        samples: list[Sample] = [
+            (self.name, dict(labels), value) for labels, value in self.samples()
         ]
-        return lines
+        return FamilyData(self.name, self.kind, self.help, samples)
 
 
 def labels_text(labels: Mapping[str, str]) -> str:
@@ -89,6 +118,17 @@ class _Histogram:
         self.count += 1
         self.total += seconds
 
+    def samples(self, name: str, route: str) -> list[Sample]:
+        cumulative = 0
+        samples: list[Sample] = []
+        for bound, count in zip(LATENCY_BUCKETS_S, self.counts, strict=False):
+            cumulative += count
+            samples.append((f"{name}_bucket", {"route": route, "le": str(bound)}, cumulative))
+        samples.append((f"{name}_bucket", {"route": route, "le": "+Inf"}, self.count))
+        samples.append((f"{name}_sum", {"route": route}, self.total))
+        samples.append((f"{name}_count", {"route": route}, self.count))
+        return samples
+
 
 class Metrics:
     """Request counts and latencies by route; other families read on scrape.
@@ -109,46 +149,47 @@ class Metrics:
         self.latency[route].observe(seconds)
 
     def render(self) -> str:
-        lines = [
-            "# HELP idmint_build_info The running idmint version (always 1).",
-            "# TYPE idmint_build_info gauge",
-            "idmint_build_info"
-            + labels_text({"version": self.version, "python_version": platform.python_version()})
-            + " 1",
-            *_process_lines(),
-            "# HELP idmint_ids_served_total IDs returned to clients.",
-            "# TYPE idmint_ids_served_total counter",
-            f"idmint_ids_served_total {self.ids_served}",
-            "# HELP idmint_http_requests_total HTTP requests by route and status code.",
-            "# TYPE idmint_http_requests_total counter",
+        return render(self.collect())
+
+    def collect(self) -> list[FamilyData]:
+        """Every family, build information and the process's own first."""
+        build = {"version": self.version, "python_version": platform.python_version()}
+        families = [
+            FamilyData(
+                "idmint_build_info",
+                "gauge",
+                "The running idmint version (always 1).",
+                [("idmint_build_info", build, 1)],
+            ),
+            *_process_families(),
+            FamilyData(
+                "idmint_ids_served_total",
+                "counter",
+                "IDs returned to clients.",
+                [("idmint_ids_served_total", {}, self.ids_served)],
+            ),
+            FamilyData(
+                "idmint_http_requests_total",
+                "counter",
+                "HTTP requests by route and status code.",
+                [
+                    ("idmint_http_requests_total", {"route": route, "code": str(status)}, count)
+                    for (route, status), count in sorted(self.requests.items())
+                ],
+            ),
+            FamilyData(
+                "idmint_http_request_duration_seconds",
+                "histogram",
+                "Request latency by route.",
+                [
+                    sample
+                    for route, histogram in sorted(self.latency.items())
+                    for sample in histogram.samples("idmint_http_request_duration_seconds", route)
+                ],
+            ),
         ]
-        for (route, status), count in sorted(self.requests.items()):
-            lines.append(f'idmint_http_requests_total{{route="{route}",code="{status}"}} {count}')
-        lines += [
-            "# HELP idmint_http_request_duration_seconds Request latency by route.",
-            "# TYPE idmint_http_request_duration_seconds histogram",
-        ]
-        for route, histogram in sorted(self.latency.items()):
-            cumulative = 0
-            for bound, count in zip(LATENCY_BUCKETS_S, histogram.counts, strict=False):
-                cumulative += count
-                lines.append(
-                    f'idmint_http_request_duration_seconds_bucket{{route="{route}",le="{bound}"}}'
-                    f" {cumulative}"
-                )
-            lines.append(
-                f'idmint_http_request_duration_seconds_bucket{{route="{route}",le="+Inf"}}'
-                f" {histogram.count}"
-            )
-            lines.append(
-                f'idmint_http_request_duration_seconds_sum{{route="{route}"}} {histogram.total:.6f}'
-            )
-            lines.append(
-                f'idmint_http_request_duration_seconds_count{{route="{route}"}} {histogram.count}'
-            )
-        for family in self.families:
-            lines.extend(family.render())
-        return "\n".join(lines) + "\n"
+        families += [family.collect() for family in self.families]
+        return families
 
 
 # -- the process, as Prometheus client libraries report it ----------------------------------
@@ -156,57 +197,67 @@ class Metrics:
 _PROC = Path("/proc/self")
 
 
-def _process_lines() -> list[str]:
+def _process_families() -> list[FamilyData]:
     """The standard ``process_*`` families, from ``/proc`` where it exists (Linux).
 
     CPU time and the file-descriptor limit come from ``resource`` everywhere;
     memory, open descriptors and the start time need ``/proc`` and are left out
     without it rather than reported wrong.
     """
+
+    def one(name: str, kind: str, help: str, value: float) -> FamilyData:
+        return FamilyData(name, kind, help, [(name, {}, value)])
+
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    lines = [
-        "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.",
-        "# TYPE process_cpu_seconds_total counter",
-        f"process_cpu_seconds_total {usage.ru_utime + usage.ru_stime:.6f}",
+    families = [
+        one(
+            "process_cpu_seconds_total",
+            "counter",
+            "Total user and system CPU time spent in seconds.",
+            round(usage.ru_utime + usage.ru_stime, 6),
+        )
     ]
     stat = _proc_stat()
     if stat is not None:
         virtual_bytes, resident_pages, start_ticks = stat
-        lines += [
-            "# HELP process_virtual_memory_bytes Virtual memory size in bytes.",
-            "# TYPE process_virtual_memory_bytes gauge",
-            f"process_virtual_memory_bytes {virtual_bytes}",
-            "# HELP process_resident_memory_bytes Resident memory size in bytes.",
-            "# TYPE process_resident_memory_bytes gauge",
-            f"process_resident_memory_bytes {resident_pages * _PAGE_SIZE}",
+        families += [
+            one(
+                "process_virtual_memory_bytes",
+                "gauge",
+                "Virtual memory size in bytes.",
+                virtual_bytes,
+            ),
+            one(
+                "process_resident_memory_bytes",
+                "gauge",
+                "Resident memory size in bytes.",
+                resident_pages * _PAGE_SIZE,
+            ),
         ]
         boot = _boot_time_s()
         if boot is not None:
-            started = boot + start_ticks / _TICKS_PER_S
-            lines += [
-                "# HELP process_start_time_seconds Start time of the process since unix epoch "
-                "in seconds.",
-                "# TYPE process_start_time_seconds gauge",
-                f"process_start_time_seconds {started:.2f}",
-            ]
+            families.append(
+                one(
+                    "process_start_time_seconds",
+                    "gauge",
+                    "Start time of the process since unix epoch in seconds.",
+                    round(boot + start_ticks / _TICKS_PER_S, 2),
+                )
+            )
     try:
         open_fds = len(os.listdir(_PROC / "fd"))
     except OSError:
         open_fds = None
     if open_fds is not None:
-        lines += [
-            "# HELP process_open_fds Number of open file descriptors.",
-            "# TYPE process_open_fds gauge",
-            f"process_open_fds {open_fds}",
-        ]
+        families.append(
+            one("process_open_fds", "gauge", "Number of open file descriptors.", open_fds)
+        )
     soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft_limit != resource.RLIM_INFINITY:
-        lines += [
-            "# HELP process_max_fds Maximum number of open file descriptors.",
-            "# TYPE process_max_fds gauge",
-            f"process_max_fds {soft_limit}",
-        ]
-    return lines
+        families.append(
+            one("process_max_fds", "gauge", "Maximum number of open file descriptors.", soft_limit)
+        )
+    return families
 
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096

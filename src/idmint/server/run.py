@@ -1,4 +1,8 @@
-"""Run the ID server with uvicorn: ``idmint serve`` and :func:`serve`."""
+"""Run the ID server with uvicorn: ``idmint serve`` and :func:`serve`.
+
+One process by default; with ``workers`` above 1, a supervisor and that many
+worker processes on one port (:mod:`idmint.server.supervisor`).
+"""
 
 from __future__ import annotations
 
@@ -16,7 +20,16 @@ from idmint.server.app import create_app
 from idmint.server.limits import REQUEST_TIMEOUT_S, RequestLimits, limited_http_protocol
 from idmint.server.logs import held_until_started, server_logging
 
-__all__ = ["browser_url", "serve", "startup_line"]
+__all__ = [
+    "GRACEFUL_SHUTDOWN_S",
+    "bound_socket",
+    "browser_url",
+    "listen_socket",
+    "serve",
+    "startup_line",
+    "stop_signals_handled_by",
+    "uvicorn_config",
+]
 
 GRACEFUL_SHUTDOWN_S = 10
 KEEP_ALIVE_S = 5
@@ -39,6 +52,7 @@ def serve(
     log_format: str = "text",
     access_log: bool = False,
     request_timeout: float = REQUEST_TIMEOUT_S,
+    workers: int = 1,
 ) -> int:
     """Serve until SIGTERM/SIGINT: finish in-flight requests, release claims, return 0.
 
@@ -49,8 +63,35 @@ def serve(
     ``request_timeout`` seconds and hold at most
     :data:`~idmint.server.limits.MAX_REQUEST_BYTES` (see :mod:`idmint.server.limits`).
     ``announce(port)`` is called once the socket listens.
+
+    ``workers`` above 1 runs that many worker processes on the port, each with
+    its own ``generators`` claims, under a supervisor (this process, which
+    claims nothing) that replaces a worker that dies; ``announce`` is called
+    once every worker serves. ``options`` must then be plain JSON values, and
+    this must run in the main thread (the supervisor handles SIGCHLD).
     """
     limits = RequestLimits(request_timeout_s=request_timeout)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigurationError(f"workers must be a whole number from 1, got {workers!r}")
+    if workers > 1:
+        from idmint.server.supervisor import WorkerSettings, serve_workers
+
+        settings = WorkerSettings(
+            host=host,
+            scheme=scheme,
+            coordinator=coordinator,
+            generators=generators,
+            token=token,
+            max_count=max_count,
+            discovery=discovery,
+            options=options or {},
+            log_level=log_level,
+            log_format=log_format,
+            access_log=access_log,
+            request_timeout=limits.request_timeout_s,
+        )
+        with server_logging(level=log_level, format=log_format, access_log=access_log):
+            return serve_workers(settings, workers=workers, port=port, announce=announce)
     with server_logging(level=log_level, format=log_format, access_log=access_log):
         return _serve(
             host=host,
@@ -90,7 +131,7 @@ def _serve(
             "the ID server needs uvicorn; install idmint with the server extra: "
             "pip install 'idmint[server]'"
         ) from None
-    listener = _listen(host, port)
+    listener = listen_socket(host, port)
     bound_port = listener.getsockname()[1]
     app = create_app(
         scheme=scheme,
@@ -110,10 +151,26 @@ def _serve(
     except BaseException:
         listener.close()
         raise
-    config = uvicorn.Config(
+    server = uvicorn.Server(uvicorn_config(app, host, bound_port, limits, access_log=access_log))
+    with stop_signals_handled_by(server.handle_exit):
+        if announce is not None:
+            # The socket already listens: connections wait in its backlog until
+            # uvicorn accepts them, so saying where to connect now is true.
+            announce(bound_port)
+        server.run(sockets=[listener])
+    return 0
+
+
+def uvicorn_config(
+    app: Any, host: str, port: int, limits: RequestLimits, *, access_log: bool
+) -> Any:
+    """uvicorn's settings for the ID server (one process, or each worker)."""
+    import uvicorn
+
+    return uvicorn.Config(
         app,
         host=host,
-        port=bound_port,
+        port=port,
         lifespan="on",
         # uvicorn's parser, with the request size limit and timeout it lacks.
         http=limited_http_protocol(limits),
@@ -128,18 +185,10 @@ def _serve(
         h11_max_incomplete_event_size=limits.max_request_bytes,
         server_header=False,
     )
-    server = uvicorn.Server(config)
-    with _stop_signals_handled_by(server.handle_exit):
-        if announce is not None:
-            # The socket already listens: connections wait in its backlog until
-            # uvicorn accepts them, so saying where to connect now is true.
-            announce(bound_port)
-        server.run(sockets=[listener])
-    return 0
 
 
 @contextlib.contextmanager
-def _stop_signals_handled_by(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+def stop_signals_handled_by(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
     """Send SIGTERM/SIGINT to uvicorn's own handler, also before and after it runs.
 
     Before: a stop signal that arrives between "open http://..." and uvicorn
@@ -161,13 +210,15 @@ def _stop_signals_handled_by(handler: Callable[[int, FrameType | None], None]) -
             signal.signal(signum, old)
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    """Bind and listen ourselves, so a busy port is one clear error."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+def listen_socket(host: str, port: int, *, shared_port: bool = False) -> socket.socket:
+    """Bind and listen ourselves, so a busy port is one clear error.
+
+    ``shared_port``: with ``SO_REUSEPORT``, as each worker of ``--workers N``
+    listens on the port the supervisor reserved (the kernel spreads new
+    connections over the listening sockets).
+    """
+    listener = bound_socket(host, port, shared_port=shared_port)
     try:
-        listener.bind((host, port))
         listener.listen(2048)
     except OSError as error:
         listener.close()
@@ -176,6 +227,23 @@ def _listen(host: str, port: int) -> socket.socket:
         ) from None
     listener.set_inheritable(True)
     return listener
+
+
+def bound_socket(host: str, port: int, *, shared_port: bool) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (not listening); a busy port is one clear error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        if shared_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise ConfigurationError(
+            f"the ID server cannot listen on {host}:{port}: {error.strerror or error}"
+        ) from None
+    return sock
 
 
 def browser_url(host: str, port: int) -> str:
@@ -196,7 +264,7 @@ def browser_url(host: str, port: int) -> str:
     return f"http://{host}:{port}/"
 
 
-def startup_line(scheme: str, host: str, port: int) -> str:
+def startup_line(scheme: str, host: str, port: int, workers: int = 1) -> str:
     """What ``idmint serve`` prints once it listens (starts with ``... open URL``)."""
     line = f"idmint server for {scheme} IDs: open {browser_url(host, port)}"
     try:
@@ -206,4 +274,6 @@ def startup_line(scheme: str, host: str, port: int) -> str:
     if unspecified:
         where = "IPv4" if ":" not in host else "IPv6 (and IPv4, where the system maps it)"
         line += f" (listening on all {where} addresses, port {port})"
+    if workers > 1:
+        line += f" ({workers} worker processes)"
     return line

@@ -7,6 +7,7 @@ unset; a variable whose value cannot be used is an error naming the variable.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,14 @@ from idmint.schemes import SCHEMES
 from idmint.server.limits import REQUEST_TIMEOUT_S
 from idmint.server.logs import LOG_FORMATS, LOG_LEVELS
 
-__all__ = ["SERVE_SETTINGS", "Setting", "resolve_serve_settings"]
+__all__ = [
+    "MAX_WORKERS",
+    "SERVE_SETTINGS",
+    "Setting",
+    "available_cores",
+    "parse_workers",
+    "resolve_serve_settings",
+]
 
 
 def _text(value: str) -> str:
@@ -68,6 +76,29 @@ def _one_of(choices: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
+MAX_WORKERS = 1024
+
+
+def available_cores() -> int:
+    """The cores this process may run on: its CPU affinity where the OS has one."""
+    counted = getattr(os, "process_cpu_count", None)  # Python 3.13
+    if counted is not None:
+        return int(counted() or 1)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def parse_workers(value: str) -> int:
+    """``--workers``: a whole number, or ``auto`` for one worker per available core."""
+    if value.strip().lower() == "auto":
+        return available_cores()
+    try:
+        return _whole_number(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a whole number or auto") from None
+
+
 def _scheme(value: str) -> str:
     if value.strip() not in SCHEMES:
         raise ValueError(f"{value!r} is not a scheme; expected one of {', '.join(SCHEMES)}")
@@ -99,6 +130,7 @@ SERVE_SETTINGS = (
     Setting("host", "IDMINT_HOST", "127.0.0.1", _text),
     Setting("port", "IDMINT_PORT", 8000, _whole_number, _within(0, 65535)),
     Setting("generators", "IDMINT_GENERATORS", 1, _whole_number, _within(1, 64)),
+    Setting("workers", "IDMINT_WORKERS", 1, parse_workers, _within(1, MAX_WORKERS)),
     Setting("token_file", "IDMINT_TOKEN_FILE", None, _text),
     Setting("max_count", "IDMINT_MAX_COUNT", 10_000, _whole_number, _within(1, 1_000_000)),
     Setting("discovery", "IDMINT_DISCOVERY", None, _text),

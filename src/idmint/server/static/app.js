@@ -632,7 +632,7 @@
       return el(
         "tr",
         { class: claim.usable ? "" : "unusable" },
-        el("th", { scope: "row", class: "mono" }, claim.identity),
+        el("th", { scope: "row", class: "mono" }, claim.worker === undefined ? claim.identity : `worker ${claim.worker}: ${claim.identity}`),
         state,
         el("td", {}, el("span", { class: `tag ${claim.usable ? "tag-ok" : "tag-bad"}` }, usable)),
         el("td", { class: "mono small-text", title: claim.coordinator || "" }, claim.state === "static" ? "—" : formatMs(claim.high_water_mark_ms)),

@@ -1,0 +1,193 @@
+"""One worker of ``idmint serve --workers N``: ``python -m idmint.server.worker FD``.
+
+Started by the supervisor (:mod:`idmint.server.supervisor`), never by hand.
+``FD`` is this worker's end of a socket pair: the supervisor writes the
+settings as one JSON line; the worker answers ``{"ready": pid}`` once uvicorn
+serves, or ``{"failed": {"type", "message"}}`` if it cannot start. The
+supervisor answers ``{"go": true}`` once the server is up (every worker ready,
+or this one replacing a dead one): until then the worker holds what it logs, so
+a server that cannot start says so in one line (the supervisor's), as a single
+process does. After that the supervisor sends nothing: end of file means it is
+gone, and the worker stops as on SIGTERM.
+
+In order: make the app and its claims (worker i of K generators each takes
+configured identities from i x K, claimed ones from the pool); listen on the
+reserved port with ``SO_REUSEPORT`` (only once the claims are held, so the
+kernel sends no connection to a worker that cannot issue IDs); serve with the
+same uvicorn settings as a single ``idmint serve``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from idmint.errors import IdmintError
+from idmint.server.app import IdServer, create_app
+from idmint.server.limits import RequestLimits
+from idmint.server.logs import LogHold, server_logging
+from idmint.server.run import listen_socket, stop_signals_handled_by, uvicorn_config
+from idmint.server.siblings import Siblings
+
+__all__ = ["main"]
+
+log = logging.getLogger("idmint.server")
+
+
+class _Stop:
+    """SIGTERM/SIGINT before uvicorn runs are remembered; while it runs, passed to it."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.server: Any = None
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True
+        if self.server is not None:
+            self.server.handle_exit(signum, frame)
+
+
+def _tell(control: socket.socket, message: dict[str, Any]) -> None:
+    # The supervisor may be gone: the watcher thread stops this worker then.
+    with contextlib.suppress(OSError):
+        control.sendall(json.dumps(message).encode() + b"\n")
+
+
+def _read_line(control: socket.socket) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = control.recv(65536)
+        if not chunk:
+            raise SystemExit("idmint worker: the supervisor closed the control socket")
+        data += chunk
+    return data
+
+
+def _watch_supervisor(control: socket.socket, hold: LogHold) -> None:
+    """Pass the held log on at ``go``; stop this worker when the supervisor's end closes."""
+    with contextlib.suppress(OSError):
+        while data := control.recv(4096):
+            if b"go" in data:
+                hold.release()
+    hold.release()
+    log.warning("the supervisor is gone: stopping this worker")
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if len(arguments) != 1 or not arguments[0].isdigit():
+        sys.stderr.write("idmint.server.worker is started by idmint serve --workers N\n")
+        return 2
+    # As in the CLI: libraries (kazoo) log their retries, which must not reach
+    # stderr through Python's last-resort handler.
+    if not logging.getLogger().handlers:
+        logging.getLogger().addHandler(logging.NullHandler())
+    control = socket.socket(fileno=int(arguments[0]))
+    place = json.loads(_read_line(control))
+    settings = place["settings"]
+    stop = _Stop()
+    with (
+        server_logging(
+            level=settings["log_level"],
+            format=settings["log_format"],
+            access_log=settings["access_log"],
+            worker=place["index"],
+        ),
+        stop_signals_handled_by(stop),
+    ):
+        hold = LogHold()
+        hold.start()
+        try:
+            return _run(control, place, settings, stop, hold)
+        finally:
+            hold.drop()  # never told to go: the server did not start
+
+
+def _run(
+    control: socket.socket,
+    place: dict[str, Any],
+    settings: dict[str, Any],
+    stop: _Stop,
+    hold: LogHold,
+) -> int:
+    import uvicorn
+
+    host: str = settings["host"]
+    port: int = place["port"]
+    try:
+        limits = RequestLimits(request_timeout_s=settings["request_timeout"])
+        app = create_app(
+            scheme=settings["scheme"],
+            coordinator=settings["coordinator"],
+            generators=settings["generators"],
+            token=settings["token"],
+            max_count=settings["max_count"],
+            discovery=settings["discovery"],
+            advertise=(host, port),
+            options=settings["options"],
+            identity_offset=place["index"] * settings["generators"],
+        )
+        app.siblings = Siblings(
+            index=place["index"],
+            count=place["count"],
+            generation=place["generation"],
+            run_dir=Path(place["run_dir"]),
+            collect=app.metrics.collect,
+            claims=app.claim_rows,
+        )
+        app.start_now()
+    except IdmintError as error:
+        _tell(control, {"failed": {"type": type(error).__name__, "message": str(error)}})
+        return 1
+    try:
+        listener = listen_socket(host, port, shared_port=True)
+    except IdmintError as error:
+        _release(app)
+        _tell(control, {"failed": {"type": type(error).__name__, "message": str(error)}})
+        return 1
+    if stop.requested:  # stopped while claiming: give the claims back, never serve
+        listener.close()
+        _release(app)
+        return 0
+
+    class ReportingServer(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                _tell(control, {"ready": os.getpid()})
+
+    server = ReportingServer(
+        uvicorn_config(app, host, port, limits, access_log=settings["access_log"])
+    )
+    stop.server = server
+    if stop.requested:  # a signal between the check above and now
+        server.should_exit = True
+    threading.Thread(
+        target=_watch_supervisor,
+        args=(control, hold),
+        name="idmint-supervisor-watch",
+        daemon=True,
+    ).start()
+    server.run(sockets=[listener])
+    return 0
+
+
+def _release(app: IdServer) -> None:
+    generators, app.generators = app.generators, []
+    for generator in generators:
+        generator.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
