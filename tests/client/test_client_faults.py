@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -27,6 +28,7 @@ from tests.servers import wait_until
 from tests.servers.zookeeper import ZooKeeperEnsemble
 
 from idmint.client import AsyncIdClient, IdClient
+from idmint.discovery import Discovery
 from idmint.errors import NoServerAnswered
 from idmint.schemes import Uid64, parse_id
 
@@ -353,3 +355,13 @@ def test_fetch_sends_the_token_from_a_file(token_file: Path) -> None:
             timeout=60,
         )
         assert from_env.returncode == 0, from_env.stderr
+
+
+def test_a_server_bound_to_every_address_registers_one_clients_can_reach(
+    zk: ZooKeeperEnsemble,
+) -> None:
+    discovery = f"zk://{zk.hosts}/client-{uuid.uuid4().hex[:8]}"
+    with running_server("--host", "0.0.0.0", "--discovery", discovery) as server:
+        with Discovery(discovery) as looking:
+            (instance,) = looking.instances("idmint")
+        assert (instance.host, instance.port) == (socket.getfqdn(), server.port)

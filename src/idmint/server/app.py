@@ -43,6 +43,7 @@ import hmac
 import json
 import logging
 import re
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from importlib import resources
@@ -242,6 +243,9 @@ class IdServer:
         assert self._discovery_url is not None
         self._discovery = Discovery(self._discovery_url)
         host, port = self._advertise or ("127.0.0.1", 0)
+        if host in ("", "0.0.0.0", "::"):
+            # Bound to every address: a client elsewhere needs one it can reach.
+            host = socket.getfqdn()
         metadata = {"scheme": self.scheme, "generators": str(self.generator_count)}
         if self.siblings is not None:
             # Each worker is an instance of its own (it holds its own claims).
