@@ -398,20 +398,8 @@ _FAILURES: tuple[type[BaseException], ...] = (
 """What makes a server set aside (``TimeoutError`` is an ``OSError``)."""
 
 
-class IdClient:
-    """IDs from ID servers for threaded code (see the module docs).
-
-    ``urls``: the servers (``http://host:port``); or ``discovery``: a ``zk://``
-    discovery URL. ``scheme``: the scheme expected (checked against each
-    server's; default: whatever they serve); ``node_bits`` for elastic64.
-    ``token``: the servers' bearer token. ``timeout``: how long a call may wait
-    for IDs before :class:`~idmint.errors.NoServerAnswered`;
-    ``request_timeout``: one request to one server. ``min_batch``,
-    ``max_batch``, ``refill_every``: the batch (prefetch) size, see the module
-    docs; ``min_batch == max_batch`` fixes it. ``low_water``: the refill starts
-    when the buffer holds less than this share of a batch (default 1: the
-    buffer spans one to two batches; Leaf's segments refill at 0.9).
-    """
+class _Client:
+    """The options both clients take (see :class:`IdClient`); one server table and buffer."""
 
     def __init__(
         self,
@@ -441,6 +429,28 @@ class IdClient:
             refill_every=refill_every,
             low_water=low_water,
         )
+        self._set_up()
+
+    def _set_up(self) -> None:
+        raise NotImplementedError
+
+
+class IdClient(_Client):
+    """IDs from ID servers for threaded code (see the module docs).
+
+    ``urls``: the servers (``http://host:port``); or ``discovery``: a ``zk://``
+    discovery URL. ``scheme``: the scheme expected (checked against each
+    server's; default: whatever they serve); ``node_bits`` for elastic64.
+    ``token``: the servers' bearer token. ``timeout``: how long a call may wait
+    for IDs before :class:`~idmint.errors.NoServerAnswered`;
+    ``request_timeout``: one request to one server. ``min_batch``,
+    ``max_batch``, ``refill_every``: the batch (prefetch) size, see the module
+    docs; ``min_batch == max_batch`` fixes it. ``low_water``: the refill starts
+    when the buffer holds less than this share of a batch (default 1: the
+    buffer spans one to two batches; Leaf's segments refill at 0.9).
+    """
+
+    def _set_up(self) -> None:
         self._buffer = self._core.buffer
         self._changed = threading.Condition()
         self._wanted = 0  # IDs a waiting caller needs beyond the buffer; >0 starts a refill
@@ -451,8 +461,8 @@ class IdClient:
         self._error: IdmintError | None = None
         self._discovery: Any = None
         self._watch: Any = None
-        if discovery is not None:
-            self._follow(discovery)
+        if self._core.discovery_url is not None:
+            self._follow(self._core.discovery_url)
         _CLIENTS.add(self)
 
     # -- what callers use -----------------------------------------------------------------
@@ -692,42 +702,15 @@ class IdClient:
         self._watch = None
 
 
-class AsyncIdClient:
-    """IDs from ID servers for asyncio code: :class:`IdClient`'s behaviour, awaited.
+class AsyncIdClient(_Client):
+    """IDs from ID servers for asyncio code: :class:`IdClient`'s options and behaviour, awaited.
 
     Use it from one event loop. Requests run on that loop (a small HTTP/1.1
     client over asyncio streams, keep-alive) and the refill is a task; no
     thread is started except kazoo's, with ``discovery``.
     """
 
-    def __init__(
-        self,
-        urls: Iterable[str] | None = None,
-        *,
-        discovery: str | None = None,
-        scheme: str | None = None,
-        node_bits: int | None = None,
-        token: str | None = None,
-        timeout: float = 5.0,
-        request_timeout: float = 2.0,
-        min_batch: int = 100,
-        max_batch: int | None = None,
-        refill_every: float = 0.5,
-        low_water: float = 1.0,
-    ) -> None:
-        self._core = _Core(
-            urls,
-            discovery,
-            scheme=scheme,
-            node_bits=node_bits,
-            token=token,
-            timeout=timeout,
-            request_timeout=request_timeout,
-            min_batch=min_batch,
-            max_batch=max_batch,
-            refill_every=refill_every,
-            low_water=low_water,
-        )
+    def _set_up(self) -> None:
         self._refill_task: asyncio.Task[None] | None = None
         self._wanted = 0
         self._arrived: asyncio.Event | None = None
