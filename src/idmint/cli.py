@@ -447,18 +447,27 @@ def _cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
     with new_generator(args.scheme, coordinator=args.coordinator, **options) as generator:
         # One tick's worth per batch keeps each write small and frequent.
         chunk = min(generator.ids_per_tick, 4096)
-        remaining = args.count if args.count > 0 else None
-        last_flush = time.monotonic()
-        while (remaining is None or remaining > 0) and _STOP.signum is None:
-            take = chunk if remaining is None else min(chunk, remaining)
-            out.write(render(generator.batch(take)))
-            if remaining is not None:
-                remaining -= take
-            now = time.monotonic()
-            if now - last_flush >= FLUSH_INTERVAL_S:
-                out.flush()
-                last_flush = now
-        out.flush()
+        return _write_ids(out, args.count, chunk, lambda take: render(generator.batch(take)))
+
+
+def _write_ids(out: TextIO, count: int, chunk: int, lines: Callable[[int], str]) -> int:
+    """Write ``count`` IDs (0: until a signal), ``chunk`` at a time from ``lines(n)``.
+
+    Output is flushed at least every ``FLUSH_INTERVAL_S`` so a reader of a pipe sees
+    IDs as they come; a signal ends the loop between chunks. Returns the exit status.
+    """
+    remaining = count if count > 0 else None
+    last_flush = time.monotonic()
+    while (remaining is None or remaining > 0) and _STOP.signum is None:
+        take = chunk if remaining is None else min(chunk, remaining)
+        out.write(lines(take))
+        if remaining is not None:
+            remaining -= take
+        now = time.monotonic()
+        if now - last_flush >= FLUSH_INTERVAL_S:
+            out.flush()
+            last_flush = now
+    out.flush()
     return 0 if _STOP.signum is None else 128 + _STOP.signum
 
 
@@ -585,23 +594,16 @@ def _cmd_fetch(args: argparse.Namespace, out: TextIO) -> int:
     except ConfigurationError as error:
         raise UsageError(f"idmint fetch: {error}") from None
     with client:
-        remaining = args.count if args.count > 0 else None
-        last_flush = time.monotonic()
-        while (remaining is None or remaining > 0) and _STOP.signum is None:
-            take = 1000 if remaining is None else min(1000, remaining)
-            values = client.get_many(take)
-            if args.format == "json":
-                out.write("".join(json.dumps(value.to_dict()) + "\n" for value in values))
-            else:
-                out.write("".join(f"{value}\n" for value in values))
-            if remaining is not None:
-                remaining -= take
-            now = time.monotonic()
-            if now - last_flush >= FLUSH_INTERVAL_S:
-                out.flush()
-                last_flush = now
-        out.flush()
-    return 0 if _STOP.signum is None else 128 + _STOP.signum
+        if args.format == "json":
+            return _write_ids(
+                out,
+                args.count,
+                1000,
+                lambda take: "".join(json.dumps(v.to_dict()) + "\n" for v in client.get_many(take)),
+            )
+        return _write_ids(
+            out, args.count, 1000, lambda take: "".join(f"{v}\n" for v in client.get_many(take))
+        )
 
 
 def _cmd_claims_list(args: argparse.Namespace, out: TextIO) -> int:
