@@ -278,8 +278,14 @@ def test_server_panel_shows_health_claims_and_services(page: Any, server_url: st
     page.goto(server_url)
     sync_api.expect(page.locator("#health")).to_have_text("healthy")
     sync_api.expect(page.locator("#claims tbody tr")).to_have_count(1)
-    sync_api.expect(page.locator("#claims tbody th")).to_have_text("generator 0 cluster 0")
-    sync_api.expect(page.locator("#coordinator")).to_contain_text("none")
+    # No coordinator given: a generator ID claimed from this host's pool, whichever
+    # was free when the server started (other test servers may hold the first ones).
+    with urllib.request.urlopen(server_url + "v1/claims") as answer:
+        [row] = json.load(answer)["claims"]
+    assert re.fullmatch(r"generator \d+ cluster 0", row["identity"]), row
+    sync_api.expect(page.locator("#claims tbody th")).to_have_text(row["identity"])
+    sync_api.expect(page.locator("#coordinator")).to_contain_text("pool, the default")
+    sync_api.expect(page.locator("#coordinator")).to_contain_text("local://")
     sync_api.expect(page.locator("#services")).to_contain_text("No discovery tree configured")
 
     # A server with a coordinator and discovery: the same page, answers stubbed.

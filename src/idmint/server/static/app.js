@@ -613,6 +613,15 @@
     return Number.isNaN(date.getTime()) ? String(ms) : date.toISOString().replace(".000Z", "Z");
   }
 
+  // No coordinator given: the claims come from this host's pool (their rows say
+  // where), or the identity is static.
+  function defaultCoordinator(claims) {
+    const claimed = claims.find((claim) => claim.coordinator);
+    if (!claimed) return el("span", { class: "muted" }, "none (a static identity)");
+    const where = claimed.coordinator.replace(/^generator ID claim at |^node ID claim at /, "");
+    return el("span", {}, "this host’s pool, the default (", el("code", {}, where), ")");
+  }
+
   async function refreshClaims() {
     const data = await api("v1/claims");
     showServerScheme(data.scheme);
@@ -620,7 +629,7 @@
     const coordinator = $("coordinator");
     coordinator.replaceChildren(
       "Coordinator: ",
-      data.coordinator ? el("code", {}, data.coordinator) : el("span", { class: "muted" }, "none (a static identity)"),
+      data.coordinator ? el("code", {}, data.coordinator) : defaultCoordinator(data.claims),
     );
     // An elastic64 static coordinator names its width: use it to decode minted IDs.
     const width = /[?&]node_bits=(\d+)/.exec(data.coordinator || "");
