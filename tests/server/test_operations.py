@@ -378,10 +378,47 @@ def test_the_containerfile_runs_idmint_serve_with_known_settings() -> None:
     from idmint.server.settings import SERVE_SETTINGS
 
     text = (DEPLOY / "Containerfile").read_text()
-    assert 'ENTRYPOINT ["idmint", "serve"]' in text
+    assert "COPY deploy/container-entrypoint /opt/idmint/bin/container-entrypoint\n" in text
+    assert 'ENTRYPOINT ["/opt/idmint/bin/container-entrypoint"]' in text
     known = {setting.variable for setting in SERVE_SETTINGS}
     assert set(re.findall(r"\bIDMINT_[A-Z_]+", text)) <= known
     assert "USER 10001" in text  # not root
+
+
+def _entrypoint(*args: str, coordinator: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run deploy/container-entrypoint with this venv's ``idmint`` first on PATH."""
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    if coordinator is not None:
+        env["IDMINT_COORDINATOR"] = coordinator
+    return subprocess.run(
+        ["sh", str(DEPLOY / "container-entrypoint"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_container_refuses_to_start_without_a_coordinator() -> None:
+    """Containers do not share the host's pool: without a coordinator, two would both
+    claim generator 0, so the image's entrypoint refuses with one line and status 2."""
+    for coordinator in (None, ""):
+        refused = _entrypoint("--port", "0", coordinator=coordinator)
+        assert refused.returncode == 2, refused
+        assert refused.stdout == ""
+        [line] = refused.stderr.splitlines()
+        assert line.startswith("idmint serve: a container needs IDMINT_COORDINATOR"), line
+    # Named either way, it is `idmint serve` with the arguments (here: its help, so
+    # that nothing is left running).
+    for args, coordinator in (
+        (("--help",), "static://?generator=3"),
+        (("--coordinator", "static://?generator=3", "--help"), None),
+        (("--coordinator=zk://zk1:2181/idmint", "--help"), None),
+    ):
+        served = _entrypoint(*args, coordinator=coordinator)
+        assert served.returncode == 0, served
+        assert served.stdout.startswith("usage: idmint serve"), served.stdout[:200]
 
 
 def test_the_systemd_unit_is_valid(tmp_path: Path) -> None:
