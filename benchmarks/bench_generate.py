@@ -18,6 +18,11 @@ is timed for the peers (which have no cap). Reported: the median over many
 bursts of the time per ID, and the ratio to snowflake-id's ``next()`` (the
 closest peer: a 64-bit time-ordered ID with a node field and no lock).
 
+*Text forms*: fresh batches at each scheme's cap, each rendered once with
+``IdBatch.texts()`` (what the CLI and the server write), ``str()`` of each value,
+and for short60 the way ``str()`` made its display string before the bulk paths
+(repeated division), as the reference.
+
 *Sustained rate*: 1,000,000 IDs as fast as the generator allows, as IDs/s and
 as a fraction of the scheme's cap (how little time is lost waiting for the
 next millisecond).
@@ -32,6 +37,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from idmint import (
     Elastic64Generator,
@@ -40,6 +46,7 @@ from idmint import (
     Uid64Generator,
 )
 from idmint.errors import TransactionFull
+from idmint.schemes.short60 import ALPHABET as SHORT60_ALPHABET
 
 
 def _peers() -> dict[str, Callable[[], object]]:
@@ -225,6 +232,53 @@ def _peer_rate(total: int) -> float:
     return made / (time.perf_counter() - start)
 
 
+def _short60_by_division(value: int) -> str:
+    """short60's display string the way ``str()`` made it before the bulk paths: the
+    base-64 digits by repeated division, the last two moved to the front."""
+    digits = []
+    while True:
+        value, digit = divmod(value, 64)
+        digits.append(SHORT60_ALPHABET[digit])
+        if not value:
+            break
+    text = "".join(reversed(digits))
+    return text[-2:] + text[:-2]
+
+
+def text_table(batches: int) -> list[tuple[str, int, float]]:
+    """(what, IDs per batch, median ns per ID) of the text forms of fresh batches.
+
+    Each batch is made before its timer starts (making it waits for the cap) and
+    rendered once, so the figure is the rendering alone, ints included.
+    """
+    sizes = {"uid64": 64, "elastic64/8": 256, "short60": 512}
+    makers: dict[str, Callable[[int], Any]] = {
+        "uid64": Uid64Generator(6).batch,
+        "elastic64/8": Elastic64Generator(7, 8, max_ahead_ms=0).batch,
+        "short60": Short60Generator(8).batch,
+    }
+    cases: list[tuple[str, str, Callable[[Any], object]]] = [
+        ("short60 batch.texts()", "short60", lambda batch: batch.texts()),
+        ("short60 str() of each value", "short60", lambda batch: [str(v) for v in batch]),
+        (
+            "short60 by division (str() before the bulk paths)",
+            "short60",
+            lambda batch: [_short60_by_division(i) for i in batch.ints()],
+        ),
+        ("uid64 batch.texts()", "uid64", lambda batch: batch.texts()),
+        ("uid64 str() of each value", "uid64", lambda batch: [str(v) for v in batch]),
+        ("elastic64/8 batch.texts()", "elastic64/8", lambda batch: batch.texts()),
+    ]
+    samples: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+    for _ in range(batches):
+        for name, scheme, render in cases:
+            batch = makers[scheme](sizes[scheme])
+            start = time.perf_counter_ns()
+            render(batch)
+            samples[name].append((time.perf_counter_ns() - start) / sizes[scheme])
+    return [(name, sizes[scheme], statistics.median(samples[name])) for name, scheme, _ in cases]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples, 100k sustained")
@@ -244,6 +298,14 @@ def main(argv: list[str] | None = None) -> int:
         base = reference[row.per_burst]
         ratio = row.ns_per_id / base
         print(f"| {row.name} | {row.per_burst} | {row.ns_per_id:.0f} | {ratio:.2f} |")
+
+    texts = text_table(60 if args.quick else 400)
+    before = next(ns for name, _, ns in texts if name.startswith("short60 by division"))
+    print("\nText forms of a batch, rendered once each (round-robin), median\n")
+    print("| what | IDs per batch | ns per ID | IDs per ms | vs short60 by division |")
+    print("|---|---:|---:|---:|---:|")
+    for name, size, ns in texts:
+        print(f"| {name} | {size} | {ns:.0f} | {1e6 / ns:,.0f} | {ns / before:.2f} |")
 
     print(f"\nSustained, {total:,} IDs\n")
     print("| what | IDs/s | of the format cap |")

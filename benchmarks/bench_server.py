@@ -43,6 +43,10 @@ median of the rounds'. How the connections spread is read from the per-generator
 each answer ``/metrics`` for themselves: it is scraped on 16 new connections and each
 generator's largest count kept); the idlest worker's share is shown.
 
+short60 against uid64 (also alone with ``--schemes-only``): ``/v1/ids?count=1000`` from
+a short60 server and from a uid64 server with ``--generators 8``, the same cap of 512 IDs
+per ms, alternating for ``--rounds`` runs: what the text forms cost in an answer.
+
 Last, the request limits' cost is measured without wrk, in CPU time, which other load
 on the machine moves far less than requests/s: one process serves keep-alive requests
 to itself over a socket pair (client and server on one event loop), alternately with
@@ -626,6 +630,59 @@ def report_workers(names: list[str], runs: WorkerRuns) -> None:
     print("\n--workers 2 against one process: " + "; ".join(verdicts) + ".")
 
 
+# -- short60 against uid64: the text forms of a batch ----------------------------------------
+
+SCHEME_SERVERS = {
+    "uid64, --generators 8": ["--generators", "8"],
+    "short60": ["--scheme", "short60"],
+}
+"""Servers with the same cap (512 IDs per ms: eight uid64 generator IDs, one short60 one),
+so requests/s compare the cost of answering, the text forms above all."""
+SCHEMES_TARGET = 0.95
+
+
+def measure_schemes(wrk: str, duration: float, rounds: int) -> dict[str, list[WrkResult]]:
+    """``/v1/ids?count=1000`` of a short60 server and a uid64 one, alternating."""
+    python = sys.executable
+    servers: dict[str, Server] = {}
+    runs: dict[str, list[WrkResult]] = {name: [] for name in SCHEME_SERVERS}
+    try:
+        for name, flags in SCHEME_SERVERS.items():
+            argv = [python, "-m", "idmint", "serve", "--port", "0", *flags]
+            servers[name] = start_server(name, argv)
+        path = f"/v1/ids?count={BATCH}"
+        for server in servers.values():
+            run_wrk(wrk, server.url + path, 1, latency=False)  # warm-up
+        for _ in range(rounds):
+            for name, server in servers.items():
+                runs[name].append(run_wrk(wrk, server.url + path, duration, latency=False))
+    finally:
+        for server in servers.values():
+            server.stop()
+    return runs
+
+
+def report_schemes(runs: dict[str, list[WrkResult]]) -> None:
+    uid64, short60 = SCHEME_SERVERS
+    print(f"\n| server | `/v1/ids?count={BATCH}` requests/s | IDs/s | non-2xx / socket errors |")
+    print("|---|---:|---:|---:|")
+    for name, results in runs.items():
+        rate = statistics.median(run.requests_per_s for run in results)
+        errors = f"{sum(r.non_2xx for r in results)} / {sum(r.socket_errors for r in results)}"
+        print(f"| {name} | {rate:,.0f} | {rate * BATCH:,.0f} | {errors} |")
+    ratios = [
+        mine.requests_per_s / theirs.requests_per_s
+        for mine, theirs in zip(runs[short60], runs[uid64], strict=True)
+    ]
+    ratio = statistics.median(ratios)
+    verdict = "meets" if ratio >= SCHEMES_TARGET else "misses"
+    print(
+        f"\nshort60 serves {ratio:.1%} of uid64's requests/s at the same cap (median of "
+        f"{len(ratios)} alternating pairs: {', '.join(f'{r:.1%}' for r in ratios)}; "
+        f"{verdict} the {SCHEMES_TARGET:.0%} target)."
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per wrk run")
@@ -641,6 +698,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workers-only", action="store_true", help="only one process against --workers 2"
     )
+    parser.add_argument(
+        "--schemes-only", action="store_true", help="only short60 against uid64 batches"
+    )
     args = parser.parse_args(argv)
     if args.serve_hello or args.serve_hello_stock:
         return serve_hello(stock=args.serve_hello_stock)
@@ -655,11 +715,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"Machine: {machine_note()}")
     print(f"Load average before: {load_average()}; {duration:g} s per wrk run\n")
+    if args.schemes_only:
+        report_schemes(measure_schemes(wrk, duration, rounds))
+        print(f"Load average after: {load_average()}")
+        return 0
     if not args.workers_only:
         throughput, latency = measure(wrk, duration, rounds)
         report(throughput, latency)
     report_workers(*measure_workers(wrk, duration, rounds))
     if not args.workers_only:
+        report_schemes(measure_schemes(wrk, duration, rounds))
         limits_cost()
     print(f"Load average after: {load_average()}")
     return 0
