@@ -23,7 +23,6 @@ from __future__ import annotations
 import uuid
 from typing import Any, Final
 
-from idmint.errors import InvalidId
 from idmint.schemes import Elastic64, IdValue, Muid, Short60, Uid64, Uid64V1
 
 TOP_BIT: Final = 1 << 63
@@ -54,27 +53,6 @@ def to_bigint(value: int, kind: str) -> int:
 def from_bigint(stored: int, kind: str) -> int:
     """The unsigned ID behind the stored BIGINT."""
     return stored + TOP_BIT if kind == BIGINT_FLIPPED else stored
-
-
-def coerce(
-    id_type: type[IdValue], value: object, node_bits: int | None = None, *, where: str
-) -> IdValue:
-    """``value`` (an ID of the family, its text, int or bytes) as an ``id_type``.
-
-    Raises ``InvalidId`` for anything else. An elastic64 value of another width is
-    refused rather than re-read: the same 64 bits name another node under another
-    width, and the column's width is what readers will use.
-    """
-    if id_type is Elastic64:
-        if isinstance(value, Elastic64) and value.node_bits != node_bits:
-            raise InvalidId(
-                "elastic64",
-                f"{where} holds IDs of node_bits={node_bits}, got {value!r}; "
-                "its bits would name another node when read back",
-                problem="node_bits",
-            )
-        return Elastic64.parse(value, node_bits)
-    return id_type.parse(value)
 
 
 def from_stored(id_type: type[IdValue], stored: Any, node_bits: int | None = None) -> IdValue:

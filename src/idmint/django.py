@@ -36,7 +36,7 @@ from django.db import models
 
 from idmint import _storage
 from idmint.errors import ConfigurationError, InvalidId
-from idmint.schemes import Elastic64, IdValue, Muid, Short60, Uid64, Uid64V1
+from idmint.schemes import Elastic64, IdValue, Muid, Short60, Uid64, Uid64V1, coerce_id
 from idmint.schemes.elastic64 import check_node_bits
 
 __all__ = [
@@ -80,7 +80,7 @@ class IdFormField(forms.CharField):
         if text in self.empty_values:
             return None
         try:
-            return _storage.coerce(self.id_type, text, self.node_bits, where="this field")
+            return coerce_id(self.id_type, text, self.node_bits, where="this field")
         except InvalidId as error:
             raise exceptions.ValidationError(str(error), code="invalid") from None
 
@@ -100,9 +100,7 @@ class IdField(models.Field):
         return "BigIntegerField"
 
     def _coerce(self, value: object) -> IdValue:
-        return _storage.coerce(
-            self.id_type, value, self._node_bits(), where=f"field {self.name or ''!r}"
-        )
+        return coerce_id(self.id_type, value, self._node_bits(), where=f"field {self.name or ''!r}")
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> IdValue | None:
         if value is None:

@@ -47,7 +47,7 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from idmint import _storage
 from idmint.errors import ConfigurationError, InvalidId
-from idmint.schemes import Elastic64, IdValue, Muid, Short60, Uid64, Uid64V1
+from idmint.schemes import Elastic64, IdValue, Muid, Short60, Uid64, Uid64V1, coerce_id
 from idmint.schemes.elastic64 import check_node_bits
 
 __all__ = [
@@ -103,9 +103,7 @@ class IdType(TypeDecorator[IdT], Generic[IdT]):
     def coerce_value(self, value: object) -> IdT:
         """``value`` as the column's value type, or :class:`InvalidColumnValue`."""
         try:
-            result: Any = _storage.coerce(
-                self.id_type, value, self._node_bits(), where=self._where()
-            )
+            result: Any = coerce_id(self.id_type, value, self._node_bits(), where=self._where())
         except InvalidId as error:
             raise InvalidColumnValue.of(error) from None
         return result  # type: ignore[no-any-return]

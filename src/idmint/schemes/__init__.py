@@ -126,3 +126,24 @@ def parse_id(text: str, scheme: str | None = None, *, node_bits: int | None = No
     if cls is Elastic64:
         return Elastic64.from_text(text, node_bits)
     return cls.from_text(text)
+
+
+def coerce_id(
+    id_type: type[IdValue], value: object, node_bits: int | None = None, *, where: str
+) -> IdValue:
+    """``value`` (an ID of the family, its text, int or bytes) as an ``id_type``.
+
+    Raises ``InvalidId`` for anything else. An elastic64 value of another width is
+    refused rather than re-read: the same 64 bits name another node under another
+    width, and the column's width is what readers will use.
+    """
+    if id_type is Elastic64:
+        if isinstance(value, Elastic64) and value.node_bits != node_bits:
+            raise InvalidId(
+                "elastic64",
+                f"{where} holds IDs of node_bits={node_bits}, got {value!r}; "
+                "its bits would name another node when read back",
+                problem="node_bits",
+            )
+        return Elastic64.parse(value, node_bits)
+    return id_type.parse(value)

@@ -147,16 +147,16 @@ class IdValue:
     def __deepcopy__(self: IdT, memo: object) -> IdT:
         return self
 
-    # pydantic v2 field support; idmint.pydantic is imported only when pydantic asks.
+    # pydantic v2 field support; idmint.schemes._pydantic is imported only when pydantic asks.
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
-        from idmint.pydantic import id_core_schema
+        from idmint.schemes._pydantic import id_core_schema
 
         return id_core_schema(cls)
 
     @classmethod
     def __get_pydantic_json_schema__(cls, schema: Any, handler: Any) -> Any:
-        from idmint.pydantic import id_json_schema
+        from idmint.schemes._pydantic import id_json_schema
 
         return id_json_schema(cls)
 
