@@ -381,6 +381,7 @@ class ZooKeeperClaim(Claim):
         self._path: str | None = None
         self._hwm_path: str | None = None
         self._hwm_version = -1
+        self._queue_lock_held: _JavaQueueLock | None = None
         self._token = uuid.uuid4().hex
         self._owner = coordinator.new_owner()
         self._connected = threading.Event()
@@ -523,6 +524,11 @@ class ZooKeeperClaim(Claim):
             transaction.create(hwm_path, first_data, acl=self._coordinator.acls()["tree"])
         else:
             transaction.set_data(hwm_path, first_data, version)
+        lock = self._queue_lock_held
+        if lock is not None:
+            # The queue lock goes with the claim: the next claimant in line hears
+            # of it as the claim lands, not a round trip later.
+            transaction.delete(lock.lock_path)
         try:
             results = transaction.commit()
         except kazoo.exceptions.ConnectionLoss:
@@ -544,6 +550,10 @@ class ZooKeeperClaim(Claim):
         else:
             version = 0 if mark is None else version + 1
             self._recorded_with_claim = (ceiling, sent_mono)
+        if lock is not None:
+            # The transaction landed (now or on an earlier attempt), lock delete
+            # and all: a delete of our own now would take the next holder's.
+            lock.held = False
         self._path = path
         self._hwm_path = hwm_path
         # Ours now: nobody else writes the mark while our node exists.
@@ -593,9 +603,11 @@ class ZooKeeperClaim(Claim):
             f"{self._base}/pool",
         )
         lock.acquire(deadline)
+        self._queue_lock_held = lock
         try:
             yield lock.pool_children
         finally:
+            self._queue_lock_held = None
             lock.release()
 
     def _renew(self, ceiling_ms: int) -> bool:
@@ -678,6 +690,7 @@ class _JavaQueueLock:
     def __init__(self, client: Any, path: str, acls: dict[str, Any], pool_path: str) -> None:
         self.client = client
         self.path = path
+        self.lock_path = f"{path}/{LOCK_TICKET}"
         self.acl = acls["tree"]
         self.pool_path = pool_path
         self.pool_children: Any = None
@@ -697,16 +710,27 @@ class _JavaQueueLock:
 
     def acquire(self, deadline: float) -> None:
         self.ticket = self._take_ticket()
+        first_in_line = False
         while True:
+            # Each hand-over of the lock is on the path of every claimant behind
+            # it, so the one first in line, woken by the lock going, tries for it
+            # at once: reading the queue again would only confirm its place.
+            if first_in_line and self._take_lock():
+                return
             children = sorted(self.client.get_children(self.path))
-            if children and children[0] == LOCK_TICKET:
+            locked = bool(children) and children[0] == LOCK_TICKET
+            if locked:
                 children.pop(0)
             if self.ticket not in children:
                 self.ticket = self._take_ticket()  # the queue was cleared under us
+                first_in_line = False
                 continue
             position = children.index(self.ticket)
-            if position == 0:
-                if self._take_lock():
+            first_in_line = position == 0
+            if first_in_line:
+                # A lock we saw held is waited for, not tried (a transaction
+                # that would fail); one we saw free is tried.
+                if not locked and self._take_lock():
                     return
                 predecessor = LOCK_TICKET
             else:
@@ -724,7 +748,7 @@ class _JavaQueueLock:
     def _take_lock(self) -> bool:
         """Create the lock node and drop our ticket, in one transaction; False if held."""
         kazoo = kazoo_module()
-        lock_path = f"{self.path}/{LOCK_TICKET}"
+        lock_path = self.lock_path
         transaction = self.client.transaction()
         transaction.create(lock_path, b"", acl=self.acl, ephemeral=True)
         transaction.delete(f"{self.path}/{self.ticket}")
