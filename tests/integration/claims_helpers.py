@@ -86,8 +86,9 @@ SESSION_BACKENDS: list[str] = ["memory", *SERVER_BACKENDS]
 SHARED_BACKENDS: list[str] = ["local", *SERVER_BACKENDS]
 """Coordinators whose claims every process sees: for tests that run the CLI."""
 
-CLAIMED_BACKENDS: list[str] = ["memory", "local", *SERVER_BACKENDS]
-"""Coordinators that claim generator IDs from a pool: every pool rule is checked on each."""
+CLAIMED_BACKENDS: list[str] = ["memory", "local", *SERVER_BACKENDS, "zk-lockfree"]
+"""Coordinators that claim generator IDs from a pool: every pool rule is checked on each
+(ZooKeeper both with java-uniqueid's queue lock, the default, and without it)."""
 
 ALL_BACKENDS: list[str] = ["static", *CLAIMED_BACKENDS]
 """Every coordinator, for the contract tests that also hold for a configured identity."""
@@ -166,6 +167,8 @@ class Backend:
     tls: bool = False
     ca_path: Path | None = None
     root_prefix: str = ""
+    url_options: dict[str, str] = field(default_factory=dict)
+    """Options every URL of this backend carries (``queue=false``: ZooKeeper lock-free)."""
     roots: list[str] = field(default_factory=list)
     """The pools this backend made (memory://), which stop_server() takes down."""
 
@@ -214,7 +217,7 @@ class Backend:
         if self.name == "static":
             query = {"generator": STATIC_GENERATOR, "cluster": STATIC_CLUSTER, **options}
             return f"static://?{urlencode(query)}"
-        query = dict(options)
+        query = {**self.url_options, **options}
         if ttl is not None:
             query["session_timeout" if self.name == "zk" else "ttl"] = ttl
         if self.name in ("local", "memory"):
@@ -358,6 +361,8 @@ def make_backend(name: str, request: pytest.FixtureRequest) -> Backend:
         return Backend(name)
     if name == "zk":
         return Backend("zk", request.getfixturevalue("zk"))
+    if name == "zk-lockfree":
+        return Backend("zk", request.getfixturevalue("zk"), url_options={"queue": "false"})
     if name == "etcd":
         return Backend("etcd", request.getfixturevalue("etcd"))
     raise ValueError(f"unknown backend {name!r}")
