@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections import Counter
 from typing import Any
 
-from tests.integration.claims_helpers import Backend, held_generators, make_backend
-from tests.servers.zookeeper import ZooKeeperEnsemble
+from kazoo.client import KazooClient
+from tests.integration.claims_helpers import Backend, held_generators, make_backend, unique_root
+from tests.servers.zookeeper import ZooKeeperEnsemble, expire_session
 
 from idmint import new_generator
+from idmint.coordinate.zookeeper import _JavaQueueLock
 
 CLAIMANTS = 64
 QUEUED = 4
@@ -65,3 +68,44 @@ def test_64_claimants_lock_free_and_queued_fill_a_pool_of_64_once_each(
         # What ZooKeeper records agrees: 64 claim nodes, one per ID.
         assert sorted(held_generators(backend, urls[0])) == list(range(CLAIMANTS))
     assert held_generators(backend, urls[0]) == {}, "every claim should be released"
+
+
+def test_a_lock_whose_session_expired_leaves_the_next_holders_lock_alone(
+    zk: ZooKeeperEnsemble,
+) -> None:
+    """The queue lock is an ephemeral node: when its holder's session expires the node
+    goes, and the next claimant makes its own at the same path. The old holder's
+    release (and its claim's transaction, which deletes the lock with the claim) must
+    not delete that one, or two claimants would each believe they hold the lock."""
+    root = unique_root()
+    queue = f"{root}/queue"
+    pool = f"{root}/pool"
+    first = KazooClient(hosts=zk.hosts)
+    second = KazooClient(hosts=zk.hosts)
+    first.start(timeout=15)
+    second.start(timeout=15)
+    try:
+        first.ensure_path(queue)
+        first.ensure_path(pool)
+        acls = {"tree": None}
+        old = _JavaQueueLock(first, queue, acls, pool)
+        old.acquire(time.monotonic() + 10)
+        expire_session(first)  # the old lock node goes with the session
+        new = _JavaQueueLock(second, queue, acls, pool)
+        new.acquire(time.monotonic() + 10)
+        owner = second.exists(new.lock_path).ephemeralOwner
+
+        assert not old.still_ours
+        old.release()
+        # A request sent after the release on the same connection is answered after
+        # it: once this returns, a delete the release sent has been applied.
+        first.sync(queue)
+        stat = second.exists(new.lock_path)
+        assert stat is not None, "the new holder's lock was deleted"
+        assert stat.ephemeralOwner == owner
+        new.release()
+        assert second.exists(new.lock_path) is None
+    finally:
+        for client in (first, second):
+            client.stop()
+            client.close()

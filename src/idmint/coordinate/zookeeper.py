@@ -439,7 +439,7 @@ class ZooKeeperClaim(Claim):
         coordinator = self._coordinator
         client = self._connected_client()
         if client.client_id is None or client.client_id[0] != self._session_id:
-            self._session_id = client.client_id[0] if client.client_id else None
+            self._session_id = _session_of(client)
         deadline = time.monotonic() + self.options.claim_timeout_s
         try:
             cluster = coordinator.cluster_of(client, self.options.cluster, self.space)
@@ -525,6 +525,8 @@ class ZooKeeperClaim(Claim):
         else:
             transaction.set_data(hwm_path, first_data, version)
         lock = self._queue_lock_held
+        if lock is not None and not lock.still_ours:
+            lock = None
         if lock is not None:
             # The queue lock goes with the claim: the next claimant in line hears
             # of it as the claim lands, not a round trip later.
@@ -571,7 +573,7 @@ class ZooKeeperClaim(Claim):
             data, stat = client.get(path)
         except kazoo.exceptions.NoNodeError:
             return False
-        session = client.client_id[0] if client.client_id else None
+        session = _session_of(client)
         try:
             token = json.loads(data or b"{}").get("token")
         except ValueError:
@@ -697,6 +699,8 @@ class _JavaQueueLock:
         """The pool's children as read right after the lock was taken (async result)."""
         self.ticket: str | None = None
         self.held = False
+        self.session: int | None = None
+        """The session that took the lock: the lock node is ephemeral to it."""
 
     def _take_ticket(self) -> str:
         kazoo = kazoo_module()
@@ -760,12 +764,14 @@ class _JavaQueueLock:
         results = pending.get()
         if not any(isinstance(result, Exception) for result in results):
             self.held, self.ticket = True, None
+            self.session = _session_of(self.client)
             return True
         # A retry of our own transaction (after a lost reply) finds the lock
         # node made, by our session.
         stat = self.client.exists(lock_path)
-        if stat is not None and stat.ephemeralOwner == (self.client.client_id or (None,))[0]:
+        if stat is not None and stat.ephemeralOwner == _session_of(self.client):
             self.held = True
+            self.session = _session_of(self.client)
             self._drop_ticket()
             return True
         if isinstance(results[0], kazoo.exceptions.NodeExistsError):
@@ -780,11 +786,21 @@ class _JavaQueueLock:
             self.client.delete_async(f"{self.path}/{self.ticket}")
             self.ticket = None
 
+    @property
+    def still_ours(self) -> bool:
+        """Held, by the session that took it. After the session expired the lock
+        node went with it, and the node now at its path is another claimant's."""
+        return self.held and _session_of(self.client) == self.session
+
     def release(self) -> None:
         self._drop_ticket()
-        if self.held:
-            self.held = False
-            self.client.delete_async(f"{self.path}/{LOCK_TICKET}")
+        if self.still_ours:
+            self.client.delete_async(self.lock_path)
+        self.held = False
+
+
+def _session_of(client: Any) -> int | None:
+    return client.client_id[0] if client.client_id else None
 
 
 def _setter(event: threading.Event) -> Any:
