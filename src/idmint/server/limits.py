@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = [
+    "GRACEFUL_SHUTDOWN_S",
     "MAX_REQUEST_BYTES",
     "REQUEST_TIMEOUT_S",
     "RequestLimits",
@@ -53,6 +54,9 @@ headers; 8 KiB of cookies still fit with room to spare."""
 
 REQUEST_TIMEOUT_S = 10.0
 """How long a request may take to arrive in full, from its first byte."""
+
+GRACEFUL_SHUTDOWN_S = 10
+"""How long requests in flight get to finish when the server stops."""
 
 
 @dataclass(frozen=True)

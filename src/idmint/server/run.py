@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import signal
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
@@ -17,12 +16,17 @@ from typing import Any
 
 from idmint.errors import ConfigurationError
 from idmint.server.app import create_app
-from idmint.server.limits import REQUEST_TIMEOUT_S, RequestLimits, limited_http_protocol
+from idmint.server.limits import (
+    GRACEFUL_SHUTDOWN_S,
+    REQUEST_TIMEOUT_S,
+    RequestLimits,
+    limited_http_protocol,
+)
 from idmint.server.logs import held_until_started, server_logging
+from idmint.server.sockets import listen_socket
 
 __all__ = [
     "GRACEFUL_SHUTDOWN_S",
-    "bound_socket",
     "browser_url",
     "listen_socket",
     "serve",
@@ -31,7 +35,6 @@ __all__ = [
     "uvicorn_config",
 ]
 
-GRACEFUL_SHUTDOWN_S = 10
 KEEP_ALIVE_S = 5
 """An idle keep-alive connection is closed after this long (uvicorn's timer)."""
 
@@ -208,42 +211,6 @@ def stop_signals_handled_by(handler: Callable[[int, FrameType | None], None]) ->
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
-
-
-def listen_socket(host: str, port: int, *, shared_port: bool = False) -> socket.socket:
-    """Bind and listen ourselves, so a busy port is one clear error.
-
-    ``shared_port``: with ``SO_REUSEPORT``, as each worker of ``--workers N``
-    listens on the port the supervisor reserved (the kernel spreads new
-    connections over the listening sockets).
-    """
-    listener = bound_socket(host, port, shared_port=shared_port)
-    try:
-        listener.listen(2048)
-    except OSError as error:
-        listener.close()
-        raise ConfigurationError(
-            f"the ID server cannot listen on {host}:{port}: {error.strerror or error}"
-        ) from None
-    listener.set_inheritable(True)
-    return listener
-
-
-def bound_socket(host: str, port: int, *, shared_port: bool) -> socket.socket:
-    """A TCP socket bound to ``host:port`` (not listening); a busy port is one clear error."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        if shared_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((host, port))
-    except OSError as error:
-        sock.close()
-        raise ConfigurationError(
-            f"the ID server cannot listen on {host}:{port}: {error.strerror or error}"
-        ) from None
-    return sock
 
 
 def browser_url(host: str, port: int) -> str:

@@ -60,7 +60,8 @@ from typing import Any
 import idmint
 from idmint import errors
 from idmint.errors import ConfigurationError, IdmintError
-from idmint.server.run import GRACEFUL_SHUTDOWN_S, bound_socket
+from idmint.server.limits import GRACEFUL_SHUTDOWN_S
+from idmint.server.sockets import bound_socket
 
 __all__ = ["WorkerSettings", "serve_workers"]
 

@@ -36,8 +36,9 @@ from idmint.errors import IdmintError
 from idmint.server.app import IdServer, create_app
 from idmint.server.limits import RequestLimits
 from idmint.server.logs import LogHold, server_logging
-from idmint.server.run import listen_socket, stop_signals_handled_by, uvicorn_config
+from idmint.server.run import stop_signals_handled_by, uvicorn_config
 from idmint.server.siblings import Siblings
+from idmint.server.sockets import listen_socket
 
 __all__ = ["main"]
 
