@@ -246,6 +246,13 @@ def _add_fleet_commands(commands: Any) -> None:
         help="close a connection whose request has not fully arrived after S seconds "
         "(default 10; IDMINT_REQUEST_TIMEOUT)",
     )
+    serve.add_argument(
+        "--worker-timeout",
+        type=float,
+        metavar="S",
+        help="with --workers: kill and replace a worker whose event loop has not turned "
+        "for S seconds; 0: never (default 30; IDMINT_WORKER_TIMEOUT)",
+    )
     serve.set_defaults(handler=_cmd_serve)
 
     claims = commands.add_parser("claims", help="inspect claimed generator IDs")

@@ -342,6 +342,90 @@ def test_a_replacement_whose_identity_is_taken_is_retried_while_the_other_serves
     assert list_claims(pool_url(tmp_path)) == []
 
 
+def _from_a_live_worker(port: int, path: str) -> bytes:
+    """``GET path``; a connection the kernel gave a stopped worker times out: try another."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        with contextlib.suppress(TimeoutError, OSError):
+            status, body = get_alone(port, path, timeout=2.5)
+            assert status == 200, body
+            return body
+    raise TimeoutError(f"no worker answered {path}")
+
+
+def test_a_silent_worker_is_replaced_and_a_stopped_supervisor_kills_none(
+    tmp_path: Path,
+) -> None:
+    """``--worker-timeout 2``. First the supervisor is stopped (SIGSTOP) for 4 s, longer
+    than the timeout, while its workers serve: on waking it reads what they said meanwhile
+    and kills neither. Then worker 1 is stopped: its event loop no longer says it is
+    alive, so after 2 s the supervisor kills it and starts a replacement, which serves under
+    the same generator ID above its predecessor's IDs, or another. Worker 0 keeps its
+    process throughout; no ID is issued twice."""
+    with running_server(
+        "--workers", "2", "--worker-timeout", "2", env=private_pool(tmp_path)
+    ) as server:
+        view = claims_of(server.port)
+        first = [worker_pid(view, 0), worker_pid(view, 1)]
+        victim_generators = generators_of(view, 1)
+        ids = [t for _ in range(10) for t in json.loads(_ids(server.port, 10))["ids"]]
+
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            time.sleep(4.0)  # the fault itself: a pause twice the worker timeout
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        ids += [t for _ in range(10) for t in json.loads(_ids(server.port, 10))["ids"]]
+
+        os.kill(first[1], signal.SIGSTOP)
+        wait_for(
+            lambda: gone(first[1]),
+            timeout=WAIT_S,
+            description="the silent worker 1 killed",
+            explain=server.stderr_text,
+        )
+
+        def replaced() -> bool:
+            workers = json.loads(_from_a_live_worker(server.port, "/v1/claims"))["workers"]
+            return bool(workers[1]["answering"]) and workers[1]["pid"] != first[1]
+
+        wait_for(
+            replaced,
+            timeout=WAIT_S,
+            description="worker 1 replaced",
+            explain=server.stderr_text,
+        )
+        view = claims_of(server.port)
+        assert worker_pid(view, 0) == first[0], "worker 0 was replaced too"
+        new_generators = generators_of(view, 1)
+        later: list[str] = []
+        wait_for(
+            lambda: any(Uid64(t).generator in new_generators for t in _more(later, server.port)),
+            timeout=WAIT_S,
+            description="the replacement serving",
+            explain=lambda: f"{len(later)} IDs",
+        )
+        after = scrape(server.port)
+        assert server.terminate_and_wait() == 0, server.stderr_text()
+        log = server.stderr_text()
+    assert_distinct(ids + later)
+    # The silent worker was stopped for longer than its hold-off, so the replacement may
+    # take the same generator ID: then only above every ID its predecessor issued.
+    for generator in new_generators & victim_generators:
+        before = [Uid64(t).timestamp_ms for t in ids if Uid64(t).generator == generator]
+        after_ = [Uid64(t).timestamp_ms for t in later if Uid64(t).generator == generator]
+        assert min(after_) > max(before), generator
+    assert re.search(
+        rf"worker 1 \(pid {first[1]}\) has not been heard from for [\d.]+ s "
+        r"\(--worker-timeout 2\): killing it",
+        log,
+    ), log
+    assert "worker 0 (pid" not in log, log
+    assert metric(after, "idmint_worker_restarts_total", worker="0") == 0
+    assert metric(after, "idmint_worker_restarts_total", worker="1") == 1
+    assert list_claims(pool_url(tmp_path)) == []
+
+
 def _ids(port: int, count: int) -> bytes:
     status, body = get_alone(port, f"/v1/ids?count={count}")
     assert status == 200, body

@@ -962,6 +962,8 @@ def test_busy_port_is_one_line_and_status_2(server_url: str) -> None:
         (("--max-count", "0"), "--max-count must be 1..1000000, got 0"),
         (("--port", "70000"), "--port must be 0..65535, got 70000"),
         (("--request-timeout", "0"), "--request-timeout must be more than 0 seconds"),
+        (("--worker-timeout", "0.5"), "--worker-timeout must be 0 (never) or at least 1 second"),
+        (("--worker-timeout", "-1"), "--worker-timeout must be 0 (never) or at least 1 second"),
     ],
 )
 def test_bad_options_exit_2_with_one_line(options: tuple[str, ...], message: str) -> None:

@@ -40,8 +40,10 @@ from dataclasses import dataclass
 
 __all__ = [
     "GRACEFUL_SHUTDOWN_S",
+    "HEARTBEAT_S",
     "MAX_REQUEST_BYTES",
     "REQUEST_TIMEOUT_S",
+    "WORKER_TIMEOUT_S",
     "RequestLimits",
     "limited_http_protocol",
 ]
@@ -57,6 +59,13 @@ REQUEST_TIMEOUT_S = 10.0
 
 GRACEFUL_SHUTDOWN_S = 10
 """How long requests in flight get to finish when the server stops."""
+
+WORKER_TIMEOUT_S = 30.0
+"""With ``--workers``: a worker whose event loop has not turned for this long is
+killed and replaced (it would keep its share of new connections and answer none)."""
+
+HEARTBEAT_S = 0.25
+"""How often a serving worker's event loop tells the supervisor it is alive."""
 
 
 @dataclass(frozen=True)

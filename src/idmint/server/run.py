@@ -19,6 +19,7 @@ from idmint.server.app import create_app
 from idmint.server.limits import (
     GRACEFUL_SHUTDOWN_S,
     REQUEST_TIMEOUT_S,
+    WORKER_TIMEOUT_S,
     RequestLimits,
     limited_http_protocol,
 )
@@ -56,6 +57,7 @@ def serve(
     access_log: bool = False,
     request_timeout: float = REQUEST_TIMEOUT_S,
     workers: int = 1,
+    worker_timeout: float = WORKER_TIMEOUT_S,
 ) -> int:
     """Serve until SIGTERM/SIGINT: finish in-flight requests, release claims, return 0.
 
@@ -69,7 +71,8 @@ def serve(
 
     ``workers`` above 1 runs that many worker processes on the port, each with
     its own ``generators`` claims, under a supervisor (this process, which
-    claims nothing) that replaces a worker that dies; ``announce`` is called
+    claims nothing) that replaces a worker that dies, or whose event loop has
+    not turned for ``worker_timeout`` seconds (0: never); ``announce`` is called
     once every worker serves. ``options`` must then be plain JSON values, and
     this must run in the main thread (the supervisor handles SIGCHLD).
     """
@@ -94,7 +97,13 @@ def serve(
             request_timeout=limits.request_timeout_s,
         )
         with server_logging(level=log_level, format=log_format, access_log=access_log):
-            return serve_workers(settings, workers=workers, port=port, announce=announce)
+            return serve_workers(
+                settings,
+                workers=workers,
+                port=port,
+                announce=announce,
+                worker_timeout=worker_timeout,
+            )
     with server_logging(level=log_level, format=log_format, access_log=access_log):
         return _serve(
             host=host,

@@ -14,7 +14,7 @@ from typing import Any
 
 from idmint.errors import ConfigurationError
 from idmint.schemes import SCHEMES
-from idmint.server.limits import REQUEST_TIMEOUT_S
+from idmint.server.limits import REQUEST_TIMEOUT_S, WORKER_TIMEOUT_S
 from idmint.server.logs import LOG_FORMATS, LOG_LEVELS
 
 __all__ = [
@@ -56,6 +56,11 @@ def _within(low: int, high: int) -> Callable[[Any], None]:
 def _positive(value: Any) -> None:
     if not 0 < value < float("inf"):
         raise ValueError(f"must be more than 0 seconds, got {value:g}")
+
+
+def _never_or_at_least_a_second(value: Any) -> None:
+    if not (value == 0 or 1 <= value < float("inf")):
+        raise ValueError(f"must be 0 (never) or at least 1 second, got {value:g}")
 
 
 def _boolean(value: str) -> bool:
@@ -138,6 +143,13 @@ SERVE_SETTINGS = (
     Setting("log_format", "IDMINT_LOG_FORMAT", "text", _one_of(LOG_FORMATS)),
     Setting("access_log", "IDMINT_ACCESS_LOG", False, _boolean),
     Setting("request_timeout", "IDMINT_REQUEST_TIMEOUT", REQUEST_TIMEOUT_S, _seconds, _positive),
+    Setting(
+        "worker_timeout",
+        "IDMINT_WORKER_TIMEOUT",
+        WORKER_TIMEOUT_S,
+        _seconds,
+        _never_or_at_least_a_second,
+    ),
 )
 
 

@@ -15,6 +15,11 @@ serves nothing; it
   the others and fails with its error (one line, the CLI's exit status);
 * replaces a worker that dies (after a pause if it keeps dying), under the same
   index and with its predecessor's counters (:mod:`idmint.server.siblings`);
+* kills (SIGKILL) and so replaces a worker whose event loop stops turning: each
+  worker's loop says it is alive every ``HEARTBEAT_S``, and one not heard from
+  for ``worker_timeout`` seconds would otherwise keep its share of new
+  connections and answer none. Messages that arrived while the supervisor
+  itself was stopped are read before anyone is judged silent;
 * on SIGTERM/SIGINT sends each worker SIGTERM, waits while they finish their
   in-flight requests and release their claims, and returns 0 (1 if one had to
   be killed). A second SIGINT is passed on: uvicorn then stops at once.
@@ -60,7 +65,7 @@ from typing import Any
 import idmint
 from idmint import errors
 from idmint.errors import ConfigurationError, IdmintError
-from idmint.server.limits import GRACEFUL_SHUTDOWN_S
+from idmint.server.limits import GRACEFUL_SHUTDOWN_S, WORKER_TIMEOUT_S
 from idmint.server.sockets import bound_socket
 
 __all__ = ["WorkerSettings", "serve_workers"]
@@ -108,6 +113,9 @@ class _Worker:
     received: bytes = b""
     ready: bool = False
     started_at: float = 0.0
+    heard_at: float = 0.0
+    """When the supervisor last read a message from this worker (monotonic)."""
+    killed_silent: bool = False
     quick_deaths: int = 0
     restart_at: float | None = None
     failure: dict[str, str] | None = None
@@ -123,8 +131,13 @@ def serve_workers(
     workers: int,
     port: int,
     announce: Callable[[int], None] | None,
+    worker_timeout: float = WORKER_TIMEOUT_S,
 ) -> int:
-    """Run ``workers`` workers on ``settings.host:port`` until SIGTERM/SIGINT; see the module."""
+    """Run ``workers`` workers on ``settings.host:port`` until SIGTERM/SIGINT; see the module.
+
+    ``worker_timeout``: seconds a serving worker may go unheard before it is
+    killed and replaced; 0 for never.
+    """
     if not sys.platform.startswith("linux"):
         # BSD's and macOS's SO_REUSEPORT lets every worker bind, then gives one of
         # them all the connections.
@@ -150,7 +163,9 @@ def serve_workers(
     reservation = _reserve_port(settings.host, port)
     run_dir = Path(tempfile.mkdtemp(prefix="idmint-serve-"))
     try:
-        supervisor = _Supervisor(settings, workers, reservation.getsockname()[1], run_dir)
+        supervisor = _Supervisor(
+            settings, workers, reservation.getsockname()[1], run_dir, worker_timeout
+        )
         return supervisor.run(announce)
     finally:
         reservation.close()
@@ -170,8 +185,16 @@ def _reserve_port(host: str, port: int) -> socket.socket:
 
 
 class _Supervisor:
-    def __init__(self, settings: WorkerSettings, count: int, port: int, run_dir: Path) -> None:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        count: int,
+        port: int,
+        run_dir: Path,
+        worker_timeout: float = WORKER_TIMEOUT_S,
+    ) -> None:
         self.settings = settings
+        self.worker_timeout = worker_timeout
         self.port = port
         self.run_dir = run_dir
         self.workers = [_Worker(index) for index in range(count)]
@@ -239,16 +262,56 @@ class _Supervisor:
                 self._read_control(key.data)
         self._handle_signals()
         self._reap()
+        self._kill_silent()
         if self.kill_at is not None and time.monotonic() >= self.kill_at:
             self._kill_stragglers()
 
     def _next_deadline(self) -> float | None:
         deadlines = [w.restart_at for w in self.workers if w.restart_at is not None]
+        deadlines += [w.heard_at + self.worker_timeout for w in self._judged()]
         if self.kill_at is not None and self.kill_at < math.inf:
             deadlines.append(self.kill_at)
         if not deadlines:
             return None
         return max(0.0, min(deadlines) - time.monotonic())
+
+    def _judged(self) -> list[_Worker]:
+        """Serving workers that must be heard from (none while the server stops)."""
+        if self.worker_timeout <= 0 or self.kill_at is not None:
+            return []
+        return [
+            w
+            for w in self.workers
+            if w.ready and w.process is not None and w.control is not None and not w.killed_silent
+        ]
+
+    def _kill_silent(self) -> None:
+        """SIGKILL serving workers not heard from for ``worker_timeout``: replaced when reaped.
+
+        A worker that looks silent has its control socket read first: after the
+        supervisor itself was stopped, ``select`` may report its timeout before
+        the messages that arrived meanwhile.
+        """
+        for worker in self._judged():
+            if time.monotonic() - worker.heard_at < self.worker_timeout:
+                continue
+            while self._read_control(worker):
+                pass
+            silent = time.monotonic() - worker.heard_at
+            if silent < self.worker_timeout or worker.process is None:
+                continue
+            assert worker.process is not None
+            log.error(
+                "worker %d (pid %d) has not been heard from for %.1f s "
+                "(--worker-timeout %g): killing it",
+                worker.index,
+                worker.process.pid,
+                silent,
+                self.worker_timeout,
+            )
+            worker.killed_silent = True
+            with contextlib.suppress(ProcessLookupError):
+                worker.process.kill()
 
     def _wait_for_all_to_exit(self, woken: socket.socket) -> None:
         while self._alive():
@@ -302,6 +365,7 @@ class _Supervisor:
         worker.generation += 1
         worker.restart_at = None
         worker.ready = False
+        worker.killed_silent = False
         worker.failure = None
         worker.received = b""
         ours, theirs = socket.socketpair()
@@ -354,6 +418,7 @@ class _Supervisor:
             self._forget_control(worker)
             return False
         worker.received += data
+        worker.heard_at = time.monotonic()
         while b"\n" in worker.received:
             line, _, worker.received = worker.received.partition(b"\n")
             try:

@@ -19,6 +19,7 @@ same uvicorn settings as a single ``idmint serve``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -34,7 +35,7 @@ from typing import Any
 
 from idmint.errors import IdmintError
 from idmint.server.app import IdServer, create_app
-from idmint.server.limits import RequestLimits
+from idmint.server.limits import HEARTBEAT_S, RequestLimits
 from idmint.server.logs import LogHold, server_logging
 from idmint.server.run import stop_signals_handled_by, uvicorn_config
 from idmint.server.siblings import Siblings
@@ -62,6 +63,18 @@ def _tell(control: socket.socket, message: dict[str, Any]) -> None:
     # The supervisor may be gone: the watcher thread stops this worker then.
     with contextlib.suppress(OSError):
         control.sendall(json.dumps(message).encode() + b"\n")
+
+
+async def _beat(control: socket.socket) -> None:
+    """Tell the supervisor this event loop turns (see ``--worker-timeout``).
+
+    Never blocks the loop: with the supervisor stopped and the socket's buffer
+    full, a beat is dropped (the supervisor reads the others when it resumes).
+    """
+    while True:
+        with contextlib.suppress(OSError):
+            control.send(b'{"alive":1}\n', socket.MSG_DONTWAIT)
+        await asyncio.sleep(HEARTBEAT_S)
 
 
 def _read_line(control: socket.socket) -> bytes:
@@ -163,10 +176,18 @@ def _run(
         return 0
 
     class ReportingServer(uvicorn.Server):
+        heartbeat: asyncio.Task[None] | None = None
+
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets=sockets)
             if self.started:
                 _tell(control, {"ready": os.getpid()})
+                self.heartbeat = asyncio.create_task(_beat(control))
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            if self.heartbeat is not None:
+                self.heartbeat.cancel()
+            await super().shutdown(sockets=sockets)
 
     server = ReportingServer(
         uvicorn_config(app, host, port, limits, access_log=settings["access_log"])
