@@ -169,7 +169,7 @@ def reference_reverse42(timestamp_ms: int) -> int:
 def reference_uid64(
     timestamp_ms: int, sequence: int, generator: int, cluster: int, mode: Mode
 ) -> int:
-    """Seed 001's layout, spelled out bit by bit: T*42 S*6 GGG M GGGGGGGG CCCC."""
+    """uid64's layout, spelled out bit by bit: T*42 S*6 GGG M GGGGGGGG CCCC."""
     stamp = reference_reverse42(timestamp_ms) if mode is Mode.SPREAD else timestamp_ms
     gen = format(generator, "011b")
     flag = "1" if mode is Mode.TIME_SEQUENTIAL else "0"

@@ -1,8 +1,9 @@
 """Golden vectors, both directions, for every scheme.
 
 uid64.csv was made by java-uniqueid itself; muid.csv and short60.csv carry the
-seeds' worked examples; uid64_v1.csv and elastic64.csv were derived by hand from
-the seed layouts (their header comments show the arithmetic). Lines starting
+worked examples of the muid specification and of uexky; uid64_v1.csv and
+elastic64.csv were derived by hand from the layouts in the scheme modules (their
+header comments show the arithmetic). Lines starting
 with '#' are comments.
 """
 
@@ -22,7 +23,7 @@ from idmint.schemes import Elastic64, Mode, Muid, Short60, Uid64, Uid64V1, parse
 DATA = Path(__file__).resolve().parent.parent / "data"
 UTC = dt.timezone.utc
 UNIX_EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
-# short60 counts from uexky's epoch (seed 004); the library's timestamp_ms counts from 1970.
+# short60 counts from uexky's epoch; the library's timestamp_ms counts from 1970.
 SHORT60_EPOCH_MS = 1_519_862_400_000
 
 ISO_MS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
@@ -192,7 +193,7 @@ def muid_fields(row: dict[str, str]) -> dict[str, int]:
 
 
 def test_muid_seed_example() -> None:
-    # The worked example of seed 003, in the canonical and the (non-canonical) dashed form.
+    # The muid specification's worked example, in the canonical and the (non-canonical) dashed form.
     value = Muid("05D5EAC793E61F-17B9F5B9479DF-94AC0")
     assert str(value) == "05D5EAC793E61F17B9F5B9479DF94AC0"
     assert (value.timestamp_us, value.medallion, value.offset) == (
@@ -247,7 +248,7 @@ def short60_time(row: dict[str, str]) -> dt.datetime:
 
 
 def test_short60_seed_example() -> None:
-    # Seed 004: 11093174944930914 -> base64 naS8QBhxi -> display xinaS8QBh.
+    # uexky's worked example: 11093174944930914 -> base64 naS8QBhxi -> display xinaS8QBh.
     assert at_ms(SHORT60_EPOCH_MS) == dt.datetime(2018, 3, 1, tzinfo=UTC)
     value = Short60("xinaS8QBh")
     assert value.int == 11093174944930914

@@ -1,4 +1,4 @@
-"""Elastic node IDs and service discovery in ZooKeeper (the microservices seed, 002).
+"""Elastic node IDs and service discovery in ZooKeeper.
 
 - :mod:`idmint.discovery.nodes`: node IDs claimed in groups of 256, whose
   elastic64 width follows the groups, with no duplicate while it changes.

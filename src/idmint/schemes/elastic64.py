@@ -1,4 +1,4 @@
-"""elastic64: 64-bit IDs whose node-ID width grows with the fleet (seed 002).
+"""elastic64: 64-bit IDs whose node-ID width grows with the fleet.
 
 ::
 

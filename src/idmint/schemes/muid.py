@@ -1,4 +1,4 @@
-"""muid: 128-bit IDs of microsecond time, a node's medallion and an offset (seed 003).
+"""muid: 128-bit IDs of microsecond time, a node's medallion and an offset.
 
 ::
 
@@ -11,8 +11,8 @@
 
 Sorting muids sorts by time, then by node, then by position in a transaction:
 a transaction is offset 0 and the objects made in it are offsets 1, 2, ...
-Canonical text is 32 upper-case hex digits with no separators (the seed
-rejects dashes because many systems that parse hex choke on them); parsing
+Canonical text is 32 upper-case hex digits with no separators (dashes
+are left out because many systems that parse hex choke on them); parsing
 also takes lower case and the dashed 14-13-5 form people write for reading.
 """
 

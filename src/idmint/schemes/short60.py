@@ -1,4 +1,4 @@
-"""short60: a 60-bit int shown as a 10-character string (seed 004, abyss-club/uexky).
+"""short60: a 60-bit int shown as a 10-character string (uexky's layout).
 
 ::
 
@@ -12,8 +12,8 @@ uexky fills the low 9 bits at random per ID; idmint's generators put a node
 ID there that no other process holds at the same time (random bits only when
 asked for), so the field is called ``node`` (``random`` is the same bits).
 
-The seed's prose says the timestamp has 48 bits; 60 - 9 - 9 leaves 42, and its
-diagram and worked example agree with 42. It lasts until 2157-07-13.
+The timestamp has 42 bits (60 - 9 - 9), whatever prose elsewhere says of 48;
+the bit diagram and the worked example in the tests agree with 42. It lasts until 2157-07-13.
 
 Display form: the int's base-64 digits (alphabet ``A-Z a-z 0-9 - _``), most
 significant first, no padding, then the last two characters moved to the

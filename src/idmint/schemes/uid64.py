@@ -10,14 +10,14 @@ uid64 is java-uniqueid's ``IDBuilder`` layout since 3.2 (a mode flag and an
     +------------------------------------------------+--------+-----+--+---------+----+
      byte 0 ... byte 4, top 2 bits of byte 5          byte 5    byte 6            byte 7
 
-uid64-v1 is the layout before the mode flag (seed 000): the same timestamp and
+uid64-v1 is the layout before the mode flag: the same timestamp and
 sequence, always SPREAD, a 6-bit generator in bits 4..9 and bits 10..15 reserved
 (zero). For generators 0..63 in SPREAD mode the two layouts give the same bytes,
 which is how java-uniqueid kept old IDs valid.
 
 SPREAD mode stores the timestamp *bit-reversed* (Java's ``Long.reverse`` of the
-timestamp, whose top 42 bits are then the field). The seeds call it "reverse
-byte-order"; java-uniqueid reverses bits, and its IDs are what we must match.
+timestamp, whose top 42 bits are then the field). Some descriptions call it
+"reverse byte-order"; java-uniqueid reverses bits, and its IDs are what we must match.
 Reversal puts the fastest-changing bit of the clock at the top, so consecutive
 IDs land far apart in a sorted key space (no hot region in HBase-like stores).
 TIME_SEQUENTIAL stores the timestamp as is, so IDs sort by creation time.
