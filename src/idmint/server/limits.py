@@ -37,6 +37,7 @@ import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "GRACEFUL_SHUTDOWN_S",
@@ -212,25 +213,49 @@ class _RequestGuard:
         self._transport.close()
 
 
+class _Limited(asyncio.Protocol):
+    """What the limited protocol of either parser adds that does not depend on the
+    parser: the guard's life with the connection, the JSON 400, the quiet upgrade.
+
+    Mixed in before uvicorn's class (``class P(_Limited, HttpToolsProtocol)``), so
+    ``super()`` is uvicorn's. Each parser's class counts in its own
+    ``data_received``, the hot path, which calls nothing it need not.
+    """
+
+    limits: RequestLimits
+    guard: _RequestGuard
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+    cycle: Any
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.guard = _RequestGuard(transport, self.loop, self.limits, self._responding)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.guard.stop()
+        super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        _bad_request(self.transport, msg)
+
+    def _unsupported_upgrade_warning(self) -> None:
+        """Say nothing: see :func:`limited_http_protocol`."""
+
+    def _responding(self) -> bool:
+        return self.cycle is not None and not self.cycle.response_complete
+
+
 def _httptools_protocol(limits: RequestLimits) -> type[asyncio.Protocol]:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     max_bytes = limits.max_request_bytes
     base = HttpToolsProtocol
 
-    class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    class LimitedHttpToolsProtocol(_Limited, HttpToolsProtocol):
         # The parser's callbacks say where requests begin and end. A request
         # pipelined behind another within one read is counted and timed from the
         # next read (until then uvicorn's keep-alive timer covers the connection).
-        guard: _RequestGuard
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            base.connection_made(self, transport)
-            self.guard = _RequestGuard(transport, self.loop, limits, self._responding)
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self.guard.stop()
-            base.connection_lost(self, exc)
 
         def data_received(self, data: bytes) -> None:
             guard = self.guard
@@ -250,15 +275,7 @@ def _httptools_protocol(limits: RequestLimits) -> type[asyncio.Protocol]:
             self.guard.started_at = None  # all in: nothing counted or timed until the next
             base.on_message_complete(self)
 
-        def send_400_response(self, msg: str) -> None:
-            _bad_request(self.transport, msg)
-
-        def _unsupported_upgrade_warning(self) -> None:
-            """Say nothing: see :func:`limited_http_protocol`."""
-
-        def _responding(self) -> bool:
-            return self.cycle is not None and not self.cycle.response_complete
-
+    LimitedHttpToolsProtocol.limits = limits
     return LimitedHttpToolsProtocol
 
 
@@ -269,17 +286,7 @@ def _h11_protocol(limits: RequestLimits) -> type[asyncio.Protocol]:
     max_bytes = limits.max_request_bytes
     base = H11Protocol
 
-    class LimitedH11Protocol(H11Protocol):
-        guard: _RequestGuard
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            base.connection_made(self, transport)
-            self.guard = _RequestGuard(transport, self.loop, limits, self._responding)
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self.guard.stop()
-            base.connection_lost(self, exc)
-
+    class LimitedH11Protocol(_Limited, H11Protocol):
         def data_received(self, data: bytes) -> None:
             guard = self.guard
             if guard.started_at is None:
@@ -296,15 +303,7 @@ def _h11_protocol(limits: RequestLimits) -> type[asyncio.Protocol]:
             elif state is not h11.IDLE:  # DONE, or the connection is closing anyway
                 guard.started_at = None
 
-        def send_400_response(self, msg: str) -> None:
-            _bad_request(self.transport, msg)
-
-        def _unsupported_upgrade_warning(self) -> None:
-            """Say nothing: see :func:`limited_http_protocol`."""
-
-        def _responding(self) -> bool:
-            return self.cycle is not None and not self.cycle.response_complete
-
+    LimitedH11Protocol.limits = limits
     return LimitedH11Protocol
 
 
