@@ -39,7 +39,7 @@ from idmint.errors import (
 )
 from idmint.factory import SCHEME_OPTIONS, new_generator
 from idmint.generate.core import IdBatch
-from idmint.schemes import SCHEMES, parse_id, scheme_type
+from idmint.schemes import SCHEMES, IdValue, parse_id, scheme_type
 from idmint.schemes._base import iso_ms
 
 EXIT_RUNTIME = 1
@@ -481,8 +481,13 @@ def _write_ids(out: TextIO, count: int, chunk: int, lines: Callable[[int], str])
 def _renderer(output_format: str) -> Callable[[IdBatch[Any]], str]:
     """Lines for a batch of IDs: the text forms in bulk (no value objects), or JSON."""
     if output_format == "json":
-        return lambda batch: "".join(json.dumps(value.to_dict()) + "\n" for value in batch)
+        return _json_lines
     return lambda batch: "\n".join(batch.texts()) + "\n"
+
+
+def _json_lines(values: Iterable[IdValue]) -> str:
+    """One JSON object per ID, each on its line."""
+    return "".join(json.dumps(value.to_dict()) + "\n" for value in values)
 
 
 def _cmd_decode(args: argparse.Namespace, out: TextIO) -> int:
@@ -600,17 +605,11 @@ def _cmd_fetch(args: argparse.Namespace, out: TextIO) -> int:
         )
     except ConfigurationError as error:
         raise UsageError(f"idmint fetch: {error}") from None
+    render: Callable[[list[IdValue]], str] = (
+        _json_lines if args.format == "json" else lambda values: "".join(f"{v}\n" for v in values)
+    )
     with client:
-        if args.format == "json":
-            return _write_ids(
-                out,
-                args.count,
-                1000,
-                lambda take: "".join(json.dumps(v.to_dict()) + "\n" for v in client.get_many(take)),
-            )
-        return _write_ids(
-            out, args.count, 1000, lambda take: "".join(f"{v}\n" for v in client.get_many(take))
-        )
+        return _write_ids(out, args.count, 1000, lambda take: render(client.get_many(take)))
 
 
 def _cmd_claims_list(args: argparse.Namespace, out: TextIO) -> int:
