@@ -9,10 +9,14 @@ tests never touch (or wait on) the lock files of whoever runs them.
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from idmint.coordinate import hostpool
+from idmint.coordinate.hostpool import HostLocation
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -28,3 +32,29 @@ def host_lock_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pa
             os.environ.pop("IDMINT_LOCAL_DIR", None)
         else:
             os.environ["IDMINT_LOCAL_DIR"] = previous
+
+
+@pytest.fixture
+def host_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> HostLocation:
+    """This host's pool (``local://`` with no directory), private to the test.
+
+    Its socket names have a prefix of their own and its mark directories are
+    the test's, so a test can empty, corrupt or fill them; everything else is
+    the real mechanism. ``persistent`` does not exist yet: the first process
+    running as root makes it, as on a new host. The tests that run whole
+    processes on the real locations do so in namespaces of their own
+    (tests/faults/simulated_host.py).
+    """
+    if os.geteuid() != 0:
+        pytest.skip("this host's pool trusts only a root-owned /var/lib/idmint: run as root")
+    volatile = tmp_path / "dev-shm"
+    volatile.mkdir()
+    volatile.chmod(0o1777)
+    location = HostLocation(
+        namespace=f"idmint-test-{secrets.token_hex(6)}",
+        persistent=tmp_path / "var-lib-idmint",
+        volatile=volatile,
+    )
+    monkeypatch.setattr(hostpool, "HOST", location)
+    monkeypatch.delenv("IDMINT_LOCAL_DIR", raising=False)
+    return location

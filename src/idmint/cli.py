@@ -26,6 +26,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NoReturn, TextIO
 
@@ -34,6 +35,7 @@ from idmint.errors import (
     CoordinatorUnavailable,
     GeneratorError,
     IdmintError,
+    IdmintWarning,
     InvalidId,
     NoServerAnswered,
 )
@@ -766,6 +768,25 @@ def _print_error(message: str) -> None:
     sys.stderr.flush()
 
 
+def _show_warning(  # noqa: PLR0917 - warnings.showwarning's signature
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """idmint's own warnings as one line, as errors are; others as Python shows them."""
+    if issubclass(category, IdmintWarning):
+        sys.stderr.write(f"idmint: warning: {' '.join(str(message).split())}\n")
+        sys.stderr.flush()
+    else:
+        _python_show_warning(message, category, filename, lineno, file, line)
+
+
+_python_show_warning = warnings.showwarning
+
+
 class _GracefulStop:
     """SIGTERM/SIGINT handling.
 
@@ -818,6 +839,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Python would print each WARNING on stderr, and the CLI promises one line.
     if not logging.getLogger().handlers:
         logging.getLogger().addHandler(logging.NullHandler())
+    warnings.showwarning = _show_warning
     parser = _build_parser()
     out = sys.stdout
     previous: dict[int, Any] = {}

@@ -27,6 +27,10 @@ raise with one clause, and a few branches that match how a caller reacts:
  │    IDs in time (every server tried is named, with why).
  └── (nothing else: library bugs surface as ordinary Python exceptions)
 
+Warnings (something works, at a cost worth knowing) derive from
+:class:`IdmintWarning` (a ``UserWarning``): ``VolatileMarks``, this host's pool
+keeps its high-water marks where a reboot loses them.
+
 Messages say what was wrong and what was expected, so the CLI can print
 ``str(error)`` as its one line on stderr.
 """
@@ -44,10 +48,12 @@ __all__ = [
     "GeneratorForked",
     "IdentityInUse",
     "IdmintError",
+    "IdmintWarning",
     "InvalidId",
     "NoServerAnswered",
     "PoolExhausted",
     "TransactionFull",
+    "VolatileMarks",
 ]
 
 
@@ -144,3 +150,11 @@ class IdentityInUse(CoordinationError):
 
 class NoServerAnswered(IdmintError):
     """No ID server could give IDs within the client's timeout; says which were tried and why."""
+
+
+class IdmintWarning(UserWarning):
+    """Root of the warnings idmint gives: it works, at a cost worth knowing."""
+
+
+class VolatileMarks(IdmintWarning):
+    """This host's pool keeps its high-water marks where a reboot loses them."""

@@ -10,10 +10,8 @@ claims back, and the default directory is private to its user.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import textwrap
@@ -21,11 +19,13 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.cli_process import assert_one_error_line, run_idmint
 from tests.integration.claims_helpers import Minter, settled_local_directory, wait_for
 
 from idmint import ConfigurationError, IdentityInUse, Uid64, new_generator
 from idmint.coordinate import ClaimState, connect
-from idmint.coordinate.local import DEFAULT_TTL_S, default_directory
+from idmint.coordinate.hostpool import HostLocation
+from idmint.coordinate.local import DEFAULT_TTL_S
 
 
 def _url(directory: Path, **options: object) -> str:
@@ -64,12 +64,14 @@ class Holder:
         )
         assert self.process.stdout is not None
         self.generator = int(self.process.stdout.readline())
+        # Minting, not just claimed, before anyone kills it.
+        self.first = int(self.process.stdout.readline())
 
     def kill(self) -> list[int]:
         """SIGKILL it; every ID it printed."""
         self.process.send_signal(signal.SIGKILL)
         out, _ = self.process.communicate(timeout=30)
-        return [int(line) for line in out.split()]
+        return [self.first, *(int(line) for line in out.split())]
 
 
 def test_a_killed_holders_id_comes_back_only_after_the_hold_off(directory: Path) -> None:
@@ -188,7 +190,7 @@ def test_short60_nodes_are_claimed_and_distinct() -> None:
             generator.close()
 
 
-# -- where the lock files live -----------------------------------------------------------------
+# -- which pool -------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -197,37 +199,33 @@ def no_configured_directory(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("no_configured_directory")
-def test_default_directory_is_the_users_runtime_directory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_no_directory_means_this_hosts_pool_whatever_the_environment(
+    host_pool: HostLocation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    assert default_directory() == tmp_path / "idmint"
-    with new_generator("uid64") as generator:
-        generator.generate()
-    info = os.stat(tmp_path / "idmint")
-    assert stat.S_IMODE(info.st_mode) == 0o700
-    assert info.st_uid == os.geteuid()
+    """TMPDIR, XDG_RUNTIME_DIR and the working directory no longer choose the pool."""
+    tmp_path = tmp_path / "elsewhere"
+    tmp_path.mkdir()
+    with new_generator("uid64") as first:
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+        monkeypatch.setenv("TMPDIR", str(tmp_path))
+        monkeypatch.chdir(tmp_path)
+        with new_generator("uid64") as second:
+            assert first.generator != second.generator
+            claim = second.claim
+            assert claim is not None
+            assert "this host's pool" in claim.description
+    assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.usefixtures("no_configured_directory")
-def test_default_directory_without_a_runtime_directory_is_in_the_temp_dir(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    assert default_directory() == tmp_path / f"idmint-{os.geteuid()}"
-
-
-@pytest.mark.usefixtures("no_configured_directory")
-def test_a_default_directory_others_can_write_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Someone who made the shared temp dir's idmint directory could hold our IDs."""
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    (tmp_path / "idmint").mkdir(mode=0o777)
-    os.chmod(tmp_path / "idmint", 0o777)
-    with pytest.raises(ConfigurationError, match="private"):
+def test_a_relative_pool_directory_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes in two working directories would be two pools."""
+    monkeypatch.setenv("IDMINT_LOCAL_DIR", "pool")
+    with pytest.raises(ConfigurationError, match="relative"):
         new_generator("uid64")
+    result = run_idmint("generate", "--count", "1")
+    assert result.returncode == 2
+    assert "relative" in assert_one_error_line(result.stderr)
+    assert result.stdout == ""
 
 
 @pytest.mark.parametrize(

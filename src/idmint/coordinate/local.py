@@ -1,12 +1,16 @@
-"""Identities claimed on this host: one lock file per ID. The default coordinator.
+"""Identities claimed on this host. The default coordinator.
 
 URL grammar::
 
     local://[/DIR][?option=value&...]          e.g. local://  local:///srv/idmint?generators=0-63
 
-``local://`` alone uses the default directory: ``$IDMINT_LOCAL_DIR`` when set,
-else ``$XDG_RUNTIME_DIR/idmint``, else ``<temp dir>/idmint-<uid>``. The default
-directory must belong to the user and be private (mode 0700); it is created so.
+``local://`` alone is this host's pool (:mod:`idmint.coordinate.hostpool`):
+one per host, shared by every process whatever its user or environment, its
+holds kept by the kernel and its high-water marks under ``/var/lib/idmint``.
+``local:///DIR``, or ``$IDMINT_LOCAL_DIR`` when the URL names no directory, is
+a pool of the operator's own: lock files in ``DIR``, shared by exactly the
+processes that see that directory (a volume several containers mount, say).
+``DIR`` must be absolute: a pool must not depend on the working directory.
 
 ===================  =========  ==================================================
 option               default    meaning
@@ -23,34 +27,33 @@ option               default    meaning
 ``connect_timeout``  ``10``     accepted for symmetry; there is nothing to connect to
 ===================  =========  ==================================================
 
-Layout::
+Keys: ``space`` is ``generator`` (uid64; key ``<cluster>-<generator>``),
+``node`` (elastic64; key ``node mod 256``, so IDs of any two holders differ in
+their low eight bits whatever widths they use) or ``short60`` (key: the node).
+
+A directory pool's layout::
 
     DIR/<space>/.created       JSON {"created_ms"}: when the directory was made
     DIR/<space>/<key>.lock     held with flock(LOCK_EX) while a process holds <key>
     DIR/<space>/<key>.mark     the high-water mark (JSON), replaced atomically
 
-``space`` is ``generator`` (uid64; key ``<cluster>-<generator>``), ``node``
-(elastic64; key ``node mod 256``, so IDs of any two holders differ in their
-low eight bits whatever widths they use) or ``short60`` (key: the node).
-
-**Why it is safe.** The kernel holds the lock for as long as the process lives
-and drops it when the process dies, however it dies: nothing is left to clean
-up and no lock can outlive its holder. The lock is on an open file description,
-so a child of ``fork()`` shares it; the child closes its copy at once (which
-does not unlock) and never writes the mark. Each renewal writes the mark first
-and then checks that the lock file is still the one at its path: a lock file
-that was deleted (a tmp cleaner, a removed runtime directory) is a lost claim,
-and a successor that locks a new file reads the mark we wrote before we could
-use it. A successor starts after the mark's ceiling, and a directory made less
+**Why it is safe.** A hold (a bound abstract socket, or an flock on a lock
+file) lasts as long as the process and goes when it dies, however it dies:
+no hold outlives its holder. A child of ``fork()`` shares its parent's hold;
+it closes its copy at once (which does not let go) and never writes the mark.
+A claimant starts after the highest mark recorded for its ID, and never in the
+millisecond it claimed in: a holder that ended a moment ago minted nothing
+later than that on this host's clock. Each renewal writes the mark first and
+then checks the hold: in a directory pool a lock file that was deleted (a tmp
+cleaner, a removed directory) is a lost claim, and a successor that locks a
+new file reads the mark we wrote before we could use it; a directory made less
 than a TTL ago floors every claim at its creation + the TTL, so a holder whose
-files vanished under it has stopped before the new holder starts. While a claim
-is held the directory itself is share-locked, which tmpfiles cleaners honour.
+files vanished under it has stopped before the new holder starts.
 
-**What it does not cover.** Processes that see different directories: other
-hosts, containers with their own filesystem, systemd services with
-``PrivateTmp``, other users. Give them one directory they share
-(``IDMINT_LOCAL_DIR`` or ``local:///shared/dir``), or claim through ``zk://``
-or ``etcd://``, or configure distinct static identities.
+**What it does not cover.** Processes on other hosts, and containers with
+their own network namespace (their abstract sockets are their own) or their
+own filesystem: claim through ``zk://`` or ``etcd://``, give each container a
+static identity, or share a directory pool on a volume of one host.
 """
 
 from __future__ import annotations
@@ -60,12 +63,11 @@ import errno
 import json
 import math
 import os
-import secrets
 import stat
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Protocol
 
 from idmint.clock import Clock
 from idmint.coordinate.base import (
@@ -77,6 +79,7 @@ from idmint.coordinate.base import (
     HighWaterMark,
     holder_description,
 )
+from idmint.coordinate.hostpool import HostPool, mark_and_record, write_atomically
 from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
 from idmint.errors import (
     ClaimLost,
@@ -94,7 +97,7 @@ __all__ = [
     "DEFAULT_TTL_S",
     "LocalClaim",
     "LocalCoordinator",
-    "default_directory",
+    "configured_directory",
     "lock_key",
 ]
 
@@ -105,21 +108,32 @@ NODE_KEY_BITS = 8  # elastic64's narrowest width: holders differ in these bits
 # A static identity found locked is tried again for this long: `claims list`
 # probes each lock for a moment, which must not make a starting process refuse.
 FIXED_RETRY_S = 0.25
+# A mark this far ahead of the clock is no clock's doing (a reboot, NTP): it
+# was written to hold the ID back, or the clock is badly wrong. Either way the
+# ID is skipped, and named if nothing else is free.
+IMPLAUSIBLE_AHEAD_MS = 24 * 3600 * 1000
 
 
-def default_directory() -> Path:
-    """Where ``local://`` keeps its lock files unless told otherwise."""
-    configured = os.environ.get(DIRECTORY_VARIABLE)
-    if configured:
-        return Path(configured)
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime):
-        return Path(runtime) / "idmint"
-    return Path(tempfile.gettempdir()) / f"idmint-{os.geteuid()}"
+def configured_directory(url_path: str = "") -> Path | None:
+    """The directory pool named by a ``local://`` URL or ``$IDMINT_LOCAL_DIR``.
+
+    None means this host's pool. A relative directory is refused: two processes
+    in different working directories would be two pools.
+    """
+    named = url_path or os.environ.get(DIRECTORY_VARIABLE, "")
+    if not named:
+        return None
+    if not os.path.isabs(named):
+        source = "local://" if url_path else DIRECTORY_VARIABLE
+        raise ConfigurationError(
+            f"{source} directory {named!r} is relative: a pool must not depend on the "
+            "working directory; give an absolute path"
+        )
+    return Path(named)
 
 
 def lock_key(space: str, identity: Mapping[str, int]) -> str:
-    """The lock file name (without suffix) for ``identity`` in ``space``."""
+    """The name of ``identity`` in ``space``'s pool (a lock file's, without suffix)."""
     if space == "generator":
         return f"{identity.get('cluster', 0)}-{identity['generator']}"
     if space == "node":
@@ -133,8 +147,33 @@ def _identity_of(space: str, number: int, cluster: int) -> dict[str, int]:
     return {"node": number}
 
 
+class Hold(Protocol):
+    """An identity held on this host until closed."""
+
+    def intact(self) -> bool:
+        """Whether nobody else can have taken it meanwhile."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Pool(Protocol):
+    """Where holds and marks live: this host's pool or a directory."""
+
+    @property
+    def description(self) -> str: ...
+
+    def hold(self, space: str, key: str) -> Hold | None: ...
+
+    def held(self) -> Iterator[tuple[str, str]]: ...
+
+    def read_mark(self, space: str, key: str) -> tuple[HighWaterMark | None, dict[str, object]]: ...
+
+    def write_mark(self, space: str, key: str, data: bytes) -> Path: ...
+
+
 class LocalCoordinator(Coordinator):
-    """A directory of lock files on this host, used as a pool of identities."""
+    """This host's pool of identities, or a directory of lock files."""
 
     def __init__(self, url: CoordinatorUrl, *, default: bool = False) -> None:
         if fcntl is None:  # pragma: no cover - not POSIX
@@ -143,73 +182,18 @@ class LocalCoordinator(Coordinator):
         if url.hosts:
             raise ConfigurationError(
                 f"local:// takes a directory, not a host ({url.hosts_text()}); write "
-                "local:///absolute/dir (three slashes) or local:// for the default directory"
+                "local:///absolute/dir (three slashes) or local:// for this host's pool"
             )
         self.url = url.redacted()
-        self.private = not url.path and DIRECTORY_VARIABLE not in os.environ
-        self.directory = Path(url.path) if url.path else default_directory()
+        self.directory = configured_directory(url.path)
+        self.pool: Pool = HostPool() if self.directory is None else DirectoryPool(self.directory)
         self.ttl_s = url.number("ttl", DEFAULT_TTL_S, minimum=0.5)
         self._options_template = ClaimOptions.from_url(url)
         self.default = default
 
     @property
     def description(self) -> str:
-        return f"local://{self.directory}"
-
-    # -- the directory ---------------------------------------------------------------
-    def space_directory(self, space: str, now_ms: int) -> tuple[Path, int]:
-        """DIR/space, made if needed, and when it was made (ms since the epoch).
-
-        ``now_ms`` is the claimant's clock, written as the creation time when
-        the directory is made here.
-        """
-        self._prepare(self.directory, top=True)
-        path = self.directory / space
-        created = self._prepare(path, top=False)
-        marker = path / ".created"
-        if created:
-            created_ms = now_ms
-            _write_atomically(marker, json.dumps({"created_ms": created_ms}).encode())
-            return path, created_ms
-        try:
-            created_ms = int(json.loads(marker.read_bytes())["created_ms"])
-        except (OSError, ValueError, KeyError, TypeError):
-            # Made a moment ago by someone still writing the marker, or the
-            # marker was lost: assume the youngest possible directory.
-            created_ms = now_ms
-        return path, created_ms
-
-    def _prepare(self, path: Path, *, top: bool) -> bool:
-        """Make ``path`` if it is missing (True if we made it); check it if not."""
-        mode = 0o700 if self.private else 0o777
-        try:
-            os.mkdir(path, mode)
-        except FileExistsError:
-            made = False
-        except OSError as error:
-            raise ConfigurationError(
-                f"cannot make the lock directory {path}: {error.strerror or error}; "
-                f"set {DIRECTORY_VARIABLE} or use local:///dir with a writable directory"
-            ) from None
-        else:
-            made = True
-        try:
-            info = os.lstat(path)
-        except OSError as error:
-            raise ConfigurationError(
-                f"cannot use the lock directory {path}: {error.strerror or error}"
-            ) from None
-        if not stat.S_ISDIR(info.st_mode):
-            raise ConfigurationError(f"{path} must be a directory for local:// lock files")
-        if self.private and top and (info.st_uid != os.geteuid() or info.st_mode & 0o077):
-            # Another user could pre-create a shared default directory to
-            # hold our IDs hostage or read our marks; refuse rather than share.
-            raise ConfigurationError(
-                f"the lock directory {path} must belong to this user (uid {os.geteuid()}) and "
-                f"be private (mode 0700); it is uid {info.st_uid}, mode "
-                f"{stat.S_IMODE(info.st_mode):o}. Remove it, or set {DIRECTORY_VARIABLE}"
-            )
-        return made
+        return self.pool.description
 
     # -- the Coordinator interface ---------------------------------------------------
     holds_configured_identities = True
@@ -227,30 +211,21 @@ class LocalCoordinator(Coordinator):
 
     def list_claims(self) -> list[ClaimInfo]:
         rows: list[ClaimInfo] = []
-        if not self.directory.is_dir():
-            return rows
-        for space in SPACES:
-            path = self.directory / space
-            if not path.is_dir():
+        for space, key in sorted(self.pool.held(), key=_numeric_key):
+            cluster, _, number = key.rpartition("-")
+            if not number.isdigit():
                 continue
-            for lock in sorted(path.glob("*.lock"), key=_numeric_name):
-                key = lock.name[: -len(".lock")]
-                fd = _try_lock(lock)
-                if fd is not None:  # free: nobody holds it
-                    os.close(fd)
-                    continue
-                cluster, _, number = key.rpartition("-")
-                mark, record = _read_mark(path / f"{key}.mark")
-                rows.append(
-                    ClaimInfo(
-                        cluster=int(cluster or 0),
-                        generator=int(number),
-                        holder=str(record.get("holder", "unknown")),
-                        since_ms=_int_or_none(record.get("since_ms")),
-                        high_water_mark_ms=mark.ceiling_ms if mark else None,
-                        space=space,
-                    )
+            mark, record = self.pool.read_mark(space, key)
+            rows.append(
+                ClaimInfo(
+                    cluster=int(cluster) if cluster.isdigit() else 0,
+                    generator=int(number),
+                    holder=str(record.get("holder", "unknown")),
+                    since_ms=_int_or_none(record.get("since_ms")),
+                    high_water_mark_ms=mark.ceiling_ms if mark else None,
+                    space=space,
                 )
+            )
         return rows
 
     def close(self) -> None:
@@ -258,7 +233,7 @@ class LocalCoordinator(Coordinator):
 
 
 class LocalClaim(Claim):
-    """One identity held by an flock on its lock file."""
+    """One identity held on this host (an abstract socket or an flock'd file)."""
 
     def __init__(
         self,
@@ -275,51 +250,57 @@ class LocalClaim(Claim):
             clock=clock,
             description=f"{what} at {coordinator.description}",
         )
-        self._coordinator = coordinator
+        self._pool = coordinator.pool
         self.space = space
         self._fixed = dict(identity) if identity is not None else None
-        self._fd: int | None = None
-        self._directory_fd: int | None = None
-        self._lock_path: Path | None = None
-        self._mark_path: Path | None = None
+        self._hold: Hold | None = None
+        self._key: str | None = None
         self._since_ms = 0
+        self._implausible: list[tuple[str, HighWaterMark]] = []
 
     # -- Claim hooks ------------------------------------------------------------------
     def _acquire(self) -> tuple[Mapping[str, int], int]:
         self._let_go()
-        directory, created_ms = self._coordinator.space_directory(
-            self.space, self.clock.time_ns() // 1_000_000
-        )
-        self._directory_fd = _share_lock_directory(directory)
-        ttl_ms = round(self.ttl_s * 1000)
+        pool = self._pool
+        young_floor_ms = -1
+        if isinstance(pool, DirectoryPool):
+            young_floor_ms = pool.young_floor_ms(
+                self.space, self.clock.time_ns() // 1_000_000, round(self.ttl_s * 1000)
+            )
         fixed = self._fixed
         cluster = self.options.cluster or 0
         patience = FIXED_RETRY_S if fixed is not None else self.options.claim_timeout_s
         deadline = time.monotonic() + patience
         while True:
             self.soonest_holdoff_end_s = math.inf
+            self._implausible = []
             now_ms = self.clock.time_ns() // 1_000_000
             for identity in self._candidates(cluster):
                 key = lock_key(self.space, identity)
-                lock_path = directory / f"{key}.lock"
-                fd = _try_lock(lock_path)
-                if fd is None:
+                hold = pool.hold(self.space, key)
+                if hold is None:
                     continue
-                mark_path = directory / f"{key}.mark"
-                mark, _ = _read_mark(mark_path)
-                if fixed is None and self._held_off((self.space, key), mark, now_ms):
-                    os.close(fd)
-                    continue
-                self._fd, self._lock_path, self._mark_path = fd, lock_path, mark_path
+                try:
+                    mark, _ = pool.read_mark(self.space, key)
+                except BaseException:
+                    hold.close()
+                    raise
+                if fixed is None and mark is not None:
+                    if mark.ceiling_ms > now_ms + IMPLAUSIBLE_AHEAD_MS:
+                        self._implausible.append((key, mark))
+                        hold.close()
+                        continue
+                    if self._held_off((self.space, key), mark, now_ms):
+                        hold.close()
+                        continue
+                self._hold, self._key = hold, key
                 self._since_ms = now_ms
-                floor = mark.ceiling_ms if mark is not None else -1
-                if created_ms + ttl_ms > now_ms:
-                    # A young directory may have replaced one deleted under a
-                    # live holder, which stops within a TTL: start after that.
-                    floor = max(floor, created_ms + ttl_ms)
+                # Whoever held the ID before us is gone, so on this host's clock
+                # it minted nothing after this millisecond: start after it.
+                floor = max(mark.ceiling_ms if mark is not None else -1, now_ms, young_floor_ms)
                 return identity, floor
             if time.monotonic() >= deadline:
-                raise self._nothing_free(directory, cluster)
+                raise self._nothing_free(cluster)
             if self._sleep(self._next_look_s(deadline, every_s=0.05)):
                 raise ClaimLost(f"{self.description}: closed while claiming")
 
@@ -330,50 +311,47 @@ class LocalClaim(Claim):
         for number in self.options.pool:
             yield _identity_of(self.space, number, cluster)
 
-    def _nothing_free(self, directory: Path, cluster: int) -> Exception:
+    def _nothing_free(self, cluster: int) -> Exception:
         if self._fixed is not None:
             key = lock_key(self.space, self._fixed)
-            _, record = _read_mark(directory / f"{key}.mark")
+            _, record = self._pool.read_mark(self.space, key)
             holder = record.get("holder", "another process")
             shown = ", ".join(f"{name} {value}" for name, value in self._fixed.items())
             return IdentityInUse(
-                f"{shown} is already in use on this host by {holder} (lock file "
-                f"{directory / (key + '.lock')}); two processes with one identity would "
-                "mint the same IDs. Give each process its own, or leave the identity out "
-                "to claim a free one"
+                f"{shown} is already in use on this host by {holder} ({self._pool.description}, "
+                f"{self.space} {key}); two processes with one identity would mint the same "
+                "IDs. Give each process its own, or leave the identity out to claim a free one"
             )
-        return self._pool_exhausted(f"cluster {cluster}", self._coordinator.description)
+        error = self._pool_exhausted(f"cluster {cluster}", self._pool.description)
+        if self._implausible:
+            key, mark = self._implausible[0]
+            error.args = (
+                f"{error}. {len(self._implausible)} of them have a high-water mark more than a "
+                f"day ahead of this host's clock (e.g. {self.space} {key}: {mark.ceiling_ms} ms "
+                "since the epoch): check the clock, or who wrote the mark",
+            )
+        return error
 
     def _renew(self, ceiling_ms: int) -> bool:
-        if self._fd is None or self._mark_path is None or self._lock_path is None:
+        if self._hold is None or self._key is None:
             return False
         now_ms = self.clock.time_ns() // 1_000_000
         self._write_mark(
             HighWaterMark(ceiling_ms=ceiling_ms, renewed_ms=now_ms, holder=holder_description())
         )
-        # Checked after the write: a successor that locked a new file at our
-        # path read a mark at least this high, so what we mint up to it is
-        # clear of what the successor mints.
-        return _same_file(self._fd, self._lock_path)
+        # Checked after the write: a successor that took over a lock file
+        # deleted under us read a mark at least this high, so what we mint up
+        # to it is clear of what the successor mints.
+        return self._hold.intact()
 
     def _write_mark(self, mark: HighWaterMark) -> None:
-        assert self._mark_path is not None
+        assert self._key is not None
         record = {**mark.to_json(), "since_ms": self._since_ms, "pid": os.getpid()}
-        try:
-            _write_atomically(self._mark_path, json.dumps(record).encode())
-        except OSError as error:
-            raise CoordinatorUnavailable(
-                f"{self.description}: cannot write {self._mark_path}: {error.strerror or error}"
-            ) from error
+        self._pool.write_mark(self.space, self._key, json.dumps(record).encode())
 
     def _release(self, final_ceiling_ms: int | None) -> None:
         try:
-            if (
-                final_ceiling_ms is not None
-                and self._fd is not None
-                and self._lock_path is not None
-                and _same_file(self._fd, self._lock_path)
-            ):
+            if final_ceiling_ms is not None and self._hold is not None and self._hold.intact():
                 now_ms = self.clock.time_ns() // 1_000_000
                 self._write_mark(
                     HighWaterMark(
@@ -387,8 +365,8 @@ class LocalClaim(Claim):
             self._let_go()
 
     def _forget(self) -> None:
-        # Closing our copies does not unlock: the parent's descriptors share
-        # the same open file description, and the lock lives there.
+        # Closing our copy does not let go: the parent's descriptor refers to
+        # the same socket or open file, and the hold lives there.
         self._let_go()
 
     def _reclaim(self) -> None:
@@ -396,14 +374,127 @@ class LocalClaim(Claim):
         super()._reclaim()
 
     def _let_go(self) -> None:
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            with contextlib.suppress(OSError):
+                hold.close()
+
+
+# -- a directory of lock files --------------------------------------------------------
+
+
+class DirectoryPool:
+    """A pool in a directory of the operator's choosing: flock'd lock files and marks."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    @property
+    def description(self) -> str:
+        return f"local://{self.directory}"
+
+    def young_floor_ms(self, space: str, now_ms: int, ttl_ms: int) -> int:
+        """Make the space's directory if needed; a floor while it is less than a TTL old.
+
+        A young directory may have replaced one deleted under a live holder,
+        which stops within a TTL: claims start after that.
+        """
+        self._prepare(self.directory)
+        path = self.directory / space
+        marker = path / ".created"
+        if self._prepare(path):
+            write_atomically(marker, json.dumps({"created_ms": now_ms}).encode())
+            created_ms = now_ms
+        else:
+            try:
+                created_ms = int(json.loads(marker.read_bytes())["created_ms"])
+            except (OSError, ValueError, KeyError, TypeError):
+                # Made a moment ago by someone still writing the marker, or the
+                # marker was lost: assume the youngest possible directory.
+                created_ms = now_ms
+        return created_ms + ttl_ms if created_ms + ttl_ms > now_ms else -1
+
+    @staticmethod
+    def _prepare(path: Path) -> bool:
+        """Make ``path`` if it is missing (True if we made it); check it if not."""
+        try:
+            os.mkdir(path, 0o777)
+        except FileExistsError:
+            made = False
+        except OSError as error:
+            raise ConfigurationError(
+                f"cannot make the lock directory {path}: {error.strerror or error}; "
+                f"set {DIRECTORY_VARIABLE} or use local:///dir with a writable directory"
+            ) from None
+        else:
+            made = True
+        try:
+            info = os.lstat(path)
+        except OSError as error:
+            raise ConfigurationError(
+                f"cannot use the lock directory {path}: {error.strerror or error}"
+            ) from None
+        if not stat.S_ISDIR(info.st_mode):
+            raise ConfigurationError(f"{path} must be a directory for local:// lock files")
+        return made
+
+    def hold(self, space: str, key: str) -> LockFile | None:
+        path = self.directory / space / f"{key}.lock"
+        fd = _try_lock(path)
+        if fd is None:
+            return None
+        # While a claim is held its directory is share-locked, which tmpfiles
+        # cleaners honour.
+        return LockFile(fd, path, _share_lock_directory(path.parent))
+
+    def held(self) -> Iterator[tuple[str, str]]:
+        for space in SPACES:
+            path = self.directory / space
+            if not path.is_dir():
+                continue
+            for lock in path.glob("*.lock"):
+                fd = _try_lock(lock)
+                if fd is not None:  # free: nobody holds it
+                    os.close(fd)
+                    continue
+                yield space, lock.name[: -len(".lock")]
+
+    def read_mark(self, space: str, key: str) -> tuple[HighWaterMark | None, dict[str, object]]:
+        path = self.directory / space / f"{key}.mark"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None, {}
+        except OSError as error:
+            raise CoordinatorUnavailable(
+                f"cannot read the high-water mark {path}: {error.strerror or error}"
+            ) from error
+        return mark_and_record(data)
+
+    def write_mark(self, space: str, key: str, data: bytes) -> Path:
+        path = self.directory / space / f"{key}.mark"
+        write_atomically(path, data)
+        return path
+
+
+class LockFile:
+    """A lock file held with flock, and the share lock on its directory."""
+
+    def __init__(self, fd: int, path: Path, directory_fd: int) -> None:
+        self._fd: int | None = fd
+        self._directory_fd: int | None = directory_fd
+        self.path = path
+
+    def intact(self) -> bool:
+        """Whether the file we lock is still the one at its path (not deleted, replaced)."""
+        return self._fd is not None and _same_file(self._fd, self.path)
+
+    def close(self) -> None:
         for fd in (self._fd, self._directory_fd):
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._fd = self._directory_fd = None
-
-
-# -- files ----------------------------------------------------------------------------
 
 
 def _try_lock(path: Path) -> int | None:
@@ -451,42 +542,9 @@ def _share_lock_directory(directory: Path) -> int:
     return fd
 
 
-def _read_mark(path: Path) -> tuple[HighWaterMark | None, dict[str, object]]:
-    """The high-water mark at ``path`` (None if there is none) and its whole record."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None, {}
-    except OSError as error:
-        raise CoordinatorUnavailable(
-            f"cannot read the high-water mark {path}: {error.strerror or error}"
-        ) from error
-    try:
-        record = dict(json.loads(data))
-    except (ValueError, TypeError):
-        record = {}
-    return HighWaterMark.from_bytes(data), record
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: readers see the old or the new file, never a part."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    try:
-        os.replace(temporary, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-
-
-def _numeric_name(path: Path) -> tuple[int, ...]:
-    stem = path.name[: -len(".lock")]
-    return tuple(int(part) if part.isdigit() else -1 for part in stem.split("-"))
+def _numeric_key(held: tuple[str, str]) -> tuple[str, tuple[int, ...]]:
+    space, key = held
+    return space, tuple(int(part) if part.isdigit() else -1 for part in key.split("-"))
 
 
 def _int_or_none(value: object) -> int | None:
