@@ -37,10 +37,13 @@ VOLATILE = ("/tmp", "/var/tmp", "/dev/shm")
 
 @dataclass
 class Run:
-    """One process of a phase: ``idmint ARGS`` and how it is started."""
+    """One process of a phase: ``idmint ARGS`` (or a Python program) and how it is started."""
 
     name: str
     args: list[str]
+    """idmint's arguments; or, with ``code``, the Python program's."""
+    code: str | None = None
+    """Run ``python -c code ARGS`` instead of ``python -m idmint ARGS``."""
     env: dict[str, str] = field(default_factory=dict)
     user: int | None = None
     """Run as this uid (and gid), with no supplementary groups."""
@@ -157,7 +160,8 @@ def _set_up_host(keep: list[Path], var_lib: str) -> None:
 
 
 def _command(run: dict[str, object], spec: dict[str, object]) -> list[str]:
-    argv = [str(spec["python"]), "-m", "idmint", *map(str, run["args"])]  # type: ignore[call-overload]
+    program = ["-c", str(run["code"])] if run["code"] is not None else ["-m", "idmint"]
+    argv = [str(spec["python"]), *program, *map(str, run["args"])]  # type: ignore[call-overload]
     if run["user"] is not None:
         uid = str(run["user"])
         argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv]

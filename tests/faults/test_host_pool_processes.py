@@ -17,6 +17,7 @@ reboots. Runs as root (setpriv, namespaces, mounts).
 from __future__ import annotations
 
 import configparser
+import json
 import os
 import shlex
 import subprocess
@@ -148,6 +149,41 @@ def test_a_hostile_user_can_exhaust_the_pool_but_not_make_others_repeat_ids(
     assert loser.stdout == ""
     assert loser.stderr.count("\n") == 1
     assert "are held or held off" in loser.stderr
+
+
+_FORKING_HOLDER = """
+import os, subprocess, sys
+from idmint import new_generator
+
+generator = new_generator("uid64", coordinator="local://?generators=0-0")
+generator.generate()
+child = os.fork()
+if child == 0:
+    if sys.argv[1] == "close":
+        generator.close()
+    sys.exit(0)  # a normal exit: the child's atexit hooks run
+os.waitpid(child, 0)
+print(open("/var/lib/idmint/0/generator/0-0.mark").read())
+second = subprocess.run(
+    [sys.executable, "-m", "idmint", "generate", "--count", "1",
+     "--coordinator", "local://?generators=0-0&claim_timeout=0.5"],
+    capture_output=True, text=True,
+)
+print(second.returncode, second.stderr.strip())
+print(generator.generate())
+"""
+
+
+@pytest.mark.parametrize("leave", ["exit", "close"])
+def test_a_forked_child_that_exits_leaves_its_parents_hold(host: SimulatedHost, leave: str) -> None:
+    """The child shares the parent's socket: its exit (or close) must not free the ID."""
+    (outcomes,) = host.boot([Run("parent", [leave], code=_FORKING_HOLDER)])
+    _assert_all_succeeded(outcomes)
+    mark, refused, minted = outcomes["parent"].stdout.splitlines()
+    assert json.loads(mark)["released_ms"] is None, "the child released the parent's mark"
+    assert refused.startswith("1 "), "a second process must not get the parent's ID"
+    assert "held or held off" in refused
+    assert Uid64(minted).generator == 0
 
 
 # -- the shipped deployment -------------------------------------------------------------------
