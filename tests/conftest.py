@@ -4,6 +4,9 @@ The host-local coordinator (``local://``, the default when no coordinator is
 given) keeps its lock files in a directory; the session gets one of its own
 through ``IDMINT_LOCAL_DIR``, inherited by every process the tests start, so
 tests never touch (or wait on) the lock files of whoever runs them.
+
+The session's ZooKeeper, etcd and PostgreSQL servers are fixtures of
+``tests/servers/fixtures.py``, loaded here so that every directory shares them.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+pytest_plugins = ["tests.servers.fixtures"]
 
 
 @pytest.fixture(scope="session", autouse=True)
