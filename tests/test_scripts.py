@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import re
 import signal
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
-from tests.cli_process import run_idmint
+from tests.cli_process import CliProcess, run_idmint
+from tests.servers import wait_until
 from tests.servers.ports import LOOPBACK, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,81 +28,46 @@ START_TIMEOUT_S = 120.0  # installs nothing here, but two JVM/etcd starts on a b
 STOP_TIMEOUT_S = 60.0
 
 
-class Coordinators:
+class Coordinators(CliProcess):
     """``scripts/coordinators ARGS`` in its own process group, its output read as it comes."""
 
     def __init__(self, *args: str) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, str(SCRIPT), *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        self._stdout: queue.Queue[str | None] = queue.Queue()
-        self._stderr: queue.Queue[str | None] = queue.Queue()
-        self._stderr_lines: list[str] = []
-        self._readers = [
-            threading.Thread(target=self._read, args=(stream, lines), daemon=True)
-            for stream, lines in (
-                (self.process.stdout, self._stdout),
-                (self.process.stderr, self._stderr),
-            )
-        ]
-        for reader in self._readers:
-            reader.start()
-
-    def _read(self, stream: IO[str] | None, lines: queue.Queue[str | None]) -> None:
-        assert stream is not None
-        for line in stream:
-            if lines is self._stderr:
-                self._stderr_lines.append(line.rstrip("\n"))
-            lines.put(line.rstrip("\n"))
-        lines.put(None)
-
-    def _next(self, lines: queue.Queue[str | None], what: str) -> str:
-        try:
-            line = lines.get(timeout=START_TIMEOUT_S)
-        except queue.Empty:
-            raise AssertionError(f"scripts/coordinators printed no {what} in time") from None
-        assert line is not None, f"scripts/coordinators ended before its {what}: {self.stderr()}"
-        return line
+        super().__init__(command=[sys.executable, str(SCRIPT), *args], session=True, stamp=False)
 
     def urls(self, count: int) -> list[str]:
         """The first ``count`` lines of stdout: the coordinators' URLs."""
-        return [self._next(self._stdout, "URL") for _ in range(count)]
+        self.wait_for_lines(count, timeout=START_TIMEOUT_S, what=f"{count} URLs")
+        return self.lines[:count]
 
     def data_directory(self) -> Path:
         """The data directory named by the line that says the servers are up."""
-        while True:
-            found = re.search(r"deletes their data \((.+)\)$", self._next(self._stderr, "data"))
-            if found:
-                return Path(found.group(1))
 
-    def stderr(self) -> str:
-        """What it wrote on stderr so far (all of it once it has been awaited)."""
-        return "\n".join(self._stderr_lines)
+        def ended() -> None:
+            assert self.running, f"scripts/coordinators ended:\n{self.stderr}"
 
-    def wait(self) -> int:
-        """Its exit status, once it and its output have ended."""
+        line = r"deletes their data \((.+)\)$"
+        wait_until(
+            lambda: re.search(line, self.stderr, re.M) is not None,
+            timeout=START_TIMEOUT_S,
+            description="the line naming the data directory",
+            check=ended,
+        )
+        found = re.search(line, self.stderr, re.M)
+        assert found
+        return Path(found.group(1))
+
+    def stop_status(self, signum: signal.Signals) -> int:
+        """Its exit status after ``signum`` to its process group (SIGINT: Ctrl-C)."""
+        os.killpg(self.pid, signum)
         try:
-            status = self.process.wait(STOP_TIMEOUT_S)
+            return self.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            raise AssertionError("scripts/coordinators did not stop") from None
-        for reader in self._readers:
-            reader.join(STOP_TIMEOUT_S)
-        return status
-
-    def close(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait()
+            raise AssertionError(f"scripts/coordinators did not stop:\n{self.stderr}") from None
 
 
 @pytest.fixture
 def coordinators() -> Iterator[list[Coordinators]]:
-    """Scripts a test starts; killed afterwards if the test left one running."""
+    """Scripts a test starts; killed, with their group, afterwards."""
     started: list[Coordinators] = []
     yield started
     for script in started:
@@ -145,9 +108,8 @@ def test_coordinators_serve_urls_that_claim_and_stop_cleanly_on_ctrl_c(
         listed = run_idmint("claims", "list", "--coordinator", url)
         assert listed.returncode == 0, listed.stderr
 
-    os.killpg(script.process.pid, signal.SIGINT)  # what Ctrl-C in its terminal sends
-    assert script.wait() == 0, script.stderr()
-    assert "Traceback" not in script.stderr()
+    assert script.stop_status(signal.SIGINT) == 0, script.stderr
+    assert "Traceback" not in script.stderr
     assert not data.exists()
     assert not _listening(zk_port)
     assert not _listening(etcd_port)
@@ -166,8 +128,8 @@ def test_coordinators_end_with_the_log_of_a_server_that_died(
 
     os.kill(etcd_pid, signal.SIGKILL)
 
-    assert script.wait() == 1
-    assert re.search(r"etcd stopped; the end of its log", script.stderr()), script.stderr()
+    assert script.wait(STOP_TIMEOUT_S) == 1
+    assert "etcd stopped; the end of its log" in script.stderr, script.stderr
     assert not data.exists()
 
 
@@ -186,12 +148,11 @@ def test_coordinators_take_another_port_when_the_usual_one_is_taken(
     port = int(address.group(1))
     assert port != 2181
     script.data_directory()
-    assert f"port 2181 is taken; ZooKeeper listens on {port} instead" in script.stderr()
+    assert f"port 2181 is taken; ZooKeeper listens on {port} instead" in script.stderr
     generated = run_idmint("generate", "--coordinator", url, "--count", "1")
     assert generated.returncode == 0, generated.stderr
 
-    os.killpg(script.process.pid, signal.SIGTERM)
-    assert script.wait() == 0, script.stderr()
+    assert script.stop_status(signal.SIGTERM) == 0, script.stderr
 
 
 def test_coordinators_refuse_an_unknown_name() -> None:
