@@ -99,7 +99,7 @@ ID_SERVERS_PREFIX = "/docs-id-servers"
 
 _MARKER = re.compile(r"<!--\s*docs-test:\s*(.*?)\s*-->")
 _FILE_SKIP = re.compile(r"^<!--\s*docs-test:\s*skip-file\s+(\S.*?)\s*-->$", re.M)
-_FENCE = re.compile(r"^```(\S*)\s*$")
+_FENCE = re.compile(r"^( *)```(\S*)\s*$")  # indented within a list item, too
 _ZK_URL = re.compile(r"zk://(?:[^/@\s\"']+@)?[\w.-]+:\d+(?:,[\w.-]+:\d+)*(/[^\s\"'?]*)?")
 _ETCD_URL = re.compile(r"etcd://[\w.-]+:\d+(/[^\s\"'?]*)?")
 _POSTGRES_URL = re.compile(r"postgresql(\+\w+)?://[^\s\"']+")
@@ -141,10 +141,11 @@ class Block:
 
 
 def _apply_marker(block: Block, marker: str, previous_python: Block | None) -> None:
-    marker, skip, reason = marker.partition("skip ")  # the reason is the rest, ; and all
+    skip = re.search(r"(?:^|;)\s*skip(?:\s+(.*))?$", marker)  # the reason is the rest, ; and all
     if skip:
-        assert reason.strip(), f"{block.name}: say why the block is not run"
-        block.skip = reason.strip()
+        assert skip.group(1), f"{block.name}: say why the block is not run"
+        block.skip = skip.group(1).strip()
+        marker = marker[: skip.start()]
     for part in filter(None, (piece.strip() for piece in marker.split(";"))):
         word, _, rest = part.partition(" ")
         rest = rest.strip()
@@ -176,10 +177,12 @@ def find_blocks(path: Path) -> list[Block]:
         if not fence:
             index += 1
             continue
+        indent, info = fence.groups()
         end = index + 1
-        while end < len(lines) and lines[end].rstrip() != "```":
+        while end < len(lines) and lines[end].rstrip() != indent + "```":
             end += 1
-        block = Block(path, index + 1, fence.group(1), "\n".join(lines[index + 1 : end]) + "\n")
+        code = "".join(line.removeprefix(indent) + "\n" for line in lines[index + 1 : end])
+        block = Block(path, index + 1, info, code)
         before = index - 1
         while before >= 0 and not lines[before].strip():
             before -= 1
@@ -201,9 +204,13 @@ CHECKED = [block for block in BLOCKS if block.skip is None]
 
 
 def test_docs_have_blocks_to_check() -> None:
-    """The parser finds blocks (a change of format must not make this test vacuous)."""
+    """The parser finds every block (a change of format must not make this test vacuous)."""
     kinds = {block.info for block in CHECKED}
     assert {"python", "console", "sql", "text"} <= kinds, kinds
+    for document in DOCUMENTS:
+        fences = re.findall(r"^\s*(?:```|~~~)", document.read_text(encoding="utf-8"), re.M)
+        found = [block for block in BLOCKS if block.path == document]
+        assert len(fences) == 2 * len(found), f"{document.name}: a fence the parser missed"
 
 
 # -- the test servers, and the URLs that reach them ---------------------------------
