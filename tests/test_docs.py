@@ -292,8 +292,11 @@ def place_for(block: Block, request: pytest.FixtureRequest, directory: Path) -> 
             code = code.replace(placeholder, str(path))
         return code
 
+    # A reader's settings would change what the examples do; the session's lock
+    # directory (IDMINT_LOCAL_DIR) stays, so that nothing touches the reader's pool.
     env = {
-        **os.environ,
+        **{name: value for name, value in os.environ.items() if not name.startswith("IDMINT_")},
+        "IDMINT_LOCAL_DIR": os.environ["IDMINT_LOCAL_DIR"],
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYTHONUNBUFFERED": "1",
     }
