@@ -2,6 +2,7 @@
 # Install the Debian packages idmint's test suite needs, if they are missing.
 #
 #   scripts/install-test-deps.sh
+#   scripts/install-test-deps.sh coordinators   # only what scripts/coordinators runs
 #
 # - ZooKeeper server jars (libzookeeper-java) and a Java runtime when `java` is absent;
 # - etcd (etcd-server, etcd-client);
@@ -21,12 +22,16 @@
 # The test harness starts its own servers on free ports (tests/servers/).
 set -euo pipefail
 
-readonly PACKAGES=(
-    gcc
-    libc6-dev
+# ZooKeeper's jars (with a Java runtime, below) and etcd: the coordinators.
+readonly COORDINATOR_PACKAGES=(
     libzookeeper-java
     etcd-server
     etcd-client
+)
+readonly PACKAGES=(
+    gcc
+    libc6-dev
+    "${COORDINATOR_PACKAGES[@]}"
     wrk
     chromium
     chromium-driver
@@ -44,8 +49,17 @@ is_installed() {
     dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
 }
 
+case "${1:-all}" in
+    all) wanted=("${PACKAGES[@]}") ;;
+    coordinators) wanted=("${COORDINATOR_PACKAGES[@]}") ;;
+    *)
+        log "unknown argument '$1': give none (everything) or 'coordinators'"
+        exit 2
+        ;;
+esac
+
 missing=()
-for package in "${PACKAGES[@]}"; do
+for package in "${wanted[@]}"; do
     is_installed "$package" || missing+=("$package")
 done
 if ! command -v java >/dev/null 2>&1 && ! is_installed "$JRE_PACKAGE"; then
@@ -106,7 +120,9 @@ fi
 
 # Check that what the test harness runs is now there.
 problems=()
-for command in java etcd etcdctl wrk setpriv; do
+commands=(java etcd etcdctl)
+[ "${1:-all}" = coordinators ] || commands+=(wrk setpriv)
+for command in "${commands[@]}"; do
     command -v "$command" >/dev/null 2>&1 || problems+=("command $command")
 done
 # The harness (tests/servers/postgres.py) looks for the server where Debian puts it.
@@ -118,7 +134,7 @@ for bindir in /usr/lib/postgresql/*/bin; do
     done
     [ -z "$found" ] || postgres_found="$bindir"
 done
-[ -n "$postgres_found" ] || problems+=("/usr/lib/postgresql/*/bin/{initdb,postgres,pg_isready,psql}")
+[ -n "$postgres_found" ] || [ "${1:-all}" = coordinators ] || problems+=("/usr/lib/postgresql/*/bin/{initdb,postgres,pg_isready,psql}")
 for jar in zookeeper.jar zookeeper-jute.jar slf4j-api.jar slf4j-simple.jar metrics-core.jar; do
     [ -f "/usr/share/java/$jar" ] || problems+=("/usr/share/java/$jar")
 done

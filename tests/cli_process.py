@@ -1,20 +1,23 @@
 """The idmint CLI in a child process, for tests that run it as users do.
 
 * :func:`run_idmint`: run ``python -m idmint ARGS`` to completion.
-* :class:`CliProcess`: a long-running ``idmint`` whose stdout lines are collected
-  as they arrive (with their arrival times), for tests that signal or kill it.
+* :class:`CliProcess`: a long-running ``idmint`` (or another command) whose stdout
+  lines are collected as they arrive (with their arrival times), for tests that
+  signal or kill it.
 * :func:`assert_one_error_line`: the CLI's error contract (one line, no traceback).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import IO, TypeVar
 
@@ -64,22 +67,38 @@ class CliProcess:
     ``lines`` holds stdout's lines as they arrive and ``arrivals`` the monotonic time
     each arrived (stamped with ``stamp=True``). A context manager: leaving the block
     kills the process if it still runs.
+
+    ``command`` runs another command line instead (a shell running ``idmint``, a
+    script); ``session=True`` starts it in a session (and process group) of its own,
+    so that :meth:`interrupt` can send SIGINT to its group as a terminal's Ctrl-C does.
     """
 
-    def __init__(self, *args: str, stamp: bool = True) -> None:
-        self.args = args
+    def __init__(
+        self,
+        *args: str,
+        stamp: bool = True,
+        command: Sequence[str] | None = None,
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        session: bool = False,
+    ) -> None:
+        self.args = tuple(command[1:]) if command else args
         self.lines: list[str] = []
         self.arrivals: list[float] = []
         self._stderr: list[str] = []
         self._stamp = stamp
+        self._session = session
         self.started_at = time.monotonic()
         self.started_ms = now_ms()
         self.popen = subprocess.Popen(
-            _idmint_argv(args),
+            list(command) if command else _idmint_argv(args),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            cwd=cwd,
+            env=env,
+            start_new_session=session,
         )
         assert self.popen.stdout is not None
         assert self.popen.stderr is not None
@@ -142,6 +161,12 @@ class CliProcess:
     def send(self, signum: signal.Signals) -> None:
         self.popen.send_signal(signum)
 
+    def interrupt(self) -> None:
+        """SIGINT to its process group (``session=True``), as Ctrl-C in its terminal."""
+        assert self._session, "only a process started with session=True leads a group"
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGINT)
+
     def wait(self, timeout: float) -> int:
         """Wait for the process to exit and its output to be drained; its status."""
         code = self.popen.wait(timeout)
@@ -153,6 +178,9 @@ class CliProcess:
             thread.join(timeout=10)
 
     def close(self) -> None:
+        if self._session:  # whatever it started in its group goes with it
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
         if self.popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.popen.send_signal(signal.SIGCONT)  # a stopped process cannot die

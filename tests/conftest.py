@@ -1,9 +1,14 @@
 """Settings every test shares.
 
-The host-local coordinator (``local://``, the default when no coordinator is
-given) keeps its lock files in a directory; the session gets one of its own
-through ``IDMINT_LOCAL_DIR``, inherited by every process the tests start, so
-tests never touch (or wait on) the lock files of whoever runs them.
+The default coordinator (``local://``) is this host's pool; the session gets a
+pool directory of its own instead, through ``IDMINT_LOCAL_DIR``, inherited by
+every process the tests start, so tests never touch (or wait on) the IDs held
+by whoever else runs on this machine. Tests of this host's pool itself use the
+``host_pool`` fixture (a pool of the test's own) or a simulated host
+(tests/faults/simulated_host.py).
+
+The session's ZooKeeper, etcd and PostgreSQL servers are fixtures of
+``tests/servers/fixtures.py``, loaded here so that every directory shares them.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import pytest
 
 from idmint.coordinate import hostpool
 from idmint.coordinate.hostpool import HostLocation
+
+pytest_plugins = ["tests.servers.fixtures"]
 
 
 @pytest.fixture(scope="session", autouse=True)

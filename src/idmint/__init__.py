@@ -19,6 +19,7 @@ from idmint.errors import (
     IdentityInUse,
     IdmintError,
     InvalidId,
+    MissingExtra,
     PoolExhausted,
     TransactionFull,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "IdmintError",
     "InvalidId",
     "ManualClock",
+    "MissingExtra",
     "Mode",
     "Muid",
     "MuidGenerator",

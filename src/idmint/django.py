@@ -30,14 +30,15 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from django import forms
-from django.core import exceptions
-from django.db import models
-
 from idmint import _storage
-from idmint.errors import ConfigurationError, InvalidId
+from idmint.errors import ConfigurationError, InvalidId, needs_extra
 from idmint.schemes import Elastic64, IdValue, Muid, Short60, Uid64, Uid64V1, coerce_id
 from idmint.schemes.elastic64 import check_node_bits
+
+with needs_extra("django", "django", needed_by="idmint.django"):
+    from django import forms
+    from django.core import exceptions
+    from django.db import models
 
 __all__ = [
     "Elastic64Field",

@@ -8,6 +8,8 @@ raise with one clause, and a few branches that match how a caller reacts:
  │    form an ID of the scheme asked for. The caller's input is wrong.
  ├── ``ConfigurationError`` (also ``ValueError``): a generator, coordinator URL or
  │    option that cannot work. Fix the configuration.
+ │    └── ``MissingExtra`` (also ``ModuleNotFoundError``): an optional
+ │         dependency is not installed; the message gives the install line.
  ├── ``GeneratorError``: the generator refuses to issue an ID because doing so
  │    could duplicate one.
  │    ├── ``ClockMovedBackwards``: the wall clock stepped back further than the
@@ -37,6 +39,9 @@ Messages say what was wrong and what was expected, so the CLI can print
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 __all__ = [
     "ClaimLost",
     "ClockMovedBackwards",
@@ -50,6 +55,7 @@ __all__ = [
     "IdmintError",
     "IdmintWarning",
     "InvalidId",
+    "MissingExtra",
     "NoServerAnswered",
     "PoolExhausted",
     "TransactionFull",
@@ -87,6 +93,78 @@ class InvalidId(IdmintError, ValueError):
 
 class ConfigurationError(IdmintError, ValueError):
     """A generator, coordinator URL or option that cannot work as given."""
+
+
+class MissingExtra(ConfigurationError, ModuleNotFoundError):
+    """A feature needs an optional dependency (an extra of idmint) that is not installed.
+
+    ``extra`` names the extra (``zookeeper``), ``name`` the missing module
+    (``kazoo``, as for any ``ModuleNotFoundError``), ``install`` the command
+    that installs the extra where this interpreter looks for it.
+    """
+
+    def __init__(self, extra: str, module: str, *, needed_by: str) -> None:
+        self.extra = extra
+        self.install = install_line(extra)
+        super().__init__(
+            f"{needed_by} needs the {extra} extra ({module} is not installed); "
+            f"install it with: {self.install}"
+        )
+        self.name = module
+
+
+def install_line(extra: str) -> str:
+    """The shell command that installs idmint's ``extra`` for the running interpreter.
+
+    ``pip`` alone may belong to another environment (or be refused by the
+    system's), so the command runs this interpreter's pip; an idmint installed
+    from a source tree (``pip install -e .``) is installed again from that tree
+    rather than from the package index, which would replace it.
+    """
+    import json
+    import os
+    import shlex
+    import sys
+    from importlib import metadata
+    from urllib.parse import unquote, urlsplit
+
+    def short(path: str) -> str:  # relative when below the working directory
+        relative = os.path.relpath(path)
+        if relative.startswith(".."):
+            return path
+        return relative if relative == "." or os.sep in relative else f".{os.sep}{relative}"
+
+    target, editable = "idmint", False
+    try:
+        origin = json.loads(metadata.distribution("idmint").read_text("direct_url.json") or "{}")
+    except (metadata.PackageNotFoundError, ValueError):
+        origin = {}
+    location = urlsplit(str(origin.get("url", "")))
+    if location.scheme == "file" and isinstance(origin.get("dir_info"), dict):
+        target = short(unquote(location.path))
+        editable = bool(origin["dir_info"].get("editable"))
+    words = [
+        short(sys.executable or "python3"),
+        "-m",
+        "pip",
+        "install",
+        *(["-e"] if editable else []),
+    ]
+    return shlex.join([*words, f"{target}[{extra}]"])
+
+
+@contextlib.contextmanager
+def needs_extra(extra: str, module: str, *, needed_by: str) -> Iterator[None]:
+    """Turn a failed import of ``module`` (or a submodule) into :class:`MissingExtra`.
+
+    Other import errors (a broken or too old installation) go through as they are.
+    """
+    try:
+        yield
+    except ModuleNotFoundError as error:
+        if (error.name or "").partition(".")[0] != module:
+            raise
+        raise MissingExtra(extra, module, needed_by=needed_by) from error
 
 
 class GeneratorError(IdmintError):

@@ -39,16 +39,17 @@ import uuid
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
-import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DontWrapMixin
-from sqlalchemy.types import TypeDecorator, TypeEngine
-
 from idmint import _storage
-from idmint.errors import ConfigurationError, InvalidId
+from idmint.errors import ConfigurationError, InvalidId, needs_extra
 from idmint.schemes import Elastic64, IdValue, Muid, Short60, Uid64, Uid64V1, coerce_id
 from idmint.schemes.elastic64 import check_node_bits
+
+with needs_extra("sqlalchemy", "sqlalchemy", needed_by="idmint.sqlalchemy"):
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql
+    from sqlalchemy.engine import Dialect
+    from sqlalchemy.exc import DontWrapMixin
+    from sqlalchemy.types import TypeDecorator, TypeEngine
 
 __all__ = [
     "Elastic64Type",

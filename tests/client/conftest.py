@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from tests.integration.conftest import _restart_stopped_members, zk
 from tests.server.server_helpers import IdmintServer
 
-__all__ = ["_restart_stopped_members", "pair", "zk"]
+__all__ = ["pair"]
 
 
 @pytest.fixture(scope="session")

@@ -12,15 +12,9 @@ from pathlib import Path
 
 import pytest
 from tests.faults.wallclock import WallClockOffset, build_shim
-from tests.integration.conftest import (
-    _restart_stopped_members,
-    backend,
-    etcd,
-    exit_stack,
-    zk,
-)
+from tests.integration.conftest import backend, exit_stack
 
-__all__ = ["_restart_stopped_members", "backend", "etcd", "exit_stack", "zk"]
+__all__ = ["backend", "exit_stack"]
 
 
 @pytest.fixture(scope="session")

@@ -42,7 +42,7 @@ import secrets
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -148,6 +148,7 @@ class EtcdCluster:
         heartbeat_interval_ms: int | None = None,
         election_timeout_ms: int | None = None,
         etcd: str = "etcd",
+        client_ports: Sequence[int] | None = None,
     ) -> None:
         """Describe a cluster; nothing is started until :meth:`start`.
 
@@ -166,9 +167,13 @@ class EtcdCluster:
         :param election_timeout_ms: raft election timeout; default 1000 ms, or 100 ms
             for a single member.
         :param etcd: the ``etcd`` executable.
+        :param client_ports: the members' client ports (default: free ports), e.g.
+            etcd's usual 2379 for ``scripts/coordinators``.
         """
         if size < 1:
             raise ValueError(f"a cluster has at least one member, not {size}")
+        if client_ports is not None and len(client_ports) != size:
+            raise ValueError(f"{size} members need {size} client ports, not {client_ports}")
         if client_cert_auth and not tls:
             raise ValueError("client_cert_auth needs tls=True")
         self.size = size
@@ -197,7 +202,7 @@ class EtcdCluster:
         self._members = [
             _Member(
                 name=f"m{index}",
-                client_port=free_port(),
+                client_port=client_ports[index] if client_ports else free_port(),
                 peer_port=free_port(),
                 directory=self.tmpdir / f"m{index}",
                 process=ServerProcess(

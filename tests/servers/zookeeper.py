@@ -29,7 +29,7 @@ import os
 import secrets
 import socket
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -197,6 +197,7 @@ class ZooKeeperEnsemble:
         jvm_options: tuple[str, ...] = JVM_OPTIONS,
         classpath: str | None = None,
         java: str = "java",
+        client_ports: Sequence[int] | None = None,
     ) -> None:
         """Describe an ensemble and pick its ports; nothing is started until :meth:`start`.
 
@@ -212,9 +213,13 @@ class ZooKeeperEnsemble:
         :param jvm_options: options for the JVM.
         :param classpath: server classpath (default: :func:`zookeeper_classpath`).
         :param java: the ``java`` executable.
+        :param client_ports: the members' client ports (default: free ports), e.g.
+            ZooKeeper's usual 2181 for ``scripts/coordinators``.
         """
         if size < 1:
             raise ValueError(f"an ensemble has at least one member, not {size}")
+        if client_ports is not None and len(client_ports) != size:
+            raise ValueError(f"{size} members need {size} client ports, not {client_ports}")
         self.size = size
         self.tmpdir = Path(tmpdir)
         self.enforce_auth = enforce_auth
@@ -232,7 +237,7 @@ class ZooKeeperEnsemble:
             self._members.append(
                 _Member(
                     myid=myid,
-                    client_port=free_port(),
+                    client_port=client_ports[index] if client_ports else free_port(),
                     peer_port=free_port(),
                     election_port=free_port(),
                     directory=directory,

@@ -18,17 +18,6 @@ from tests.servers.postgres import PostgresServer
 DIALECTS = ("sqlite", "postgresql")
 
 
-@pytest.fixture(scope="session")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
-    """A PostgreSQL server on a free port of 127.0.0.1 (superuser ``postgres``, trusted)."""
-    server = PostgresServer(tmp_path_factory.mktemp("postgres"))
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
-
-
 def make_engine(
     dialect: str,
     request: pytest.FixtureRequest,

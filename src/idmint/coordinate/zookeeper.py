@@ -81,6 +81,7 @@ from idmint.errors import (
     CoordinatorRefused,
     CoordinatorUnavailable,
     PoolExhausted,
+    needs_extra,
 )
 
 __all__ = ["ZooKeeperClaim", "ZooKeeperCoordinator"]
@@ -94,13 +95,8 @@ OPTIONS = (*COMMON_OPTIONS, "session_timeout", "queue")
 
 
 def kazoo_module() -> Any:
-    try:
+    with needs_extra("zookeeper", "kazoo", needed_by="zk://"):
         import kazoo.client
-    except ImportError:  # pragma: no cover - depends on the install
-        raise ConfigurationError(
-            "zk:// needs kazoo; install idmint with the zookeeper extra: "
-            "pip install 'idmint[zookeeper]'"
-        ) from None
     import kazoo
 
     return kazoo

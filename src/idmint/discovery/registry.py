@@ -406,6 +406,7 @@ class Discovery:
         service: str | None,
         callback: Callable[[str, Instance], None],
     ) -> Watch:
+        kazoo_module()  # says which extra to install when kazoo is missing
         from kazoo.recipe.watchers import ChildrenWatch
 
         client = self._reader()

@@ -10,11 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic_core import PydanticCustomError, core_schema
-
-from idmint.errors import InvalidId
+from idmint.errors import InvalidId, needs_extra
 from idmint.schemes import Elastic64, IdValue, Muid, Short60, Uid64, Uid64V1, coerce_id
 from idmint.schemes.elastic64 import check_node_bits
+
+with needs_extra("pydantic", "pydantic_core", needed_by="idmint.pydantic"):
+    from pydantic_core import PydanticCustomError, core_schema
 
 __all__ = ["NodeBits", "id_core_schema", "id_json_schema"]
 

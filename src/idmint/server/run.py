@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
-from idmint.errors import ConfigurationError
+from idmint.errors import ConfigurationError, needs_extra
 from idmint.server.app import create_app
 from idmint.server.limits import (
     GRACEFUL_SHUTDOWN_S,
@@ -136,13 +136,8 @@ def _serve(
     access_log: bool,
     limits: RequestLimits,
 ) -> int:
-    try:
+    with needs_extra("server", "uvicorn", needed_by="the ID server"):
         import uvicorn
-    except ImportError:  # pragma: no cover - depends on the install
-        raise ConfigurationError(
-            "the ID server needs uvicorn; install idmint with the server extra: "
-            "pip install 'idmint[server]'"
-        ) from None
     listener = listen_socket(host, port)
     bound_port = listener.getsockname()[1]
     app = create_app(

@@ -1,0 +1,121 @@
+"""Session fixtures giving tests real ZooKeeper, etcd and PostgreSQL servers.
+
+Loaded by ``tests/conftest.py``, so every directory shares one server of each kind
+per session (integration, faults, client, storage and the docs test alike). Every
+server fixture is lazy: a server starts the first time a test asks for it and is
+shared by the rest of the session, so tests must not assume an empty server (use
+unique paths, keys and databases). Servers listen on free ports of 127.0.0.1, never
+on the default ports, and are stopped at the end of the session (and killed at
+interpreter exit if anything goes wrong).
+
+Tests that stop a member should use the context managers of the harness::
+
+    def test_failover(zk3: ZooKeeperEnsemble) -> None:
+        with zk3.member_stopped(zk3.leader()):
+            ...
+
+Whatever a test does, after each test any member left stopped is started again and the
+cluster awaited (``_restart_stopped_members``), so the next test finds it whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TypeVar
+
+import pytest
+from tests.servers.etcd import EtcdCluster
+from tests.servers.postgres import PostgresServer
+from tests.servers.zookeeper import ZooKeeperEnsemble
+
+__all__ = [
+    "_restart_stopped_members",
+    "etcd",
+    "etcd3",
+    "etcd_secure",
+    "postgres",
+    "zk",
+    "zk3",
+    "zk_auth",
+]
+
+_started: list[ZooKeeperEnsemble | EtcdCluster] = []
+"""Clusters started by the fixtures of this session."""
+
+_C = TypeVar("_C", ZooKeeperEnsemble, EtcdCluster)
+
+
+def _serve(cluster: _C) -> Iterator[_C]:
+    """Start ``cluster``, hand it to the session, stop it when the session ends."""
+    try:
+        cluster.start()
+        _started.append(cluster)
+        yield cluster
+    finally:
+        cluster.stop()
+        if cluster in _started:
+            _started.remove(cluster)
+
+
+@pytest.fixture(scope="session")
+def zk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEnsemble]:
+    """A standalone ZooKeeper server (``zk.hosts``; super user in ``zk.super_auth``)."""
+    yield from _serve(ZooKeeperEnsemble(1, tmp_path_factory.mktemp("zk")))
+
+
+@pytest.fixture(scope="session")
+def zk3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEnsemble]:
+    """A three-member ZooKeeper ensemble."""
+    yield from _serve(ZooKeeperEnsemble(3, tmp_path_factory.mktemp("zk3")))
+
+
+@pytest.fixture(scope="session")
+def zk_auth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEnsemble]:
+    """A standalone ZooKeeper server refusing clients without ``digest`` authentication.
+
+    Connect with ``auth_data=[("digest", "user:password")]`` (any pair).
+    """
+    yield from _serve(ZooKeeperEnsemble(1, tmp_path_factory.mktemp("zk-auth"), enforce_auth=True))
+
+
+@pytest.fixture(scope="session")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    """A single etcd member over plain HTTP, without authentication."""
+    yield from _serve(EtcdCluster(1, tmp_path_factory.mktemp("etcd")))
+
+
+@pytest.fixture(scope="session")
+def etcd3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    """A three-member etcd cluster over plain HTTP, without authentication."""
+    yield from _serve(EtcdCluster(3, tmp_path_factory.mktemp("etcd3")))
+
+
+@pytest.fixture(scope="session")
+def etcd_secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    """A single etcd member over HTTPS with authentication enabled.
+
+    ``etcd_secure.ca_path`` verifies it; ``etcd_secure.user_credentials`` may read and
+    write under ``etcd_secure.auth_prefix``; ``etcd_secure.client(credentials=...)``
+    returns a ready etcd3gw client.
+    """
+    yield from _serve(EtcdCluster(1, tmp_path_factory.mktemp("etcd-secure"), tls=True, auth=True))
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """A PostgreSQL server on a free port of 127.0.0.1 (superuser ``postgres``, trusted)."""
+    server = PostgresServer(tmp_path_factory.mktemp("postgres"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(autouse=True)
+def _restart_stopped_members() -> Iterator[None]:
+    """After each test, start again any member a test left stopped."""
+    yield
+    for cluster in list(_started):
+        if not all(cluster.is_running(i) for i in range(cluster.size)):
+            cluster.heal()

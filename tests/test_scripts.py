@@ -1,0 +1,163 @@
+"""scripts/coordinators: local ZooKeeper and etcd for trying idmint, as a user runs it.
+
+The script is run as a child process on free ports (or, to check the fallback, with
+ZooKeeper's usual port taken by the test); its URLs are used through the CLI, and it
+is stopped with the terminal's Ctrl-C (SIGINT to its process group).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.cli_process import CliProcess, run_idmint
+from tests.servers import wait_until
+from tests.servers.ports import LOOPBACK, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "coordinators"
+START_TIMEOUT_S = 120.0  # installs nothing here, but two JVM/etcd starts on a busy machine
+STOP_TIMEOUT_S = 60.0
+
+
+class Coordinators(CliProcess):
+    """``scripts/coordinators ARGS`` in its own process group, its output read as it comes."""
+
+    def __init__(self, *args: str) -> None:
+        super().__init__(command=[sys.executable, str(SCRIPT), *args], session=True, stamp=False)
+
+    def urls(self, count: int) -> list[str]:
+        """The first ``count`` lines of stdout: the coordinators' URLs."""
+        self.wait_for_lines(count, timeout=START_TIMEOUT_S, what=f"{count} URLs")
+        return self.lines[:count]
+
+    def data_directory(self) -> Path:
+        """The data directory named by the line that says the servers are up."""
+
+        def ended() -> None:
+            assert self.running, f"scripts/coordinators ended:\n{self.stderr}"
+
+        line = r"deletes their data \((.+)\)$"
+        wait_until(
+            lambda: re.search(line, self.stderr, re.M) is not None,
+            timeout=START_TIMEOUT_S,
+            description="the line naming the data directory",
+            check=ended,
+        )
+        found = re.search(line, self.stderr, re.M)
+        assert found
+        return Path(found.group(1))
+
+    def stop_status(self, signum: signal.Signals) -> int:
+        """Its exit status after ``signum`` to its process group (SIGINT: Ctrl-C)."""
+        os.killpg(self.pid, signum)
+        try:
+            return self.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"scripts/coordinators did not stop:\n{self.stderr}") from None
+
+
+@pytest.fixture
+def coordinators() -> Iterator[list[Coordinators]]:
+    """Scripts a test starts; killed, with their group, afterwards."""
+    started: list[Coordinators] = []
+    yield started
+    for script in started:
+        script.close()
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(2)
+        return probe.connect_ex((LOOPBACK, port)) == 0
+
+
+def _pids_using(directory: Path) -> list[int]:
+    """Processes whose command line names ``directory`` (the servers it started)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and str(directory) in (entry / "cmdline").read_text():
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_coordinators_serve_urls_that_claim_and_stop_cleanly_on_ctrl_c(
+    coordinators: list[Coordinators],
+) -> None:
+    zk_port, etcd_port = free_port(), free_port()
+    script = Coordinators("--zookeeper-port", str(zk_port), "--etcd-port", str(etcd_port))
+    coordinators.append(script)
+    urls = script.urls(2)
+    assert urls == [f"zk://{LOOPBACK}:{zk_port}/idmint", f"etcd://{LOOPBACK}:{etcd_port}/idmint"]
+    data = script.data_directory()
+    assert data.is_dir()
+
+    for url in urls:
+        generated = run_idmint("generate", "--coordinator", url, "--count", "3")
+        assert generated.returncode == 0, generated.stderr
+        assert len(set(generated.stdout.split())) == 3
+        listed = run_idmint("claims", "list", "--coordinator", url)
+        assert listed.returncode == 0, listed.stderr
+
+    assert script.stop_status(signal.SIGINT) == 0, script.stderr
+    assert "Traceback" not in script.stderr
+    assert not data.exists()
+    assert not _listening(zk_port)
+    assert not _listening(etcd_port)
+    assert not _pids_using(data)
+
+
+def test_coordinators_end_with_the_log_of_a_server_that_died(
+    coordinators: list[Coordinators],
+) -> None:
+    script = Coordinators("etcd", "--etcd-port", "0")
+    coordinators.append(script)
+    (url,) = script.urls(1)
+    assert url.startswith(f"etcd://{LOOPBACK}:")
+    data = script.data_directory()
+    (etcd_pid,) = _pids_using(data)
+
+    os.kill(etcd_pid, signal.SIGKILL)
+
+    assert script.wait(STOP_TIMEOUT_S) == 1
+    assert "etcd stopped; the end of its log" in script.stderr, script.stderr
+    assert not data.exists()
+
+
+def test_coordinators_take_another_port_when_the_usual_one_is_taken(
+    coordinators: list[Coordinators],
+) -> None:
+    with socket.socket() as squatter:
+        with contextlib.suppress(OSError):  # taken already: as good for this test
+            squatter.bind((LOOPBACK, 2181))
+            squatter.listen()
+        script = Coordinators("zookeeper")
+        coordinators.append(script)
+        (url,) = script.urls(1)
+    address = re.fullmatch(rf"zk://{re.escape(LOOPBACK)}:(\d+)/idmint", url)
+    assert address, url
+    port = int(address.group(1))
+    assert port != 2181
+    script.data_directory()
+    assert f"port 2181 is taken; ZooKeeper listens on {port} instead" in script.stderr
+    generated = run_idmint("generate", "--coordinator", url, "--count", "1")
+    assert generated.returncode == 0, generated.stderr
+
+    assert script.stop_status(signal.SIGTERM) == 0, script.stderr
+
+
+def test_coordinators_refuse_an_unknown_name() -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "consul"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 2
+    assert "unknown coordinator 'consul'; choose from zookeeper, etcd" in done.stderr
