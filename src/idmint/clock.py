@@ -5,27 +5,47 @@ monotonic clock for deadlines that must not move when the wall clock is
 stepped. Both come from one injectable object so tests can drive time by hand,
 including stepping the wall clock backwards.
 
-A wait for a wall-clock time sleeps in short slices and compares the wall
-clock with the monotonic clock after each, so a step back during the wait
-hands control back to the caller at once rather than stretching the wait by
-the size of the step. (A signal handler runs during a wait as during any
-sleep; a caller whose handler only sets a flag sees it when the wait ends,
-which a step back no longer postpones.)
+A wait for a wall-clock time sleeps once to the moment it is due, in slices
+of at most 5 ms, and compares the wall clock with the monotonic clock after
+each, so a step back during the wait hands control back to the caller at once
+rather than stretching the wait by the size of the step. (A signal handler
+runs during a wait as during any sleep; a caller whose handler only sets a
+flag sees it when the wait ends, which a step back no longer postpones.)
+
+A generator at its cap waits once per tick, so the wake-up is what waiting
+costs: one per millisecond, shared by the tick's IDs, and nothing between.
+A blocking wait is one ``time.sleep`` (which ends up to the thread's timer
+slack late, 50 us by default on Linux: the tick's IDs are all still there,
+only the waiting call returns that much later). An async wait on Linux arms
+a timerfd the event loop watches, one per loop and shared by every wait on
+it, so the loop sleeps until the tick is due, to the microsecond, whatever
+the resolution of its own timers (uvloop's and asyncio's are a millisecond,
+too coarse to land in the next tick every time without spinning).
 """
 
 from __future__ import annotations
 
+import contextlib
+import heapq
+import itertools
+import os
+import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterator
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["SYSTEM_CLOCK", "Clock", "ManualClock", "OffsetClock", "SystemClock"]
 
-# time.sleep() on Linux wakes up to ~60 us late (timer slack plus scheduling);
-# sleeping until this far before the target and spinning the rest means the
-# next millisecond is caught within a few microseconds, not a tenth of it.
-_SPIN_NS = 200_000
+# Below this, a wait spins on the clock instead of sleeping: a wake-up costs
+# more CPU than this much spinning and overshoots it several times (timer
+# slack), so only waits shorter than any millisecond tick's (muid's
+# microsecond ticks, a wait that starts at the boundary) spin.
+_SPIN_NS = 20_000
 # The longest single sleep of a wait. A wall-clock target can recede while we
 # sleep (the clock steps back); between slices the wait looks again, so a step
 # is noticed at most this late.
@@ -93,16 +113,162 @@ def _remaining_ns(clock: Clock, wall_ns: int, since_ns: int | None) -> Iterator[
 def _sleep_until(clock: Clock, wall_ns: int, since_ns: int | None) -> None:
     for remaining in _remaining_ns(clock, wall_ns, since_ns):
         if remaining > _SPIN_NS:
-            time.sleep(min(remaining - _SPIN_NS, _SLICE_NS) / 1e9)
-        else:
-            time.sleep(0)  # releases the GIL so other threads run while we spin
+            time.sleep(min(remaining, _SLICE_NS) / 1e9)
+        # else: look again at once (the GIL is held for at most _SPIN_NS)
 
 
 async def _asleep_until(clock: Clock, wall_ns: int, since_ns: int | None) -> None:
     import asyncio  # only async callers pay for importing it
 
     for remaining in _remaining_ns(clock, wall_ns, since_ns):
-        await asyncio.sleep(min(remaining, _SLICE_NS) / 1e9 if remaining > _SPIN_NS else 0)
+        if remaining > _SPIN_NS:
+            await _pause(asyncio.get_running_loop(), min(remaining, _SLICE_NS))
+        else:
+            await asyncio.sleep(0)  # other tasks run; then look again
+
+
+async def _pause(loop: asyncio.AbstractEventLoop, ns: int) -> None:
+    """Let ``loop`` do other work for ``ns`` nanoseconds (or a little more)."""
+    alarm = _alarm_of(loop)
+    if alarm is not None:
+        await alarm.wake_at(loop, time.monotonic_ns() + ns)
+        return
+    # The loop's own timers are all there is; they may fire a millisecond
+    # late, so sleep to within that of the deadline and yield for the rest.
+    import asyncio
+
+    deadline = time.monotonic_ns() + ns
+    if ns > _COARSE_TIMER_NS:
+        await asyncio.sleep((ns - _COARSE_TIMER_NS) / 1e9)
+    while time.monotonic_ns() < deadline:
+        await asyncio.sleep(0)
+
+
+_COARSE_TIMER_NS = 1_100_000
+"""How late an event loop's own timer may fire: a millisecond, and some."""
+
+_CLOCK_MONOTONIC = 1
+_TFD_TIMER_ABSTIME = 1
+
+
+class _Timerfd:
+    """libc's timerfd calls (Linux), loaded when an async wait first needs them."""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        self.create = libc.timerfd_create
+        self.create.argtypes = [ctypes.c_int, ctypes.c_int]
+        self.create.restype = ctypes.c_int
+        self.settime = libc.timerfd_settime
+        self.settime.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+        self.settime.restype = ctypes.c_int
+        self.get_errno = ctypes.get_errno
+        self.byref = ctypes.byref
+
+        class ITimerSpec(ctypes.Structure):
+            _fields_ = [(name, ctypes.c_long) for name in ("every_s", "every_ns", "at_s", "at_ns")]
+
+        self.spec_type = ITimerSpec
+
+
+_timerfd: _Timerfd | None = None
+_timerfd_missing = not sys.platform.startswith("linux")
+
+
+def _load_timerfd() -> _Timerfd | None:
+    global _timerfd, _timerfd_missing  # loaded once, on first use
+    if _timerfd is None and not _timerfd_missing:
+        try:
+            _timerfd = _Timerfd()
+        except (OSError, AttributeError):  # no libc to load, or one without timerfd
+            _timerfd_missing = True
+    return _timerfd
+
+
+class _LoopAlarm:
+    """Wakes one event loop at monotonic deadlines through a timerfd it watches.
+
+    Every pause on the loop waits on a future here; the timerfd is armed for
+    the soonest deadline, so pauses due together (generators waiting for the
+    same tick) share one wake-up. The fd belongs to the process that made it:
+    a forked child sharing the open file would re-arm the parent's timer.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, timerfd: _Timerfd) -> None:
+        fd = timerfd.create(_CLOCK_MONOTONIC, os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            raise OSError(timerfd.get_errno(), "timerfd_create failed")
+        self.fd = fd
+        self.pid = os.getpid()
+        self._timerfd = timerfd
+        self._spec = timerfd.spec_type()
+        self._due: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()  # ties in the heap never compare futures
+        self._armed_ns: int | None = None
+        # The loop holds this object (as its reader), not the other way round,
+        # so the loop can go; the fd goes with it.
+        self.close = weakref.finalize(loop, os.close, fd)
+        try:
+            loop.add_reader(fd, self._fire)
+        except BaseException:
+            self.close()
+            raise
+
+    def wake_at(self, loop: asyncio.AbstractEventLoop, deadline_ns: int) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = loop.create_future()
+        heapq.heappush(self._due, (deadline_ns, next(self._order), future))
+        if self._armed_ns is None or deadline_ns < self._armed_ns:
+            self._arm(deadline_ns)
+        return future
+
+    def _arm(self, deadline_ns: int) -> None:
+        spec = self._spec
+        spec.at_s, spec.at_ns = divmod(deadline_ns, 1_000_000_000)
+        timerfd = self._timerfd
+        if timerfd.settime(self.fd, _TFD_TIMER_ABSTIME, timerfd.byref(spec), None) != 0:
+            raise OSError(timerfd.get_errno(), "timerfd_settime failed")
+        self._armed_ns = deadline_ns
+
+    def _fire(self) -> None:
+        # Nothing to read when it was re-armed after it became readable: the
+        # heap says what is due either way.
+        with contextlib.suppress(BlockingIOError):
+            os.read(self.fd, 8)
+        self._armed_ns = None
+        due = self._due
+        # Waits due within _SPIN_NS of the soonest go with it (they spin the
+        # rest): generators waiting for one tick work out deadlines a few
+        # microseconds apart, and should still share the wake-up.
+        now = time.monotonic_ns() + _SPIN_NS
+        while due and due[0][0] <= now:
+            future = heapq.heappop(due)[2]
+            if not future.done():  # done: its pause was cancelled
+                future.set_result(None)
+        if due:
+            self._arm(due[0][0])
+
+
+_ALARMS: weakref.WeakKeyDictionary[Any, _LoopAlarm] = weakref.WeakKeyDictionary()
+
+
+def _alarm_of(loop: asyncio.AbstractEventLoop) -> _LoopAlarm | None:
+    """The loop's alarm, made on first use; None where there is no timerfd to watch."""
+    alarm = _ALARMS.get(loop)
+    if alarm is not None and alarm.pid == os.getpid():
+        return alarm
+    timerfd = _load_timerfd()
+    if timerfd is None:
+        return None
+    try:
+        if alarm is not None:  # inherited through fork(): let go of the parent's timer
+            loop.remove_reader(alarm.fd)
+            alarm.close()
+        alarm = _ALARMS[loop] = _LoopAlarm(loop, timerfd)
+    except (OSError, NotImplementedError):  # a loop that cannot watch fds
+        return None
+    return alarm
 
 
 class SystemClock:
