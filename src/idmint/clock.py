@@ -192,8 +192,8 @@ class _LoopAlarm:
 
     Every pause on the loop waits on a future here; the timerfd is armed for
     the soonest deadline, so pauses due together (generators waiting for the
-    same tick) share one wake-up. The fd belongs to the process that made it:
-    a forked child sharing the open file would re-arm the parent's timer.
+    same tick) share one wake-up. The fd belongs to the process that made it
+    (see :func:`_alarm_of`).
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, timerfd: _Timerfd) -> None:
@@ -251,23 +251,25 @@ class _LoopAlarm:
 
 
 _ALARMS: weakref.WeakKeyDictionary[Any, _LoopAlarm] = weakref.WeakKeyDictionary()
+_ALARMS_LOCK = threading.Lock()
 
 
 def _alarm_of(loop: asyncio.AbstractEventLoop) -> _LoopAlarm | None:
     """The loop's alarm, made on first use; None where there is no timerfd to watch."""
     alarm = _ALARMS.get(loop)
-    if alarm is not None and alarm.pid == os.getpid():
-        return alarm
+    if alarm is not None:
+        # A loop carried through fork() shares its epoll set and our timerfd
+        # with the parent's: touching either would take the parent's wake-ups,
+        # so such a loop (which asyncio does not support anyway) gets none.
+        return alarm if alarm.pid == os.getpid() else None
     timerfd = _load_timerfd()
     if timerfd is None:
         return None
-    try:
-        if alarm is not None:  # inherited through fork(): let go of the parent's timer
-            loop.remove_reader(alarm.fd)
-            alarm.close()
-        alarm = _ALARMS[loop] = _LoopAlarm(loop, timerfd)
-    except (OSError, NotImplementedError):  # a loop that cannot watch fds
-        return None
+    with _ALARMS_LOCK:  # loops in other threads add theirs
+        try:
+            alarm = _ALARMS[loop] = _LoopAlarm(loop, timerfd)
+        except (OSError, NotImplementedError):  # a loop that cannot watch fds
+            return None
     return alarm
 
 

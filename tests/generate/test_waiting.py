@@ -10,6 +10,7 @@ and wake-ups on the real clock; they time nothing.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from typing import Any
 
@@ -177,3 +178,35 @@ def test_without_a_timerfd_the_loop_timers_still_land_in_each_tick(
     assert len(set(ids)) == len(ids) == 20 * 512
     assert generator.clock_waits > 0
     assert not idmint.clock._ALARMS
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork() is POSIX-only")
+def test_a_forked_child_waits_on_a_timer_of_its_own() -> None:
+    """A child of fork() minting past the cap on its own loop leaves the parent's
+    waits alone, while the parent's loop (with its timerfd) keeps minting."""
+    loop = asyncio.new_event_loop()
+    parent = Uid64Generator(6)
+
+    async def mint(generator: Any, size: int, rounds: int) -> int:
+        made = 0
+        for _ in range(rounds):
+            made += len(await generator.abatch(size))
+        return made
+
+    try:
+        loop.run_until_complete(mint(parent, TICK, 3))  # the loop has its timerfd now
+        pid = os.fork()
+        if pid == 0:  # the child: a loop of its own, and a generator that survives fork
+            status = 1
+            try:
+                child = Short60Generator(random=True)
+                made = asyncio.run(mint(child, 512, 50))
+                status = 0 if made == 50 * 512 and child.clock_waits > 0 else 1
+            finally:
+                os._exit(status)
+        made = loop.run_until_complete(asyncio.wait_for(mint(parent, TICK, 100), timeout=60))
+        _, status = os.waitpid(pid, 0)
+    finally:
+        loop.close()
+    assert made == 100 * TICK
+    assert os.waitstatus_to_exitcode(status) == 0
