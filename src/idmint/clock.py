@@ -110,31 +110,40 @@ def _remaining_ns(clock: Clock, wall_ns: int, since_ns: int | None) -> Iterator[
             return
 
 
-def _sleep_until(clock: Clock, wall_ns: int, since_ns: int | None) -> None:
+def _sleep_until(clock: Clock, wall_ns: int, since_ns: int | None = None) -> None:
+    # A clock's sleep_until_ns itself (the clock is its self): a frame less per wait.
     for remaining in _remaining_ns(clock, wall_ns, since_ns):
         if remaining > _SPIN_NS:
             time.sleep(min(remaining, _SLICE_NS) / 1e9)
         # else: look again at once (the GIL is held for at most _SPIN_NS)
 
 
-async def _asleep_until(clock: Clock, wall_ns: int, since_ns: int | None) -> None:
+async def _asleep_until(clock: Clock, wall_ns: int, since_ns: int | None = None) -> None:
+    # A clock's asleep_until_ns itself, like _sleep_until.
     import asyncio  # only async callers pay for importing it
 
+    loop: asyncio.AbstractEventLoop | None = None
+    alarm: _LoopAlarm | None = None
     for remaining in _remaining_ns(clock, wall_ns, since_ns):
-        if remaining > _SPIN_NS:
-            await _pause(asyncio.get_running_loop(), min(remaining, _SLICE_NS))
-        else:
+        if remaining <= _SPIN_NS:
             await asyncio.sleep(0)  # other tasks run; then look again
+            continue
+        if loop is None:
+            loop = asyncio.get_running_loop()
+            alarm = _alarm_of(loop)
+        pause_ns = min(remaining, _SLICE_NS)
+        if alarm is not None:
+            await alarm.wake_at(loop, time.monotonic_ns() + pause_ns)
+        else:
+            await _coarse_pause(pause_ns)
 
 
-async def _pause(loop: asyncio.AbstractEventLoop, ns: int) -> None:
-    """Let ``loop`` do other work for ``ns`` nanoseconds (or a little more)."""
-    alarm = _alarm_of(loop)
-    if alarm is not None:
-        await alarm.wake_at(loop, time.monotonic_ns() + ns)
-        return
-    # The loop's own timers are all there is; they may fire a millisecond
-    # late, so sleep to within that of the deadline and yield for the rest.
+async def _coarse_pause(ns: int) -> None:
+    """Pause on the loop's own timers, where there is no timerfd to watch.
+
+    They may fire a millisecond late, so this sleeps to within that of the
+    deadline and yields to the loop for the rest.
+    """
     import asyncio
 
     deadline = time.monotonic_ns() + ns
@@ -219,7 +228,9 @@ class _LoopAlarm:
     def wake_at(self, loop: asyncio.AbstractEventLoop, deadline_ns: int) -> asyncio.Future[None]:
         future: asyncio.Future[None] = loop.create_future()
         heapq.heappush(self._due, (deadline_ns, next(self._order), future))
-        if self._armed_ns is None or deadline_ns < self._armed_ns:
+        # The timer stays as it is for a deadline up to _SPIN_NS before the one
+        # it is armed for: _fire releases that wait with the others.
+        if self._armed_ns is None or deadline_ns < self._armed_ns - _SPIN_NS:
             self._arm(deadline_ns)
         return future
 
@@ -280,11 +291,8 @@ class SystemClock:
     time_ns = staticmethod(time.time_ns)
     monotonic_ns = staticmethod(time.monotonic_ns)
 
-    def sleep_until_ns(self, wall_ns: int, since_ns: int | None = None) -> None:
-        _sleep_until(self, wall_ns, since_ns)
-
-    async def asleep_until_ns(self, wall_ns: int, since_ns: int | None = None) -> None:
-        await _asleep_until(self, wall_ns, since_ns)
+    sleep_until_ns = _sleep_until
+    asleep_until_ns = _asleep_until
 
     def __repr__(self) -> str:
         return "SystemClock()"
@@ -366,12 +374,9 @@ class OffsetClock:
 
     monotonic_ns = staticmethod(time.monotonic_ns)
 
-    def sleep_until_ns(self, wall_ns: int, since_ns: int | None = None) -> None:
-        # Waits on this clock's own readings, so a changed offset is a step too.
-        _sleep_until(self, wall_ns, since_ns)
-
-    async def asleep_until_ns(self, wall_ns: int, since_ns: int | None = None) -> None:
-        await _asleep_until(self, wall_ns, since_ns)
+    # Waits on this clock's own readings, so a changed offset is a step too.
+    sleep_until_ns = _sleep_until
+    asleep_until_ns = _asleep_until
 
     def __repr__(self) -> str:
         return f"OffsetClock({self.offset_ns / 1e6:+g} ms)"
