@@ -16,11 +16,11 @@ A generator at its cap waits once per tick, so the wake-up is what waiting
 costs: one per millisecond, shared by the tick's IDs, and nothing between.
 A blocking wait is one ``time.sleep`` (which ends up to the thread's timer
 slack late, 50 us by default on Linux: the tick's IDs are all still there,
-only the waiting call returns that much later). An async wait on Linux arms
-a timerfd the event loop watches, one per loop and shared by every wait on
-it, so the loop sleeps until the tick is due, to the microsecond, whatever
-the resolution of its own timers (uvloop's and asyncio's are a millisecond,
-too coarse to land in the next tick every time without spinning).
+only the waiting call returns that much later). An async wait on asyncio's
+own loops is a timer of the loop (see _LOOP_TIMER_SPIN_NS); on other loops
+on Linux, uvloop above all, whose timers round to the nearest millisecond and
+so cannot wait for the rest of a tick, it arms a timerfd the loop watches,
+one per loop and shared by every wait on it, due to the microsecond.
 """
 
 from __future__ import annotations
@@ -125,36 +125,24 @@ async def _asleep_until(clock: Clock, wall_ns: int, since_ns: int | None = None)
     loop: asyncio.AbstractEventLoop | None = None
     alarm: _LoopAlarm | None = None
     for remaining in _remaining_ns(clock, wall_ns, since_ns):
-        if remaining <= _SPIN_NS:
-            await asyncio.sleep(0)  # other tasks run; then look again
-            continue
         if loop is None:
             loop = asyncio.get_running_loop()
             alarm = _alarm_of(loop)
-        pause_ns = min(remaining, _SLICE_NS)
-        if alarm is not None:
-            await alarm.wake_at(loop, time.monotonic_ns() + pause_ns)
+        if alarm is not None and remaining > _SPIN_NS:
+            await alarm.wake_at(loop, time.monotonic_ns() + min(remaining, _SLICE_NS))
+        elif alarm is None and remaining > _LOOP_TIMER_SPIN_NS:
+            await asyncio.sleep(min(remaining, _SLICE_NS) / 1e9)
         else:
-            await _coarse_pause(pause_ns)
+            await asyncio.sleep(0)  # other tasks run; then look again
 
 
-async def _coarse_pause(ns: int) -> None:
-    """Pause on the loop's own timers, where there is no timerfd to watch.
+# asyncio's own loops round a timer's wait up to the millisecond (epoll's
+# resolution), so their timer for the rest of a tick fires a little into the
+# next tick, later and later each tick, until the rest is this short: then
+# the wait yields to the loop until the tick is due instead. That stays in
+# step at one wake-up per tick, and the loop's other timers in step with it.
+_LOOP_TIMER_SPIN_NS = 200_000
 
-    They may fire a millisecond late, so this sleeps to within that of the
-    deadline and yields to the loop for the rest.
-    """
-    import asyncio
-
-    deadline = time.monotonic_ns() + ns
-    if ns > _COARSE_TIMER_NS:
-        await asyncio.sleep((ns - _COARSE_TIMER_NS) / 1e9)
-    while time.monotonic_ns() < deadline:
-        await asyncio.sleep(0)
-
-
-_COARSE_TIMER_NS = 1_100_000
-"""How late an event loop's own timer may fire: a millisecond, and some."""
 
 _CLOCK_MONOTONIC = 1
 _TFD_TIMER_ABSTIME = 1
@@ -266,13 +254,23 @@ _ALARMS_LOCK = threading.Lock()
 
 
 def _alarm_of(loop: asyncio.AbstractEventLoop) -> _LoopAlarm | None:
-    """The loop's alarm, made on first use; None where there is no timerfd to watch."""
+    """The loop's alarm, made on first use; None where the loop's own timers serve.
+
+    asyncio's own loops (and loops where there is no timerfd) wait on their
+    timers (see _LOOP_TIMER_SPIN_NS). Others, uvloop above all, round a
+    timer's wait to the nearest millisecond, so the rest of a tick, under
+    half of one, would not wait at all: they get an alarm.
+    """
+    import asyncio
+
     alarm = _ALARMS.get(loop)
     if alarm is not None:
         # A loop carried through fork() shares its epoll set and our timerfd
         # with the parent's: touching either would take the parent's wake-ups,
         # so such a loop (which asyncio does not support anyway) gets none.
         return alarm if alarm.pid == os.getpid() else None
+    if isinstance(loop, asyncio.BaseEventLoop):
+        return None
     timerfd = _load_timerfd()
     if timerfd is None:
         return None

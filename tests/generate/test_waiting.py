@@ -68,16 +68,15 @@ def test_callers_of_one_generator_take_turns_waiting(new_loop: Any) -> None:
     )
 
 
-@pytest.mark.parametrize("new_loop", LOOPS, ids=LOOP_IDS)
-def test_waits_due_together_share_one_wake_up(
-    new_loop: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Four generators at their cap on one loop wait for the same ticks: one wake-up each.
+@pytest.mark.skipif(len(LOOPS) < 2, reason="uvloop comes with the server extra")
+def test_waits_due_together_share_one_wake_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four generators at their cap on one uvloop loop wait for the same ticks: one wake-up each.
 
     The loop's timerfd fires for the soonest deadline and releases every wait
     due by then, so four generators waiting 20 ticks each wake the loop about
     20 times, not 80.
     """
+    new_loop = LOOPS[1]
     fired = 0
     fire = idmint.clock._LoopAlarm._fire
 
@@ -156,35 +155,42 @@ def test_loops_in_two_threads_share_a_generator() -> None:
     assert len(set(every_id)) == len(every_id)
 
 
-def test_without_a_timerfd_the_loop_timers_still_land_in_each_tick(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("timerfd", [True, False], ids=["timerfd", "no-timerfd"])
+@pytest.mark.parametrize("new_loop", LOOPS, ids=LOOP_IDS)
+def test_on_the_loop_timers_every_tick_still_comes(
+    new_loop: Any, timerfd: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Where there is no timerfd (not Linux), waits fall back to the loop's own timers.
+    """asyncio's loops (and any loop where there is no timerfd: not Linux) wait on
+    their own timers, and no alarm is made for them; uvloop on Linux gets one.
 
-    The generator waits for its ticks all the same, and every ID comes out once.
+    Either way the generator waits for its ticks, and every ID comes out once.
     """
-    monkeypatch.setattr(idmint.clock, "_timerfd", None)
-    monkeypatch.setattr(idmint.clock, "_timerfd_missing", True)
-    monkeypatch.setattr(idmint.clock, "_ALARMS", idmint.clock.weakref.WeakKeyDictionary())
+    if not timerfd:
+        monkeypatch.setattr(idmint.clock, "_timerfd", None)
+        monkeypatch.setattr(idmint.clock, "_timerfd_missing", True)
     generator = Short60Generator(4)
+    alarms: list[object] = []
 
     async def scenario() -> list[int]:
         ids: list[int] = []
         for _ in range(20):
             ids += (await generator.abatch(512)).ints()
+        alarms.append(idmint.clock._ALARMS.get(asyncio.get_running_loop()))
         return ids
 
-    ids = asyncio.run(scenario())
+    ids = _run(new_loop, scenario())
     assert len(set(ids)) == len(ids) == 20 * 512
     assert generator.clock_waits > 0
-    assert not idmint.clock._ALARMS
+    uses_alarm = timerfd and new_loop is not asyncio.new_event_loop
+    assert (alarms[0] is not None) == uses_alarm
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork() is POSIX-only")
 def test_a_forked_child_waits_on_a_timer_of_its_own() -> None:
     """A child of fork() minting past the cap on its own loop leaves the parent's
-    waits alone, while the parent's loop (with its timerfd) keeps minting."""
-    loop = asyncio.new_event_loop()
+    waits alone, while the parent's loop (with its timerfd, on uvloop) keeps minting."""
+    new_loop = LOOPS[-1]
+    loop = new_loop()
     parent = Uid64Generator(6)
 
     async def mint(generator: Any, size: int, rounds: int) -> int:
@@ -200,7 +206,7 @@ def test_a_forked_child_waits_on_a_timer_of_its_own() -> None:
             status = 1
             try:
                 child = Short60Generator(random=True)
-                made = asyncio.run(mint(child, 512, 50))
+                made = _run(new_loop, mint(child, 512, 50))
                 status = 0 if made == 50 * 512 and child.clock_waits > 0 else 1
             finally:
                 os._exit(status)
