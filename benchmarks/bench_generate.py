@@ -3,6 +3,7 @@
     .venv/bin/pip install -e '.[bench]'
     .venv/bin/python benchmarks/bench_generate.py            # full run (~1 min)
     .venv/bin/python benchmarks/bench_generate.py --quick    # smaller samples
+    .venv/bin/python benchmarks/bench_generate.py --past-cap-only   # CPU past the cap (~1 min)
 
 Everything runs in one process, interleaved: each row runs a block of 50 bursts
 in turn, round-robin, so every row saw the same machine; the first 5 bursts of

@@ -6,6 +6,7 @@
     .venv/bin/python benchmarks/bench_server.py --duration 20 --rounds 5
     .venv/bin/python benchmarks/bench_server.py --limits-only  # the limits' CPU cost (~3 s)
     .venv/bin/python benchmarks/bench_server.py --workers-only --duration 5 --rounds 3  # ~2 min
+    .venv/bin/python benchmarks/bench_server.py --cpu-only --duration 5 --rounds 3  # ~1.5 min
 
 Four servers run side by side for the whole benchmark, each in its own process:
 
