@@ -246,7 +246,13 @@ class _LoopAlarm:
             if not future.done():  # done: its pause was cancelled
                 future.set_result(None)
         if due:
-            self._arm(due[0][0])
+            try:
+                self._arm(due[0][0])
+            except OSError as error:  # the waits would never end: they fail instead
+                while due:
+                    future = heapq.heappop(due)[2]
+                    if not future.done():
+                        future.set_exception(error)
 
 
 _ALARMS: weakref.WeakKeyDictionary[Any, _LoopAlarm] = weakref.WeakKeyDictionary()

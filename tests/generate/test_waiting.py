@@ -216,3 +216,35 @@ def test_a_forked_child_waits_on_a_timer_of_its_own() -> None:
         loop.close()
     assert made == 100 * TICK
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.skipif(len(LOOPS) < 2, reason="uvloop comes with the server extra")
+def test_a_timer_that_cannot_be_armed_fails_the_waits_instead_of_hanging_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """If the timerfd cannot be armed again after it fired, the waits still pending
+    raise the error rather than wait forever for a wake-up that never comes."""
+    arm = idmint.clock._LoopAlarm._arm
+    armed = 0
+
+    def arm_once(self: idmint.clock._LoopAlarm, deadline_ns: int) -> None:
+        nonlocal armed
+        armed += 1
+        if armed > 1:
+            raise OSError(22, "timerfd_settime failed")
+        arm(self, deadline_ns)
+
+    monkeypatch.setattr(idmint.clock._LoopAlarm, "_arm", arm_once)
+
+    async def scenario() -> list[BaseException | None]:
+        clock = idmint.clock.SYSTEM_CLOCK
+        now = clock.time_ns()
+        waits = [clock.asleep_until_ns(now + ms * 1_000_000) for ms in (2, 40)]
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(*waits, return_exceptions=True), timeout=30
+        )
+        return list(outcomes)
+
+    first, second = _run(LOOPS[1], scenario())
+    assert first is None
+    assert isinstance(second, OSError)
