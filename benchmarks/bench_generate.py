@@ -3,6 +3,7 @@
     .venv/bin/pip install -e '.[bench]'
     .venv/bin/python benchmarks/bench_generate.py            # full run (~1 min)
     .venv/bin/python benchmarks/bench_generate.py --quick    # smaller samples
+    .venv/bin/python benchmarks/bench_generate.py --past-cap-only   # CPU past the cap (~1 min)
 
 Everything runs in one process, interleaved: each row runs a block of 50 bursts
 in turn, round-robin, so every row saw the same machine; the first 5 bursts of
@@ -26,11 +27,25 @@ and for short60 the way ``str()`` made its display string before the bulk paths
 *Sustained rate*: 1,000,000 IDs as fast as the generator allows, as IDs/s and
 as a fraction of the scheme's cap (how little time is lost waiting for the
 next millisecond).
+
+*CPU past the cap*: 200,000 IDs asked for as fast as possible, so the
+generator waits for every tick; CPU time (``time.process_time``) per ID,
+against snowflake-id's ``next()`` (which Python never drives past its cap),
+and the share of the cap reached. Rows alternate for 3 rounds; the median
+and the range are shown. A bare ``time.sleep`` to each next millisecond is
+timed too: what one wake-up costs this machine, the floor of any wait.
+
+*Async past the cap*: the same on an event loop (asyncio's and uvloop's):
+``abatch(64)`` and ``agenerate()`` of uid64 for 2 s; the loop's CPU per ID
+and its share of a core. Then again with a ticker task beside, which sleeps
+1 ms at a time and records how late it wakes, against the same ticker on an
+idle loop: how much the waits hold other tasks up.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -220,6 +235,178 @@ def sustained(total: int) -> list[tuple[str, float, float | None]]:
     return results
 
 
+PAST_CAP_ROUNDS = 3
+
+
+def _cpu_per_id(make: Callable[[], Callable[[], object]], count: int) -> tuple[float, float]:
+    """(CPU ns per call, calls per ms) of ``count`` calls of a fresh ``make()``."""
+    call = make()
+    cpu, wall = time.process_time_ns(), time.perf_counter_ns()
+    for _ in range(count):
+        call()
+    return (time.process_time_ns() - cpu) / count, count / ((time.perf_counter_ns() - wall) / 1e6)
+
+
+def _snowflake_cpu_per_id(count: int) -> tuple[float, float]:
+    from snowflake import SnowflakeGenerator
+
+    take = SnowflakeGenerator(4).__next__
+    cpu, wall = time.process_time_ns(), time.perf_counter_ns()
+    made = 0
+    while made < count:
+        if take() is not None:  # None: its ms is used up (it never is, in Python)
+            made += 1
+    return (time.process_time_ns() - cpu) / count, count / ((time.perf_counter_ns() - wall) / 1e6)
+
+
+def _sleep_to_each_ms(ticks: int) -> tuple[float, float]:
+    """CPU ns per wake-up of a bare ``time.sleep`` to each next millisecond."""
+    cpu = time.process_time_ns()
+    for _ in range(ticks):
+        now = time.time_ns()
+        time.sleep((-now % 1_000_000 or 1_000_000) / 1e9)
+    return (time.process_time_ns() - cpu) / ticks, 0.0
+
+
+@dataclass
+class PastCapRow:
+    name: str
+    cap_per_ms: int | None
+    cpu_ns: list[float]
+    per_ms: list[float]
+
+
+def past_cap_table(total: int, rounds: int = PAST_CAP_ROUNDS) -> list[PastCapRow]:
+    """CPU per ID of ``total`` IDs asked for faster than each scheme's cap allows."""
+    node = iter(range(20, 20 + 16 * rounds))  # a fresh identity per run
+    cases: list[tuple[str, int | None, Callable[[], tuple[float, float]]]] = [
+        ("snowflake-id next()", None, lambda: _snowflake_cpu_per_id(total)),
+        (
+            "uid64 generate()",
+            64,
+            lambda: _cpu_per_id(lambda: Uid64Generator(next(node)).generate, total),
+        ),
+        ("uid64 batch(64)", 64, lambda: _batched(Uid64Generator(next(node)).batch, 64, total)),
+        (
+            "short60 generate()",
+            512,
+            lambda: _cpu_per_id(lambda: Short60Generator(next(node)).generate, total),
+        ),
+        (
+            "short60 batch(512)",
+            512,
+            lambda: _batched(Short60Generator(next(node)).batch, 512, total),
+        ),
+        (
+            "elastic64/8 generate()",
+            256,
+            lambda: _cpu_per_id(
+                lambda: Elastic64Generator(next(node), 8, max_ahead_ms=0).generate, total
+            ),
+        ),
+        (
+            "elastic64/8 batch(256)",
+            256,
+            lambda: _batched(Elastic64Generator(next(node), 8, max_ahead_ms=0).batch, 256, total),
+        ),
+        ("time.sleep to each next ms (per wake-up)", None, lambda: _sleep_to_each_ms(total // 64)),
+    ]
+    rows = [PastCapRow(name, cap, [], []) for name, cap, _ in cases]
+    for _ in range(rounds):
+        for row, (_, _, run) in zip(rows, cases, strict=True):
+            cpu_ns, per_ms = run()
+            row.cpu_ns.append(cpu_ns)
+            row.per_ms.append(per_ms)
+    return rows
+
+
+def _batched(batch: Callable[[int], object], size: int, total: int) -> tuple[float, float]:
+    cpu, wall = time.process_time_ns(), time.perf_counter_ns()
+    made = 0
+    while made < total:
+        made += len(batch(size))  # type: ignore[arg-type]
+    return (time.process_time_ns() - cpu) / made, made / ((time.perf_counter_ns() - wall) / 1e6)
+
+
+TICKER_MS = 1.0
+"""The ticker task of the async rows sleeps this long at a time."""
+
+
+async def _async_past_cap(
+    kind: str, seconds: float, node: int, *, tick: bool
+) -> tuple[float, float, float, list[float]]:
+    """(loop CPU ns per ID, IDs per ms, loop CPU share of a core, ticker lateness in us).
+
+    ``tick``: with the ticker task running beside (for its lateness; its own
+    CPU is then in the figures too, so the CPU is measured in a run without it).
+    """
+    import asyncio
+
+    lateness: list[float] = []
+    done = False
+
+    async def ticker() -> None:
+        while not done:
+            start = time.perf_counter_ns()
+            await asyncio.sleep(TICKER_MS / 1e3)
+            lateness.append((time.perf_counter_ns() - start) / 1e3 - TICKER_MS * 1e3)
+
+    task = asyncio.create_task(ticker()) if tick else None
+    await asyncio.sleep(0)
+    made = 0
+    cpu, wall = time.process_time_ns(), time.perf_counter_ns()
+    end = wall + seconds * 1e9
+    if kind == "idle":
+        await asyncio.sleep(seconds)
+    elif kind == "abatch(64)":
+        generator = Uid64Generator(node)
+        while time.perf_counter_ns() < end:
+            made += len(await generator.abatch(64))
+    else:
+        generator = Uid64Generator(node)
+        while time.perf_counter_ns() < end:
+            for _ in range(64):
+                await generator.agenerate()
+            made += 64
+    cpu_ns = time.process_time_ns() - cpu
+    wall_ns = time.perf_counter_ns() - wall
+    done = True
+    if task is not None:
+        await task
+    per_id = cpu_ns / made if made else 0.0
+    return per_id, made / (wall_ns / 1e6), cpu_ns / wall_ns, lateness
+
+
+def async_table(seconds: float) -> list[tuple[str, str, float, float, float, list[float]]]:
+    """Rows (loop, what, CPU ns per ID, IDs per ms, CPU share, ticker lateness us)."""
+    import asyncio
+
+    loops: dict[str, Callable[[], Any]] = {"asyncio": asyncio.new_event_loop}
+    try:
+        import uvloop
+
+        loops["uvloop"] = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - the server extra brings it
+        pass
+    rows = []
+    node = 60
+    for loop_name, new_loop in loops.items():
+        for kind in ("idle", "abatch(64)", "agenerate()"):
+            measured = []
+            for tick in (False, True):
+                loop = new_loop()
+                try:
+                    node += 1
+                    measured.append(
+                        loop.run_until_complete(_async_past_cap(kind, seconds, node, tick=tick))
+                    )
+                finally:
+                    loop.close()
+            (per_id, per_ms, share, _), (_, _, _, lateness) = measured
+            rows.append((loop_name, kind, per_id, per_ms, share, lateness))
+    return rows
+
+
 def _peer_rate(total: int) -> float:
     from snowflake import SnowflakeGenerator
 
@@ -279,10 +466,70 @@ def text_table(batches: int) -> list[tuple[str, int, float]]:
     return [(name, sizes[scheme], statistics.median(samples[name])) for name, scheme, _ in cases]
 
 
+def past_cap_report(quick: bool) -> None:
+    """Print the CPU past the cap, in process and on event loops."""
+    past_total = 50_000 if quick else 200_000
+    print(
+        f"\nCPU past the cap: {past_total:,} IDs as fast as allowed, {PAST_CAP_ROUNDS} rounds "
+        "(median, range)\n"
+    )
+    print("| what | CPU ns per ID | vs snowflake-id | IDs per ms | of the cap |")
+    print("|---|---:|---:|---:|---:|")
+    past = past_cap_table(past_total)
+    peer = past[0].cpu_ns
+    for line in past:
+        ratios = [cpu / ref for cpu, ref in zip(line.cpu_ns, peer, strict=True)]
+        median_ns = statistics.median(line.cpu_ns)
+        if line.name.startswith("time.sleep"):
+            print(
+                f"| {line.name} | {median_ns:.0f} per wake-up ({min(line.cpu_ns):.0f} to "
+                f"{max(line.cpu_ns):.0f}) | {median_ns / (64 * statistics.median(peer)):.2f} of "
+                "64 snowflake IDs | - | - |"
+            )
+            continue
+        shares = [per_ms / line.cap_per_ms for per_ms in line.per_ms] if line.cap_per_ms else None
+        cap_share = (
+            f"{statistics.median(shares):.1%} ({min(shares):.1%} to {max(shares):.1%})"
+            if shares
+            else "-"
+        )
+        print(
+            f"| {line.name} | {median_ns:.0f} ({min(line.cpu_ns):.0f} to {max(line.cpu_ns):.0f}) | "
+            f"{statistics.median(ratios):.2f} ({min(ratios):.2f} to {max(ratios):.2f}) | "
+            f"{statistics.median(line.per_ms):,.1f} | {cap_share} |"
+        )
+
+    async_seconds = 0.5 if quick else 2.0
+    print(
+        f"\nAsync past the cap: uid64 for {async_seconds:g} s on one loop, with a ticker "
+        f"task sleeping {TICKER_MS:g} ms at a time\n"
+    )
+    print(
+        "| loop | what | loop CPU ns per ID | IDs per ms | loop CPU, share of a core | "
+        "ticker late p50 | p99 |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for loop_name, kind, per_id, per_ms, core_share, lateness in async_table(async_seconds):
+        late = sorted(lateness)
+        p50, p99 = late[len(late) // 2], late[min(len(late) - 1, int(len(late) * 0.99))]
+        shown = f"{per_id:,.0f}" if per_id else "-"
+        print(
+            f"| {loop_name} | {kind} | {shown} | {per_ms:.1f} | {core_share:.1%} | "
+            f"{p50:,.0f} us | {p99:,.0f} us |"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples, 100k sustained")
+    parser.add_argument(
+        "--past-cap-only", action="store_true", help="only the CPU past the cap, sync and async"
+    )
     args = parser.parse_args(argv)
+    if args.past_cap_only:
+        print(f"Python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f}")
+        past_cap_report(args.quick)
+        return 0
     bursts = 150 if args.quick else 1500
     total = 100_000 if args.quick else 1_000_000
 
@@ -306,6 +553,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|---:|---:|")
     for name, size, ns in texts:
         print(f"| {name} | {size} | {ns:.0f} | {1e6 / ns:,.0f} | {ns / before:.2f} |")
+
+    past_cap_report(args.quick)
 
     print(f"\nSustained, {total:,} IDs\n")
     print("| what | IDs/s | of the format cap |")

@@ -6,6 +6,7 @@
     .venv/bin/python benchmarks/bench_server.py --duration 20 --rounds 5
     .venv/bin/python benchmarks/bench_server.py --limits-only  # the limits' CPU cost (~3 s)
     .venv/bin/python benchmarks/bench_server.py --workers-only --duration 5 --rounds 3  # ~2 min
+    .venv/bin/python benchmarks/bench_server.py --cpu-only --duration 5 --rounds 3  # ~1.5 min
 
 Four servers run side by side for the whole benchmark, each in its own process:
 
@@ -46,6 +47,15 @@ generator's largest count kept); the idlest worker's share is shown.
 short60 against uid64 (also alone with ``--schemes-only``): ``/v1/ids?count=1000`` from
 a short60 server and from a uid64 server with ``--generators 8``, the same cap of 512 IDs
 per ms, alternating for ``--rounds`` runs: what the text forms cost in an answer.
+
+The server's CPU at the cap (also alone with ``--cpu-only``): ``/v1/ids?count=1000``
+from ``idmint serve`` and ``idmint serve --generators 4``, whose generators wait for
+every tick, against the floor: the same servers (``--serve-unwaited``, benchmark-only)
+with generators that never wait: no claim, and a clock that reads one millisecond
+later at every reading, so each take opens a fresh tick. Both open the same 16 ticks
+per 1,000 IDs and render the same text; only the waiting differs. The servers' CPU
+time comes from ``/proc/<pid>/stat`` before and after each wrk run; reported per ID
+served, and the ratio to the floor with as many generators.
 
 Last, the request limits' cost is measured without wrk, in CPU time, which other load
 on the machine moves far less than requests/s: one process serves keep-alive requests
@@ -139,6 +149,44 @@ def serve_hello(*, stock: bool = False) -> int:
     if stock:
         run.limited_http_protocol = lambda limits: "auto"  # type: ignore[assignment,return-value]
     return run.serve(host="127.0.0.1", port=0, announce=announce)
+
+
+class _EveryReadingANewMillisecond:
+    """The system clock, one millisecond further on at every reading: a generator
+    reading it opens a fresh tick at every take and never waits (for the floor)."""
+
+    def __init__(self) -> None:
+        self.ahead_ns = 0
+
+    def time_ns(self) -> int:
+        self.ahead_ns += 1_000_000
+        return time.time_ns() + self.ahead_ns
+
+    monotonic_ns = staticmethod(time.monotonic_ns)
+
+    def sleep_until_ns(self, wall_ns: int, since_ns: int | None = None) -> None:
+        raise AssertionError("a generator on this clock never waits")
+
+    async def asleep_until_ns(self, wall_ns: int, since_ns: int | None = None) -> None:
+        raise AssertionError("a generator on this clock never waits")
+
+
+def serve_unwaited(generators: int) -> int:
+    """``idmint serve --generators N`` whose generators never wait (the CPU floor)."""
+    from idmint.generate import Uid64Generator
+    from idmint.server import app, run
+
+    def unclaimed(scheme: str, count: int, *_: Any, **__: Any) -> list[Uid64Generator]:
+        assert scheme == "uid64"
+        return [
+            Uid64Generator(2000 + n, clock=_EveryReadingANewMillisecond()) for n in range(count)
+        ]
+
+    def announce(port: int) -> None:
+        print(f"unwaited server: open http://127.0.0.1:{port}/", flush=True)
+
+    app.new_generators = unclaimed  # type: ignore[assignment]
+    return run.serve(host="127.0.0.1", port=0, generators=generators, announce=announce)
 
 
 # -- the request limits' CPU cost, in process ------------------------------------------
@@ -683,6 +731,87 @@ def report_schemes(runs: dict[str, list[WrkResult]]) -> None:
     )
 
 
+CPU_SERVERS: dict[str, tuple[str, int]] = {
+    "idmint serve": ("cap", 1),
+    "idmint serve, unwaited (floor)": ("floor", 1),
+    "idmint serve --generators 4": ("cap", 4),
+    "idmint serve --generators 4, unwaited (floor)": ("floor", 4),
+}
+CPU_TARGET = 1.5
+"""CPU per ID at the cap: at most this many times the floor's."""
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class CpuRun:
+    cpu_s: float
+    ids: int
+    seconds: float
+
+
+def measure_cpu(wrk: str, duration: float, rounds: int) -> dict[str, list[CpuRun]]:
+    """``/v1/ids?count=1000`` of each of CPU_SERVERS under wrk, with the server's CPU time."""
+    python = sys.executable
+    servers: dict[str, Server] = {}
+    runs: dict[str, list[CpuRun]] = {name: [] for name in CPU_SERVERS}
+    path = f"/v1/ids?count={BATCH}"
+    try:
+        for name, (kind, generators) in CPU_SERVERS.items():
+            if kind == "cap":
+                argv = [python, "-m", "idmint", "serve", "--port", "0"]
+                argv += ["--generators", str(generators)]
+            else:
+                argv = [python, str(Path(__file__).resolve()), "--serve-unwaited", str(generators)]
+            servers[name] = start_server(name, argv)
+        for server in servers.values():
+            run_wrk(wrk, server.url + path, 1, latency=False)  # warm-up
+        for _ in range(rounds):
+            for name, server in servers.items():
+                before = process_cpu_s(server.process.pid)
+                result = run_wrk(wrk, server.url + path, duration, latency=False)
+                cpu_s = process_cpu_s(server.process.pid) - before
+                served = (result.requests - result.non_2xx) * BATCH
+                runs[name].append(CpuRun(cpu_s, served, duration))
+    finally:
+        for server in servers.values():
+            server.stop()
+    return runs
+
+
+def report_cpu(runs: dict[str, list[CpuRun]]) -> None:
+    print(
+        f"\nThe server's CPU serving `/v1/ids?count={BATCH}` (wrk -c{CONNECTIONS}), from "
+        "/proc/<pid>/stat; median of the rounds\n"
+    )
+    print("| server | IDs/s | of the cap | CPU, share of a core | CPU ns per ID | vs the floor |")
+    print("|---|---:|---:|---:|---:|---:|")
+    per_id = {
+        name: [run.cpu_s * 1e9 / run.ids for run in results if run.ids]
+        for name, results in runs.items()
+    }
+    for name, results in runs.items():
+        kind, generators = CPU_SERVERS[name]
+        rate = statistics.median(run.ids / run.seconds for run in results)
+        share = statistics.median(run.cpu_s / run.seconds for run in results)
+        cap = f"{rate / (UID64_CAP_PER_S * generators):.1%}" if kind == "cap" else "-"
+        ns = statistics.median(per_id[name])
+        if kind == "cap":
+            floor = next(n for n, (k, g) in CPU_SERVERS.items() if k == "floor" and g == generators)
+            ratios = [
+                mine / theirs for mine, theirs in zip(per_id[name], per_id[floor], strict=False)
+            ]
+            ratio = f"**{statistics.median(ratios):.2f}** ({', '.join(f'{r:.2f}' for r in ratios)})"
+        else:
+            ratio = "1.00"
+        print(f"| {name} | {rate:,.0f} | {cap} | {share:.1%} | {ns:,.0f} | {ratio} |")
+    print(f"\n(Target: at most {CPU_TARGET:g} times the floor's CPU per ID.)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per wrk run")
@@ -692,6 +821,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--serve-hello", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-hello-stock", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-unwaited", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--cpu-only", action="store_true", help="only the servers' CPU at the cap and the floor"
+    )
     parser.add_argument(
         "--limits-only", action="store_true", help="only the request limits' CPU cost (~10 s)"
     )
@@ -704,6 +837,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.serve_hello or args.serve_hello_stock:
         return serve_hello(stock=args.serve_hello_stock)
+    if args.serve_unwaited:
+        return serve_unwaited(args.serve_unwaited)
     if args.limits_only:
         limits_cost()
         return 0
@@ -719,12 +854,17 @@ def main(argv: list[str] | None = None) -> int:
         report_schemes(measure_schemes(wrk, duration, rounds))
         print(f"Load average after: {load_average()}")
         return 0
+    if args.cpu_only:
+        report_cpu(measure_cpu(wrk, duration, rounds))
+        print(f"Load average after: {load_average()}")
+        return 0
     if not args.workers_only:
         throughput, latency = measure(wrk, duration, rounds)
         report(throughput, latency)
     report_workers(*measure_workers(wrk, duration, rounds))
     if not args.workers_only:
         report_schemes(measure_schemes(wrk, duration, rounds))
+        report_cpu(measure_cpu(wrk, duration, rounds))
         limits_cost()
     print(f"Load average after: {load_average()}")
     return 0

@@ -49,11 +49,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import islice, repeat
 from operator import length_hint, or_
 from random import getrandbits
-from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, cast, overload
 
 from idmint.clock import SYSTEM_CLOCK, Clock
 from idmint.errors import ClockMovedBackwards, ConfigurationError, GeneratorError
 from idmint.schemes._base import IdValue
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["LOCKED_PATH_FORCED", "IdBatch", "TickGenerator", "fork_generation"]
 
@@ -95,6 +98,7 @@ class _ForkWatch:
     def _after_fork_in_child(self) -> None:
         self.generation += 1
         for generator in list(self.generators):
+            generator._async_turn = None  # the parent's loop and the turns taken on it
             generator._after_fork_in_child()
 
 
@@ -232,6 +236,7 @@ class TickGenerator(Generic[IdT]):
     # Slots make the hot path's attribute reads measurably cheaper.
     __slots__ = (
         "__weakref__",
+        "_async_turn",
         "_banked",
         "_blocked",
         "_claim",
@@ -296,6 +301,7 @@ class TickGenerator(Generic[IdT]):
         self._run = _Run(_NO_RUN_VALUES, 0)
         self._pending: range | None = None  # the rest of the tick (short60)
         self._wait_since_ns = 0  # the clock reading of the newest decision to wait
+        self._async_turn: tuple[object, asyncio.Lock] | None = None  # see _clock_turn
         self._blocked: Callable[[], Exception] | None = None
         self._banked = 0
         self._wasted = 0
@@ -512,18 +518,38 @@ class TickGenerator(Generic[IdT]):
         """Issue ``count`` IDs; waits for the clock on the event loop."""
         self._check_count(count)
         out: list[int] = []
-        while True:
-            wait_until_ns = self._fill(out, count)
-            if wait_until_ns is None:
-                return IdBatch(out, self._make, self._int_mask, self.id_type.texts_of_ints)
+        wait_until_ns = self._fill(out, count)
+        while wait_until_ns is not None:
             if wait_until_ns == _WAIT_FOR_CLAIM:
                 import asyncio
 
                 assert self._claim is not None
                 await asyncio.to_thread(self._claim.wait, min_ceiling_ms=self._need_ceiling_ms)
+                wait_until_ns = self._fill(out, count)
                 continue
-            self.clock_waits += 1
-            await self._clock.asleep_until_ns(wait_until_ns, self._wait_since_ns)
+            # Callers on one loop wait for this generator's clock in turn: the
+            # first waits out the ticks it needs while the others wait for it.
+            # All waiting for the same tick would wake together for IDs only
+            # one of them gets, and go back to sleep, every tick. (Not for a
+            # claim: that wait may end in an error, which all should see at once.)
+            async with self._clock_turn():
+                while wait_until_ns is not None and wait_until_ns != _WAIT_FOR_CLAIM:
+                    self.clock_waits += 1
+                    await self._clock.asleep_until_ns(wait_until_ns, self._wait_since_ns)
+                    wait_until_ns = self._fill(out, count)
+        return IdBatch(out, self._make, self._int_mask, self.id_type.texts_of_ints)
+
+    def _clock_turn(self) -> asyncio.Lock:
+        """The lock the callers on this event loop take turns waiting with."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        turn = self._async_turn
+        if turn is None or turn[0] is not loop:
+            # One loop at a time keeps its lock here: callers on another loop
+            # (in another thread) make their own, and only miss the turns.
+            turn = self._async_turn = (loop, asyncio.Lock())
+        return turn[1]
 
     def __iter__(self) -> Iterator[IdT]:
         while True:
