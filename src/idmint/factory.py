@@ -133,7 +133,13 @@ def new_generators(
         raise ConfigurationError(f"the number of generators must be 1..64, got {count!r}")
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ConfigurationError(f"the identity offset must be a whole number, got {offset!r}")
-    first = _configured_identity(scheme, coordinator, options)
+    first, block = _configured_identity(scheme, coordinator, options)
+    if block is not None and offset + count > block:
+        raise ConfigurationError(
+            f"this pod's block of IDs (block={block}) is too small for {offset + count} "
+            "generators (workers x generators): the next pod's IDs start there. Raise "
+            "the coordinator URL's block"
+        )
     tuning = {
         name: value for name, value in options.items() if name not in IDENTITY_OPTIONS[scheme]
     }
@@ -155,19 +161,21 @@ def new_generators(
 
 def _configured_identity(
     scheme: str, coordinator: str | None, options: dict[str, Any]
-) -> dict[str, int] | None:
-    """The configured identity the URL and options give together; None when claimed."""
+) -> tuple[dict[str, int] | None, int | None]:
+    """The configured identity the URL and options give together (None when claimed),
+    and how many consecutive identities from it are this process's (None: no limit)."""
     given = {
         name: value
         for name, value in options.items()
         if name in IDENTITY_OPTIONS[scheme] and value is not None
     }
     if scheme == "muid" or (coordinator is None and not given):
-        return None
+        return None, None
     parsed = parse_url(coordinator if coordinator is not None else "static://")
     if parsed.scheme != "static":
-        return None
-    return _static_identity(scheme, StaticCoordinator(parsed), parsed.options, given)
+        return None, None
+    static = StaticCoordinator(parsed)
+    return _static_identity(scheme, static, parsed.options, given), static.block
 
 
 def _check_options(scheme: str, given: dict[str, Any]) -> None:
@@ -222,6 +230,11 @@ def _static_identity(
     identity: dict[str, Any],
 ) -> dict[str, int]:
     """The configured identity: the URL's and the options', which must agree."""
+    if coordinator.block is not None and identity.keys() & {"generator", "node"}:
+        raise ConfigurationError(
+            f"{coordinator.url} takes the identity from the pod's index; give no "
+            f"{' or '.join(sorted(identity.keys() & {'generator', 'node'}))}"
+        )
     for name, value in identity.items():
         if name in url_options and getattr(coordinator, name) != value:
             raise ConfigurationError(

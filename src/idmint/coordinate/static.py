@@ -4,6 +4,7 @@ URL grammar::
 
     static://?generator=G[&cluster=C]      (uid64, uid64-v1)
     static://?node=N[&node_bits=W]         (elastic64; short60: node 0..511)
+    static://?ordinal=pod[&block=K][&first=F][&cluster=C][&node_bits=W]
 
 =============  =======  ============================================
 option         default  meaning
@@ -12,6 +13,15 @@ option         default  meaning
 ``cluster``    ``0``    the cluster ID (0..15)
 ``node``       none     the elastic64 or short60 node ID
 ``node_bits``  ``8``    the elastic64 node-ID width (8..16)
+``ordinal``    none     ``pod``: the identity (generator or node ID) is
+                        ``first + index * block``, where ``index`` is this
+                        StatefulSet pod's index: ``$IDMINT_POD_INDEX`` (set it
+                        from the ``apps.kubernetes.io/pod-index`` label through
+                        the Downward API), else the number that ends the host
+                        name (``ids-3``: 3)
+``block``      ``1``    with ``ordinal``: the IDs each pod owns, at least its
+                        workers times its generators
+``first``      ``0``    with ``ordinal``: pod 0's first ID
 =============  =======  ============================================
 
 Nothing is coordinated across hosts: every host given the same static
@@ -25,6 +35,9 @@ restarted process starts after what its predecessor minted.
 
 from __future__ import annotations
 
+import os
+import re
+import socket
 from collections.abc import Mapping
 
 from idmint.clock import Clock
@@ -32,14 +45,39 @@ from idmint.coordinate.base import Claim, ClaimInfo, ClaimOptions, Coordinator
 from idmint.coordinate.url import CoordinatorUrl, parse_url
 from idmint.errors import ConfigurationError
 
-__all__ = ["StaticCoordinator"]
+__all__ = ["POD_INDEX_VARIABLE", "StaticCoordinator", "pod_index"]
+
+POD_INDEX_VARIABLE = "IDMINT_POD_INDEX"
+_ORDINAL_NAME = re.compile(r".+-(0|[1-9][0-9]*)")
+
+
+def pod_index(environ: Mapping[str, str] | None = None, hostname: str | None = None) -> int:
+    """This StatefulSet pod's index: ``$IDMINT_POD_INDEX``, else its host name's ending."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(POD_INDEX_VARIABLE, "").strip()
+    if raw:
+        if not (raw.isascii() and raw.isdigit()):
+            raise ConfigurationError(
+                f"{POD_INDEX_VARIABLE}={raw!r} is not a pod index (a whole number); set it from "
+                "the apps.kubernetes.io/pod-index label through the Downward API"
+            )
+        return int(raw)
+    name = hostname if hostname is not None else socket.gethostname()
+    ending = _ORDINAL_NAME.fullmatch(name)
+    if ending is None:
+        raise ConfigurationError(
+            f"static://?ordinal=pod needs this pod's index: set {POD_INDEX_VARIABLE} from the "
+            "apps.kubernetes.io/pod-index label through the Downward API, or run in a "
+            f"StatefulSet, whose pods are named NAME-INDEX (this host is {name!r})"
+        )
+    return int(ending.group(1))
 
 
 class StaticCoordinator(Coordinator):
     """A configured identity; its claim is a lock on this host, nothing more."""
 
     def __init__(self, url: CoordinatorUrl) -> None:
-        url.check_known(("generator", "cluster", "node", "node_bits"))
+        url.check_known(("generator", "cluster", "node", "node_bits", "ordinal", "block", "first"))
         if url.hosts:
             raise ConfigurationError(
                 f"static:// takes no hosts (got {url.hosts_text()}); write static://?generator=5"
@@ -49,6 +87,25 @@ class StaticCoordinator(Coordinator):
         self.cluster = url.integer("cluster", 0, low=0, high=15) or 0
         self.node = url.integer("node", None, low=0, high=65535)
         self.node_bits = url.integer("node_bits", None, low=8, high=16)
+        self.block: int | None = None
+        """With ``ordinal``: how many consecutive IDs from the identity are this pod's."""
+        ordinal = url.options.get("ordinal")
+        if ordinal is None:
+            for name in ("block", "first"):
+                if name in url.options:
+                    raise ConfigurationError(f"static:// option {name} goes with ordinal=pod")
+        else:
+            if ordinal != "pod":
+                raise ConfigurationError(f"static:// option ordinal must be pod, got {ordinal!r}")
+            for name in ("generator", "node"):
+                if name in url.options:
+                    raise ConfigurationError(
+                        f"static://?ordinal=pod takes the {name} from the pod's index; "
+                        f"give no {name}"
+                    )
+            self.block = url.integer("block", 1, low=1, high=65536) or 1
+            first = url.integer("first", 0, low=0, high=65535) or 0
+            self.generator = self.node = first + pod_index() * self.block
         # Nothing to narrow: the claim is the one configured identity.
         self._options_template = ClaimOptions()
 
