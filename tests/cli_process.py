@@ -23,7 +23,7 @@ from typing import IO, TypeVar
 
 from tests.servers import wait_until
 
-__all__ = ["CliProcess", "assert_one_error_line", "now_ms", "run_idmint"]
+__all__ = ["ERROR_PREFIX", "CliProcess", "assert_one_error_line", "now_ms", "run_idmint"]
 
 P = TypeVar("P", bound="CliProcess")
 
@@ -48,16 +48,16 @@ def run_idmint(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess
     )
 
 
-def assert_one_error_line(stderr: str) -> str:
-    """Check ``stderr`` is exactly one line from idmint, no traceback; return it.
+ERROR_PREFIX = "idmint: error: "
+"""How the CLI starts every error line, whatever the command."""
 
-    The CLI starts every error line with ``idmint: error:`` or, for errors that
-    name their command, ``idmint <command>:``.
-    """
+
+def assert_one_error_line(stderr: str) -> str:
+    """Check ``stderr`` is exactly one line from idmint, no traceback; return it."""
     lines = stderr.splitlines()
     assert "Traceback" not in stderr, stderr
     assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{stderr}"
-    assert lines[0].startswith("idmint"), lines[0]
+    assert lines[0].startswith(ERROR_PREFIX), lines[0]
     return lines[0]
 
 

@@ -6,6 +6,7 @@ next to the interpreter running the tests.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import datetime as dt
 import io
@@ -13,6 +14,7 @@ import itertools
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -93,12 +95,16 @@ def run_installed(launcher: str, argv: list[str], stdin: str | None = None) -> R
 
 
 def assert_usage_error(result: Result, *fragments: str) -> None:
-    """Exit status 2, nothing on stdout, exactly one line on stderr, no traceback."""
+    """Exit status 2, nothing on stdout, exactly one line on stderr, no traceback.
+
+    Every error line starts the same way, whichever command or layer found the error.
+    """
     assert result.status == 2, result
     assert result.out == ""
     assert "Traceback" not in result.err
     assert result.err.endswith("\n")
     assert len(result.err.splitlines()) == 1, result.err
+    assert result.err.startswith("idmint: error: "), result.err
     for fragment in fragments:
         assert fragment in result.err, f"{fragment!r} not in {result.err!r}"
 
@@ -470,6 +476,20 @@ def test_decode_reports_bad_ids_and_goes_on(capsys: pytest.CaptureFixture[str]) 
     assert [json.loads(line)["id"] for line in result.lines()] == [UID64, MUID]
     assert len(result.err.splitlines()) == 1
     assert "not-an-id!" in result.err
+    assert result.err.startswith("idmint: error: ")
+
+
+def test_decode_names_the_stdin_line_that_failed(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blank lines are skipped but counted, as an editor numbers them."""
+    stdin = f"{UID64}\n\n  zz!\n{MUID}\nffff\n"
+    result = run_main(capsys, ["decode", "-"], monkeypatch, stdin=stdin)
+    assert result.status == 2
+    assert [json.loads(line)["id"] for line in result.lines()] == [UID64, MUID]
+    first, second = result.err.splitlines()
+    assert first.startswith("idmint: error: stdin line 3: invalid ID: "), first
+    assert second.startswith("idmint: error: stdin line 5: "), second
 
 
 # -- encode ----------------------------------------------------------------------
@@ -702,6 +722,81 @@ def test_bad_invocations_installed() -> None:
         result = Result(process.returncode, out, err)
         assert result.status == 2, (argv, result)
         assert_usage_error(result, fragment)
+
+
+def test_every_option_of_every_command_says_what_it_is_for() -> None:
+    """``claims list``, ``discovery register`` and ``discovery list`` once had bare options."""
+    bare: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    walk(child, f"{path} {name}")
+            elif action.option_strings and not (action.help or "").strip():
+                bare.append(f"{path} {action.option_strings[-1]}")
+
+    walk(cli._build_parser(), "idmint")
+    assert bare == []
+
+
+def test_claims_list_shows_this_hosts_pool_by_default(
+    capsys: pytest.CaptureFixture[str], host_lock_directory: Path
+) -> None:
+    """With no --coordinator it lists ``local://``, the pool a plain ``generate`` claims from."""
+    from idmint import new_generator
+
+    with new_generator("uid64") as uid64, new_generator("short60") as short60:
+        result = run_main(capsys, ["claims", "list", "--format", "json"])
+        assert result.status == 0, result.err
+        rows = [json.loads(line) for line in result.lines()]
+        mine = {
+            (row["space"], row["generator"])
+            for row in rows
+            if row["holder"].endswith(f":{os.getpid()}")
+        }
+        assert mine == {("generator", uid64.generator), ("short60", short60.node)}
+        table = run_main(capsys, ["claims", "list"])
+        assert table.status == 0, table.err
+        header, *lines = table.lines()
+        assert header.split()[:3] == ["SPACE", "CLUSTER", "ID"]
+        ours = [line.split() for line in lines if line.split()[3].endswith(f":{os.getpid()}")]
+        assert sorted((line[0], int(line[2])) for line in ours) == sorted(mine)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        ([], "(.venv/bin/idmint serve)"),
+        (
+            ["--port", "9000", "--scheme", "muid"],
+            "(.venv/bin/idmint serve --port 9000 --scheme muid)",
+        ),
+    ],
+)
+def test_scripts_run_says_what_it_starts(tmp_path: Path, arguments: list[str], said: str) -> None:
+    """The script as written, in a copy of the tree whose venv and installer are stand-ins."""
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    shutil.copy(root / "scripts" / "run", tmp_path / "scripts" / "run")
+    stand_ins = {
+        tmp_path / "scripts" / "bootstrap-venv": "#!/bin/sh\nexit 0\n",
+        tmp_path / ".venv" / "bin" / "idmint": '#!/bin/sh\necho "idmint $*"\n',
+    }
+    for path, text in stand_ins.items():
+        path.write_text(text)
+        path.chmod(0o755)
+    done = subprocess.run(
+        [str(tmp_path / "scripts" / "run"), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == f"scripts/run: starting the ID server {said}\n"
+    assert done.stdout == " ".join(["idmint", "serve", *arguments]) + "\n"
 
 
 def test_schemes_lists_every_scheme(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,18 +1,24 @@
 """The ``idmint`` command: argument parsing and output only; the work is the library's.
 
-Every error prints one line on stderr, never a traceback, and exits with a
-status that says what kind of trouble it was:
+Every error prints one line on stderr, ``idmint: error: ...``, never a
+traceback, and exits with a status that says what kind of trouble it was (for
+idmint's errors the status is the error class's ``exit_status``):
 
 ====  =================================================================
-0     done
+0     done (also when the reader of stdout went away: ``| head``)
 1     no ID could be issued: a claim lost, the pool exhausted, the
       identity in use by another process, the clock far behind
 2     usage: a bad option, URL, scheme or ID
 69    the coordinator cannot be reached, or (fetch) no ID server gave IDs
       in time (EX_UNAVAILABLE)
-77    the coordinator refused us: credentials, permissions, TLS (EX_NOPERM)
+74    stdout cannot be written: closed, or a full disk (EX_IOERR)
+77    refused credentials: the coordinator's (credentials, permissions,
+      TLS) or, for fetch, the ID servers' token (EX_NOPERM)
 128+N stopped by signal N (SIGTERM: 143, SIGINT: 130)
 ====  =================================================================
+
+A wait for a coordinator that lasts over a second says once on stderr what
+it is waiting for (``idmint: waiting up to 10 s for ZooKeeper at ...``).
 """
 
 from __future__ import annotations
@@ -30,24 +36,19 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NoReturn, TextIO
 
-from idmint.errors import (
-    CoordinatorRefused,
-    CoordinatorUnavailable,
-    GeneratorError,
-    IdmintError,
-    IdmintWarning,
-    InvalidId,
-    NoServerAnswered,
-)
+from idmint.errors import EXIT_RUNTIME, EXIT_USAGE, IdmintError, IdmintWarning, InvalidId
 from idmint.factory import SCHEME_OPTIONS, new_generator
 from idmint.generate.core import IdBatch
 from idmint.schemes import SCHEMES, IdValue, parse_id, scheme_type
 from idmint.schemes._base import iso_ms
 
-EXIT_RUNTIME = 1
-EXIT_USAGE = 2
-EXIT_UNAVAILABLE = 69
-EXIT_REFUSED = 77
+__all__ = ["EXIT_OUTPUT", "EXIT_RUNTIME", "EXIT_USAGE", "exit_status", "main"]
+
+EXIT_OUTPUT = 74
+"""stdout cannot be written (sysexits' EX_IOERR): the CLI's own; the others are
+the error classes' (:attr:`idmint.errors.IdmintError.exit_status`)."""
+ERROR_PREFIX = "idmint: error: "
+"""How every error line starts."""
 FLUSH_INTERVAL_S = 0.1
 """Generated IDs reach stdout at least this often, so a killed process has
 printed (nearly) everything it issued and a reader sees IDs as they come."""
@@ -63,13 +64,47 @@ _ENCODE_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 
 class UsageError(Exception):
-    """Bad command-line input; the message is printed as is."""
+    """Bad command-line input; the message is printed after the error prefix."""
+
+
+class OutputError(Exception):
+    """stdout refused what a command wrote (closed, a full disk)."""
+
+
+class _Output:
+    """stdout as the commands write to it.
+
+    A write or flush that fails becomes :class:`OutputError`, so the command
+    unwinds (releasing its claims) and exits 74 with one line, whatever it was
+    doing. A reader that went away (``EPIPE``) stays a ``BrokenPipeError``.
+    """
+
+    def __init__(self, stream: TextIO | None) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> None:
+        self._on_stream(lambda stream: stream.write(text))
+
+    def flush(self) -> None:
+        self._on_stream(lambda stream: stream.flush())
+
+    def _on_stream(self, action: Callable[[TextIO], object]) -> None:
+        if self._stream is None:
+            # Python sets sys.stdout to None when file descriptor 1 was closed.
+            raise OutputError("cannot write to stdout: it is closed")
+        try:
+            action(self._stream)
+        except BrokenPipeError:
+            raise
+        except (OSError, ValueError) as error:  # ValueError: a stream closed in-process
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+            raise OutputError(f"cannot write to stdout: {reason}") from None
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # argparse prints the usage block as well; we promise one line.
-        raise UsageError(f"{self.prog}: {message}")
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def _integer(text: str) -> int:
@@ -255,7 +290,8 @@ def _add_fleet_commands(commands: Any) -> None:
         help="with --workers: kill and replace a worker whose event loop has not turned "
         "for S seconds; 0: never (default 30; IDMINT_WORKER_TIMEOUT)",
     )
-    serve.set_defaults(handler=_cmd_serve)
+    # The server logs on stderr (waits for a coordinator included) and needs no stdout.
+    serve.set_defaults(handler=_cmd_serve, keeps_a_log=True)
 
     claims = commands.add_parser("claims", help="inspect claimed generator IDs")
     claims_commands = claims.add_subparsers(
@@ -263,10 +299,21 @@ def _add_fleet_commands(commands: Any) -> None:
     )
     claims_commands.required = True
     claims_list = claims_commands.add_parser(
-        "list", help="who holds which generator ID", description="List held generator IDs."
+        "list",
+        help="who holds which generator ID",
+        description="List the held identities of a pool: who holds each, since when, and "
+        "its high-water mark.",
+        formatter_class=_HelpFormatter,
     )
-    claims_list.add_argument("--coordinator", metavar="URL", required=True)
-    claims_list.add_argument("--format", choices=["text", "json"], default="text")
+    claims_list.add_argument(
+        "--coordinator",
+        metavar="URL",
+        help="the pool to list: this host's (default, local://), zk://host:port/root or "
+        "etcd://host:port/prefix",
+    )
+    claims_list.add_argument(
+        "--format", choices=["text", "json"], default="text", help="a table or JSON lines"
+    )
     claims_list.set_defaults(handler=_cmd_claims_list)
 
     discovery = commands.add_parser("discovery", help="service discovery in ZooKeeper")
@@ -280,23 +327,40 @@ def _add_fleet_commands(commands: Any) -> None:
         description="Claim a node ID, register an instance under it, print the node ID, "
         "and hold the registration until SIGTERM/SIGINT.",
     )
-    register.add_argument("--coordinator", metavar="URL", required=True)
-    register.add_argument("--service", required=True)
     register.add_argument(
-        "--endpoint", action="append", default=[], metavar="E[:KEY]", help="repeatable"
+        "--coordinator", metavar="URL", required=True, help="the zk:// discovery tree"
     )
-    register.add_argument("--host")
-    register.add_argument("--port", type=_integer)
+    register.add_argument("--service", required=True, help="the service type to register as")
     register.add_argument(
-        "--metadata", action="append", default=[], metavar="K=V", help="repeatable"
+        "--endpoint",
+        action="append",
+        default=[],
+        metavar="E[:KEY]",
+        help="an endpoint the instance serves, optionally with a key (repeatable)",
+    )
+    register.add_argument("--host", help="the address clients reach the instance at")
+    register.add_argument("--port", type=_integer, help="the port clients reach it at")
+    register.add_argument(
+        "--metadata",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="a key and value published with the instance (repeatable)",
     )
     register.set_defaults(handler=_cmd_discovery_register, graceful=True)
     listing = discovery_commands.add_parser(
-        "list", help="the registered services and endpoints", description="Print the tree."
+        "list",
+        help="the registered services and endpoints",
+        description="Print the registered instances by service, and the endpoints' nodes.",
+        formatter_class=_HelpFormatter,
     )
-    listing.add_argument("--coordinator", metavar="URL", required=True)
-    listing.add_argument("--service")
-    listing.add_argument("--format", choices=["text", "json"], default="text")
+    listing.add_argument(
+        "--coordinator", metavar="URL", required=True, help="the zk:// discovery tree"
+    )
+    listing.add_argument("--service", help="only this service type (default: every one)")
+    listing.add_argument(
+        "--format", choices=["text", "json"], default="text", help="text lines or one JSON object"
+    )
     listing.set_defaults(handler=_cmd_discovery_list)
     _add_fetch(commands)
 
@@ -306,7 +370,8 @@ def _add_fetch(commands: Any) -> None:
         "fetch",
         help="take IDs from ID servers (idmint serve), one per line",
         description="Take IDs from running ID servers through idmint.client: in batches, "
-        "from the next server when one fails. Exits 69 when no server gives IDs in time.",
+        "from the next server when one fails. Exits 69 when no server gives IDs in time, "
+        "77 at once when the servers refuse the token.",
         formatter_class=_HelpFormatter,
     )
     where = fetch.add_mutually_exclusive_group(required=True)
@@ -430,7 +495,7 @@ def _version() -> str:
 # -- commands --------------------------------------------------------------------
 
 
-def _cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
+def _cmd_generate(args: argparse.Namespace, out: _Output) -> int:
     options: dict[str, Any] = {
         "generator": args.generator,
         "cluster": args.cluster,
@@ -449,7 +514,7 @@ def _cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
         takers = [name for name in SCHEMES if set(stray) <= SCHEME_OPTIONS[name]]
         where = f" (it applies to {', '.join(takers)})" if takers else ""
         raise UsageError(
-            f"idmint generate: {_options(stray)} {'does' if len(stray) == 1 else 'do'} not "
+            f"{_options(stray)} {'does' if len(stray) == 1 else 'do'} not "
             f"apply to {args.scheme} IDs{where}"
         )
     render = _renderer(args.format)
@@ -459,7 +524,7 @@ def _cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
         return _write_ids(out, args.count, chunk, lambda take: render(generator.batch(take)))
 
 
-def _write_ids(out: TextIO, count: int, chunk: int, lines: Callable[[int], str]) -> int:
+def _write_ids(out: _Output, count: int, chunk: int, lines: Callable[[int], str]) -> int:
     """Write ``count`` IDs (0: until a signal), ``chunk`` at a time from ``lines(n)``.
 
     Output is flushed at least every ``FLUSH_INTERVAL_S`` so a reader of a pipe sees
@@ -492,17 +557,17 @@ def _json_lines(values: Iterable[IdValue]) -> str:
     return "".join(json.dumps(value.to_dict()) + "\n" for value in values)
 
 
-def _cmd_decode(args: argparse.Namespace, out: TextIO) -> int:
+def _cmd_decode(args: argparse.Namespace, out: _Output) -> int:
     if not args.ids:
-        raise UsageError("idmint decode: give IDs as arguments, or - to read them from stdin")
+        raise UsageError("give the IDs to decode as arguments, or - to read them from stdin")
     status = 0
-    for text in _decode_inputs(args.ids):
+    for where, text in _decode_inputs(args.ids):
         try:
             value = parse_id(text, args.scheme, node_bits=args.node_bits)
         except InvalidId as error:
             hint = _DECODE_HINTS.get(error.problem, "")
-            _print_error(f"{error}{hint}")
-            status = EXIT_USAGE
+            _print_error(f"{where}{error}{hint}")
+            status = error.exit_status
             continue
         if args.format == "json":
             out.write(json.dumps(value.to_dict()) + "\n")
@@ -519,17 +584,18 @@ _DECODE_HINTS = {
 }
 
 
-def _decode_inputs(arguments: Sequence[str]) -> Iterator[str]:
+def _decode_inputs(arguments: Sequence[str]) -> Iterator[tuple[str, str]]:
+    """``(where, text)`` of each ID to decode: ``where`` names a line of stdin."""
     for argument in arguments:
         if argument == "-":
-            for line in sys.stdin:
+            for number, line in enumerate(sys.stdin, start=1):
                 if line.strip():
-                    yield line.strip()
+                    yield f"stdin line {number}: ", line.strip()
         else:
-            yield argument
+            yield "", argument
 
 
-def _cmd_encode(args: argparse.Namespace, out: TextIO) -> int:
+def _cmd_encode(args: argparse.Namespace, out: _Output) -> int:
     required, optional = _ENCODE_FIELDS[args.scheme]
     known = set(required) | set(optional)
     every_field = {name for pair in _ENCODE_FIELDS.values() for names in pair for name in names}
@@ -537,12 +603,12 @@ def _cmd_encode(args: argparse.Namespace, out: TextIO) -> int:
     stray = sorted(set(given) - known)
     if stray:
         raise UsageError(
-            f"idmint encode: {args.scheme} IDs have no {_options(stray)}; "
+            f"{args.scheme} IDs have no {_options(stray)}; "
             f"their fields are {_options(required + optional)}"
         )
     missing = [name for name in required if name not in given]
     if missing:
-        raise UsageError(f"idmint encode: {args.scheme} needs {_options(missing)}")
+        raise UsageError(f"{args.scheme} needs {_options(missing)}")
     value = scheme_type(args.scheme).build(**given)  # type: ignore[attr-defined]
     out.write(json.dumps(value.to_dict()) + "\n" if args.format == "json" else f"{value}\n")
     return 0
@@ -552,7 +618,7 @@ def _options(names: Iterable[str]) -> str:
     return ", ".join(f"--{name.replace('_', '-')}" for name in names)
 
 
-def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
+def _cmd_serve(args: argparse.Namespace, out: _Output) -> int:
     from idmint.errors import ConfigurationError
     from idmint.server.run import serve, startup_line
     from idmint.server.settings import resolve_serve_settings
@@ -560,13 +626,15 @@ def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     try:
         settings = resolve_serve_settings(vars(args), os.environ)
     except ConfigurationError as error:
-        raise UsageError(f"idmint serve: {error}") from None
-    token = _token("serve", args.token_file, settings.pop("token_file"))
+        raise UsageError(str(error)) from None
+    token = _token(args.token_file, settings.pop("token_file"))
 
     def announce(port: int) -> None:
         line = startup_line(settings["scheme"], settings["host"], port, settings["workers"])
-        out.write(line + "\n")
-        out.flush()
+        # The server's work is serving: a closed or full stdout costs only this line.
+        with contextlib.suppress(OutputError, BrokenPipeError):
+            out.write(line + "\n")
+            out.flush()
 
     return serve(
         **settings,
@@ -576,7 +644,7 @@ def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     )
 
 
-def _token(command: str, flag: str | None, path: str | None) -> str | None:
+def _token(flag: str | None, path: str | None) -> str | None:
     """The bearer token in ``path`` (from --token-file, else IDMINT_TOKEN_FILE)."""
     if path is None:
         return None
@@ -585,13 +653,13 @@ def _token(command: str, flag: str | None, path: str | None) -> str | None:
         with open(path, encoding="utf-8") as handle:
             token = handle.read().strip()
     except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"idmint {command}: cannot read {source}: {error}") from None
+        raise UsageError(f"cannot read {source}: {error}") from None
     if not token:
-        raise UsageError(f"idmint {command}: {source} {path} is empty")
+        raise UsageError(f"{source} {path} is empty")
     return token
 
 
-def _cmd_fetch(args: argparse.Namespace, out: TextIO) -> int:
+def _cmd_fetch(args: argparse.Namespace, out: _Output) -> int:
     from idmint.client import IdClient
     from idmint.errors import ConfigurationError
 
@@ -602,11 +670,11 @@ def _cmd_fetch(args: argparse.Namespace, out: TextIO) -> int:
             discovery=args.discovery,
             scheme=args.scheme,
             node_bits=args.node_bits,
-            token=_token("fetch", args.token_file, token_file),
+            token=_token(args.token_file, token_file),
             timeout=args.timeout,
         )
     except ConfigurationError as error:
-        raise UsageError(f"idmint fetch: {error}") from None
+        raise UsageError(str(error)) from None
     render: Callable[[list[IdValue]], str] = (
         _json_lines if args.format == "json" else lambda values: "".join(f"{v}\n" for v in values)
     )
@@ -614,31 +682,35 @@ def _cmd_fetch(args: argparse.Namespace, out: TextIO) -> int:
         return _write_ids(out, args.count, 1000, lambda take: render(client.get_many(take)))
 
 
-def _cmd_claims_list(args: argparse.Namespace, out: TextIO) -> int:
-    from idmint.coordinate import connect
+def _cmd_claims_list(args: argparse.Namespace, out: _Output) -> int:
+    from idmint.coordinate import DEFAULT_COORDINATOR, connect
 
-    with connect(args.coordinator) as coordinator:
+    with connect(args.coordinator or DEFAULT_COORDINATOR) as coordinator:
         rows = coordinator.list_claims()
     if args.format == "json":
         for row in rows:
             out.write(json.dumps(row.to_json()) + "\n")
         return 0
-    out.write(f"{'CLUSTER':>7} {'GENERATOR':>9}  {'HOLDER':30} {'SINCE':24} HIGH-WATER MARK\n")
+    # One pool holds several spaces (uid64 generator IDs, node IDs): each row names its own.
+    out.write(f"{'SPACE':9} {'CLUSTER':>7} {'ID':>5}  {'HOLDER':30} {'SINCE':24} HIGH-WATER MARK\n")
     for row in rows:
         since = iso_ms(row.since_ms) if row.since_ms is not None else "-"
         mark = iso_ms(row.high_water_mark_ms) if row.high_water_mark_ms is not None else "-"
-        out.write(f"{row.cluster:>7} {row.generator:>9}  {row.holder:30} {since:24} {mark}\n")
+        out.write(
+            f"{row.space:9} {row.cluster:>7} {row.generator:>5}  {row.holder:30} {since:24} "
+            f"{mark}\n"
+        )
     return 0
 
 
-def _cmd_discovery_register(args: argparse.Namespace, out: TextIO) -> int:
+def _cmd_discovery_register(args: argparse.Namespace, out: _Output) -> int:
     from idmint.discovery import Discovery
 
     metadata = {}
     for item in args.metadata:
         key, equals, value = item.partition("=")
         if not equals or not key:
-            raise UsageError(f"idmint discovery register: --metadata wants K=V, got {item!r}")
+            raise UsageError(f"--metadata wants K=V, got {item!r}")
         metadata[key] = value
     with (
         Discovery(args.coordinator) as discovery,
@@ -658,7 +730,7 @@ def _cmd_discovery_register(args: argparse.Namespace, out: TextIO) -> int:
     return 128 + (_STOP.signum or 0)
 
 
-def _cmd_discovery_list(args: argparse.Namespace, out: TextIO) -> int:
+def _cmd_discovery_list(args: argparse.Namespace, out: _Output) -> int:
     from idmint.discovery import Discovery
 
     with Discovery(args.coordinator) as discovery:
@@ -694,13 +766,13 @@ _SCHEME_FLAGS = {
 }
 
 
-def _cmd_schemes(args: argparse.Namespace, out: TextIO) -> int:
+def _cmd_schemes(args: argparse.Namespace, out: _Output) -> int:
     for name in SCHEMES:
         out.write(f"{name:10} {_SCHEME_SUMMARIES[name]} (generate: {_SCHEME_FLAGS[name]})\n")
     return 0
 
 
-def _cmd_completion(args: argparse.Namespace, out: TextIO) -> int:
+def _cmd_completion(args: argparse.Namespace, out: _Output) -> int:
     out.write(completion_script(_build_parser(), args.shell))
     return 0
 
@@ -762,10 +834,33 @@ _idmint_words() {{
 
 
 def _print_error(message: str) -> None:
-    one_line = " ".join(message.split())
-    prefix = "" if one_line.startswith("idmint") else "idmint: error: "
-    sys.stderr.write(f"{prefix}{one_line}\n")
-    sys.stderr.flush()
+    _print_line(ERROR_PREFIX + message)
+
+
+def _print_line(message: str) -> None:
+    """One line on stderr (a message's line breaks become spaces)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # stderr closed too
+        sys.stderr.write(" ".join(message.split()) + "\n")
+        sys.stderr.flush()
+
+
+class _WaitingNotice(logging.Handler):
+    """Shows the coordinators' "waiting up to N s for ..." line as ``idmint: waiting ...``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        _print_line(f"idmint: {record.getMessage()}")
+
+
+@contextlib.contextmanager
+def _waiting_notices() -> Iterator[None]:
+    from idmint.coordinate.waiting import waiting_log
+
+    handler = _WaitingNotice(logging.WARNING)
+    waiting_log.addHandler(handler)
+    try:
+        yield
+    finally:
+        waiting_log.removeHandler(handler)
 
 
 def _show_warning(  # noqa: PLR0917 - warnings.showwarning's signature
@@ -778,8 +873,7 @@ def _show_warning(  # noqa: PLR0917 - warnings.showwarning's signature
 ) -> None:
     """idmint's own warnings as one line, as errors are; others as Python shows them."""
     if issubclass(category, IdmintWarning):
-        sys.stderr.write(f"idmint: warning: {' '.join(str(message).split())}\n")
-        sys.stderr.flush()
+        _print_line(f"idmint: warning: {message}")
     else:
         _python_show_warning(message, category, filename, lineno, file, line)
 
@@ -824,13 +918,13 @@ _STOP = _GracefulStop()
 
 def exit_status(error: Exception) -> int:
     """The documented exit status for an error (see the module docstring)."""
-    if isinstance(error, CoordinatorRefused):
-        return EXIT_REFUSED
-    if isinstance(error, (CoordinatorUnavailable, NoServerAnswered)):
-        return EXIT_UNAVAILABLE
-    if isinstance(error, GeneratorError):
-        return EXIT_RUNTIME
-    return EXIT_USAGE
+    if isinstance(error, IdmintError):
+        return error.exit_status
+    if isinstance(error, OutputError):
+        return EXIT_OUTPUT
+    if isinstance(error, UsageError):
+        return EXIT_USAGE
+    return EXIT_RUNTIME
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -841,18 +935,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger().addHandler(logging.NullHandler())
     warnings.showwarning = _show_warning
     parser = _build_parser()
-    out = sys.stdout
+    out = _Output(sys.stdout)
     previous: dict[int, Any] = {}
     try:
         args = parser.parse_args(argv)
+        keeps_a_log = getattr(args, "keeps_a_log", False)
+        if sys.stdout is None and not keeps_a_log:
+            out.write("")  # fails now: nothing is claimed or fetched only to be thrown away
         _STOP.reset(getattr(args, "graceful", False))
         signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)
         for signum in signals if _STOP.graceful else signals[:1]:
             with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
                 previous[signum] = signal.signal(signum, _STOP)
-        status: int = args.handler(args, out)
-    except (UsageError, IdmintError) as error:
+        with contextlib.nullcontext() if keeps_a_log else _waiting_notices():
+            status: int = args.handler(args, out)
+        out.flush()  # buffered output fails here, not in the interpreter's exit
+    except (UsageError, IdmintError, OutputError) as error:
         _print_error(str(error))
+        if isinstance(error, OutputError):
+            _discard_stdout()
         return exit_status(error)
     except KeyboardInterrupt:
         with contextlib.suppress(Exception):
@@ -860,8 +961,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # The reader went away (e.g. `idmint generate --count 0 | head`).
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, out.fileno())
+        _discard_stdout()
         return 0
     else:
         return status
@@ -869,3 +969,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for signum, handler in previous.items():
             with contextlib.suppress(ValueError):
                 signal.signal(signum, handler)
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null: what is still buffered must not fail again at exit."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)

@@ -34,15 +34,20 @@ tried; servers are taken in turn, so two servers share a client's load. A
 server that answers 503 (its claim lost or in doubt) is not asked for IDs
 again until its ``/readyz`` answers 200. A caller sees an error only when no
 server gave IDs within ``timeout``: :class:`~idmint.errors.NoServerAnswered`,
-naming each server tried and why. A server that answers 4xx (a bad token,
-say) is set aside the same way and named in that error.
+naming each server tried and why. A server that answers another 4xx is set
+aside the same way and named in that error. A server that refuses the token
+(401, 403) is set aside too; once every server has refused it, the caller gets
+:class:`~idmint.errors.ServerRefused` at once: waiting would not change the
+token.
 
 **Guarantees.** IDs from one client are distinct, and distinct from those of
 every other client of the same servers (each server's generators hold claimed
 identities). IDs from one server come in the order it issued them.
 ``get()`` and ``get_many()`` are thread-safe. After ``fork()`` the child starts
 with an empty buffer and connections of its own: it never hands out an ID its
-parent may hand out.
+parent may hand out. It also starts small: its batches follow its own rate of
+use, not the parent's (thirty children of a busy parent each asking for the
+parent's batch would ask the servers for more than they issue in time).
 
 **Discovery.** With ``discovery``, the servers are the instances of service
 ``idmint`` that ``idmint serve --discovery`` registers, kept current by a
@@ -68,7 +73,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from idmint.errors import ConfigurationError, IdmintError, NoServerAnswered
+from idmint.errors import ConfigurationError, IdmintError, NoServerAnswered, ServerRefused
 from idmint.schemes import SCHEMES, IdValue
 from idmint.schemes.elastic64 import Elastic64
 
@@ -85,6 +90,8 @@ SPLIT_ABOVE = 1000
 """A refill of more IDs than this is shared among the servers, fetched at once."""
 PARALLEL_MAX = 8
 """At most this many servers are asked at once for one refill."""
+REFUSALS = (401, 403)
+"""Answers that refuse the client's credentials: retrying will not change them."""
 
 
 @dataclass
@@ -99,6 +106,7 @@ class _Server:
     set_aside_until: float = 0.0
     backoff_s: float = 0.0
     waiting_for_ready: bool = False
+    refused: bool = False  # its last answer refused our token
     why: str = ""
     registrations: int = 0  # discovery: instances registered at this address
     idle: list[Any] = field(default_factory=list)  # keep-alive connections
@@ -106,16 +114,20 @@ class _Server:
     def usable(self, now: float) -> bool:
         return now >= self.set_aside_until
 
-    def failed(self, why: str, now: float, *, until_ready: bool = False) -> None:
+    def failed(
+        self, why: str, now: float, *, until_ready: bool = False, refused: bool = False
+    ) -> None:
         self.why = why
         self.backoff_s = min(LAST_BACKOFF_S, max(FIRST_BACKOFF_S, self.backoff_s * 2))
         self.set_aside_until = now + self.backoff_s
         self.waiting_for_ready = self.waiting_for_ready or until_ready
+        self.refused = refused
 
     def answered(self) -> None:
         self.backoff_s = 0.0
         self.set_aside_until = 0.0
         self.waiting_for_ready = False
+        self.refused = False
         self.why = ""
 
 
@@ -290,10 +302,21 @@ class _Core:
         return max(0.005, min(soonest - now, deadline - now, 0.5))
 
     def failure(self, server: _Server, error: BaseException, tried: list[_Server]) -> None:
-        lost = isinstance(error, _Answer) and error.status == 503
-        server.failed(_why(error), time.monotonic(), until_ready=lost)
+        """Set ``server`` aside for ``error``; :class:`ServerRefused` once every server refused."""
+        status = error.status if isinstance(error, _Answer) else 0
+        server.failed(
+            _why(error), time.monotonic(), until_ready=status == 503, refused=status in REFUSALS
+        )
         if server not in tried:
             tried.append(server)
+        with self.lock:
+            servers = list(self.servers.values())
+        if servers and all(known.refused for known in servers):
+            reasons = "; ".join(f"{known.url}: {known.why}" for known in servers)
+            raise ServerRefused(
+                f"every ID server refused the client's token ({reasons}); give the "
+                "servers' token (token=..., idmint fetch --token-file)"
+            )
 
     def gave_up(self, tried: Sequence[_Server]) -> NoServerAnswered:
         if not self.servers and not tried:
@@ -360,11 +383,17 @@ class _Core:
             raise _Answer(0, f"an ID the client cannot read: {error}") from None
 
     def forget_after_fork(self) -> None:
-        """In a fork child: nothing of the parent's buffer or connections is ours."""
+        """In a fork child: nothing of the parent's buffer, connections or rate is ours."""
         self.buffer.clear()
         self.lock = threading.Lock()
         for server in self.servers.values():
             server.idle.clear()  # the parent's sockets: neither used nor closed here
+        # The child's own use sizes its batches, from the smallest up.
+        self.rate = 0.0
+        self.taken = 0
+        self.sized_at = time.monotonic()
+        self.batch = self.min_batch
+        self.refill_below = max(1, round(self.min_batch * self.low_water))
         self.owner = os.getpid()
 
 
@@ -396,6 +425,9 @@ _FAILURES: tuple[type[BaseException], ...] = (
     _Answer,
 )
 """What makes a server set aside (``TimeoutError`` is an ``OSError``)."""
+
+_FINAL = (ConfigurationError, ServerRefused)
+"""Refill errors a waiting caller gets at once: more time would not help."""
 
 
 class _Client:
@@ -489,6 +521,8 @@ class IdClient(_Client):
         deadline = time.monotonic() + core.timeout
         values: list[IdValue] = []
         with self._changed:
+            if isinstance(self._error, ServerRefused):
+                self._error = None  # each call asks again: the servers' token may have changed
             while True:
                 if self._closed:
                     raise ConfigurationError("the client is closed")
@@ -498,7 +532,7 @@ class IdClient(_Client):
                 if len(values) == count:
                     break
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or isinstance(self._error, ConfigurationError):
+                if remaining <= 0 or isinstance(self._error, _FINAL):
                     # What was taken goes back: another caller may use it.
                     self._buffer.extendleft(reversed(values))
                     raise self._error or core.gave_up(())
@@ -756,6 +790,8 @@ class AsyncIdClient(_Client):
             self._after_fork()
         deadline = time.monotonic() + core.timeout
         values: list[IdValue] = []
+        if isinstance(self._error, ServerRefused):
+            self._error = None  # each call asks again: the servers' token may have changed
         while True:
             if self._closed:
                 raise ConfigurationError("the client is closed")
@@ -765,7 +801,7 @@ class AsyncIdClient(_Client):
             if len(values) == count:
                 break
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or isinstance(self._error, ConfigurationError):
+            if remaining <= 0 or isinstance(self._error, _FINAL):
                 buffer.extendleft(reversed(values))
                 raise self._error or core.gave_up(())
             arrived = self._start_refill(count - len(values))

@@ -27,6 +27,8 @@ raise with one clause, and a few branches that match how a caller reacts:
  │              process on this host.
  ├── ``NoServerAnswered``: an ID client found no ID server that could give
  │    IDs in time (every server tried is named, with why).
+ │    └── ``ServerRefused``: the servers answered, but refused the client's
+ │         credentials (401, 403): waiting will not help.
  └── (nothing else: library bugs surface as ordinary Python exceptions)
 
 Warnings (something works, at a cost worth knowing) derive from
@@ -34,13 +36,21 @@ Warnings (something works, at a cost worth knowing) derive from
 keeps its high-water marks where a reboot loses them.
 
 Messages say what was wrong and what was expected, so the CLI can print
-``str(error)`` as its one line on stderr.
+``str(error)`` as its one line on stderr. Each class carries the CLI's exit
+status for it (``exit_status``, sysexits where one fits), so every face
+reports a kind of trouble the same way.
+
+An error crosses a process boundary (pickle, or the JSON of
+:func:`error_to_json` between a server's workers and their supervisor) with
+its type, message and attributes: nothing is rebuilt by calling a constructor
+whose arguments the other side does not have.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any, ClassVar
 
 __all__ = [
     "ClaimLost",
@@ -58,13 +68,33 @@ __all__ = [
     "MissingExtra",
     "NoServerAnswered",
     "PoolExhausted",
+    "ServerRefused",
     "TransactionFull",
     "VolatileMarks",
+    "error_from_json",
+    "error_to_json",
 ]
+
+EXIT_RUNTIME = 1
+"""IDs could not be issued (a claim lost, a pool exhausted, the clock far behind)."""
+EXIT_USAGE = 2
+"""Bad input: an option, URL, scheme or ID (argparse's status for usage errors)."""
+EXIT_UNAVAILABLE = 69
+"""The coordinator or every ID server out of reach (sysexits' EX_UNAVAILABLE)."""
+EXIT_REFUSED = 77
+"""Credentials, permissions or TLS refused (sysexits' EX_NOPERM)."""
 
 
 class IdmintError(Exception):
     """Root of every exception idmint raises on purpose."""
+
+    exit_status: ClassVar[int] = EXIT_RUNTIME
+    """The CLI's exit status for this kind of trouble."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exception pickles as ``type(self)(*self.args)``, which fails for classes
+        # whose constructor takes other arguments than the message they store.
+        return (_rebuilt, (type(self), self.args, dict(vars(self))))
 
 
 class InvalidId(IdmintError, ValueError):
@@ -85,6 +115,8 @@ class InvalidId(IdmintError, ValueError):
     ``format``     the shape of no scheme
     """
 
+    exit_status = EXIT_USAGE
+
     def __init__(self, scheme: str | None, message: str, *, problem: str = "format") -> None:
         super().__init__(f"invalid {scheme} ID: {message}" if scheme else f"invalid ID: {message}")
         self.scheme = scheme
@@ -93,6 +125,8 @@ class InvalidId(IdmintError, ValueError):
 
 class ConfigurationError(IdmintError, ValueError):
     """A generator, coordinator URL or option that cannot work as given."""
+
+    exit_status = EXIT_USAGE
 
 
 class MissingExtra(ConfigurationError, ModuleNotFoundError):
@@ -207,12 +241,16 @@ class ClaimLost(CoordinationError):
 class CoordinatorUnavailable(CoordinationError):
     """The coordination service could not be reached in time."""
 
+    exit_status = EXIT_UNAVAILABLE
+
 
 class CoordinatorRefused(CoordinatorUnavailable):
     """The coordinator answered but refused us: credentials, permissions or TLS.
 
     Unlike an outage, waiting does not help; the configuration must change.
     """
+
+    exit_status = EXIT_REFUSED
 
 
 class PoolExhausted(CoordinationError):
@@ -228,6 +266,63 @@ class IdentityInUse(CoordinationError):
 
 class NoServerAnswered(IdmintError):
     """No ID server could give IDs within the client's timeout; says which were tried and why."""
+
+    exit_status = EXIT_UNAVAILABLE
+
+
+class ServerRefused(NoServerAnswered):
+    """The ID servers answered, but refused the client: a missing or wrong token (401, 403).
+
+    Unlike an outage, waiting does not help; the token must change.
+    """
+
+    exit_status = EXIT_REFUSED
+
+
+def _rebuilt(kind: type[IdmintError], args: tuple[Any, ...], attributes: dict[str, Any]) -> Any:
+    """An error of ``kind`` with these ``args`` and attributes, its constructor not called."""
+    error = kind.__new__(kind)
+    error.args = tuple(args)
+    error.__dict__.update(attributes)
+    return error
+
+
+def error_to_json(error: IdmintError) -> dict[str, Any]:
+    """What :func:`error_from_json` rebuilds ``error`` from, as plain JSON values.
+
+    ``types`` lists the class and its idmint ancestors, nearest first: the
+    other side takes the first it knows (a subclass defined outside this
+    module arrives as its nearest ancestor here, with that one's status).
+    """
+    return {
+        "types": [
+            kind.__name__
+            for kind in type(error).__mro__
+            if isinstance(kind, type) and issubclass(kind, IdmintError)
+        ],
+        "message": str(error),
+        "attributes": {
+            name: value
+            for name, value in vars(error).items()
+            if value is None or isinstance(value, (str, int, float, bool))
+        },
+    }
+
+
+def error_from_json(data: dict[str, Any], *, prefix: str = "") -> IdmintError:
+    """The error :func:`error_to_json` described, ``prefix`` before its message."""
+    known = globals()
+    kind: type[IdmintError] = IdmintError
+    for name in data.get("types", ()):
+        found = known.get(name) if isinstance(name, str) else None
+        if isinstance(found, type) and issubclass(found, IdmintError):
+            kind = found
+            break
+    attributes = data.get("attributes")
+    if not isinstance(attributes, dict):
+        attributes = {}
+    error: IdmintError = _rebuilt(kind, (f"{prefix}{data.get('message', '')}",), attributes)
+    return error
 
 
 class IdmintWarning(UserWarning):

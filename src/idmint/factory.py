@@ -40,7 +40,13 @@ from idmint.schemes import elastic64 as e64
 from idmint.schemes import short60 as s60
 from idmint.schemes import uid64 as u64
 
-__all__ = ["IDENTITY_OPTIONS", "SCHEME_OPTIONS", "new_generator", "new_generators"]
+__all__ = [
+    "IDENTITY_OPTIONS",
+    "SCHEME_OPTIONS",
+    "coordinator_for",
+    "new_generator",
+    "new_generators",
+]
 
 IDENTITY_OPTIONS: dict[str, tuple[str, ...]] = {
     "uid64": ("generator", "cluster"),
@@ -112,8 +118,28 @@ def new_generator(
         return Short60Generator(random=True, **given)
     identity = {name: given.pop(name) for name in IDENTITY_OPTIONS[scheme] if name in given}
     if coordinator is None:
-        coordinator = "static://" if identity else DEFAULT_COORDINATOR
+        coordinator = _unnamed_coordinator(bool(identity))
     return _claimed(scheme, coordinator, identity, given)
+
+
+def coordinator_for(scheme: str, coordinator: str | None = None, **options: Any) -> str | None:
+    """The coordinator ``new_generator(scheme, coordinator, **options)`` claims from.
+
+    The URL given, else ``static://`` for an identity in the options, else
+    ``local://``; its password hidden. ``None`` where no identity is claimed
+    (muid, short60 with random bits).
+    """
+    if scheme == "muid" or options.get("random"):
+        return None
+    if coordinator is None:
+        named = any(options.get(name) is not None for name in IDENTITY_OPTIONS.get(scheme, ()))
+        coordinator = _unnamed_coordinator(named)
+    return parse_url(coordinator).redacted()
+
+
+def _unnamed_coordinator(identity_given: bool) -> str:
+    """Where an identity comes from when no coordinator is named."""
+    return "static://" if identity_given else DEFAULT_COORDINATOR
 
 
 def new_generators(

@@ -89,7 +89,11 @@ def test_the_async_client_rides_out_a_killed_server() -> None:
         survivor.start()
 
         async def draw() -> list[Uid64]:
-            async with AsyncIdClient([doomed.url, survivor.url], min_batch=200) as ids:
+            # max_batch keeps the buffer (two batches at most) well under the 1000 IDs
+            # checked below: a batch grown to the rate could hold more of the doomed's IDs.
+            async with AsyncIdClient(
+                [doomed.url, survivor.url], min_batch=200, max_batch=200
+            ) as ids:
                 values = [await ids.get() for _ in range(1000)]
                 await asyncio.to_thread(doomed.kill)
                 values += [await ids.get() for _ in range(5000)]
@@ -254,6 +258,52 @@ _FORKING = textwrap.dedent(
 )
 
 
+_FORKING_MANY = textwrap.dedent(
+    """
+    import os, sys
+    from idmint.client import IdClient
+
+    ids = IdClient(sys.argv[1:])
+    for _ in range(6):
+        ids.get_many(20_000)  # a busy parent: its batches grow to its rate
+    children = []
+    for _ in range(30):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                got = ids.get_many(100)
+                os._exit(0 if len(set(got)) == 100 else 3)
+            except BaseException as error:
+                print("child", type(error).__name__, error, flush=True)
+                os._exit(4)
+        children.append(pid)
+    failed = [pid for pid in children if os.waitpid(pid, 0)[1] != 0]
+    print("failed", len(failed), flush=True)
+    ids.close()
+    """
+)
+
+
+def test_thirty_fork_children_of_a_busy_client_each_get_what_they_ask(
+    pair: Pair,
+) -> None:
+    """Each child relearns its rate from nothing: 100 IDs, not the parent's batch each.
+
+    Thirty children once each asked one server for the parent's batch (tens of
+    thousands of IDs) at once, and all thirty gave up with none, where thirty fresh
+    clients got theirs.
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", _FORKING_MANY, pair[0].url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "failed 0", done.stdout
+
+
 def test_a_fork_child_never_hands_out_its_parents_buffer(pair: Pair) -> None:
     done = subprocess.run(
         [sys.executable, "-c", _FORKING, pair[0].url, pair[1].url],
@@ -307,6 +357,22 @@ def test_fetch_until_interrupted_stops_cleanly_on_sigterm(pair: Pair) -> None:
         parse_id(line, "uid64")
 
 
+FETCH = [sys.executable, "-m", "idmint", "fetch", "--server"]
+
+
+@pytest.mark.parametrize("redirect", ["> /dev/full", ">&-"])
+def test_fetch_into_an_unwritable_stdout_exits_74(pair: Pair, redirect: str) -> None:
+    done = subprocess.run(
+        ["sh", "-c", f'exec "$@" {redirect}', "sh", *FETCH, pair[0].url, "--count", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 74, done.stderr
+    assert assert_one_error_line(done.stderr).startswith("idmint: error: cannot write to stdout")
+
+
 def test_fetch_with_no_server_answering_exits_69() -> None:
     done = run_idmint("fetch", "--server", "http://127.0.0.1:1", "--timeout", "0.5")
     assert done.returncode == 69
@@ -343,9 +409,12 @@ def test_fetch_sends_the_token_from_a_file(token_file: Path) -> None:
     with running_server(token="fetch-token") as server:
         done = run_idmint("fetch", "--server", server.url, "--token-file", str(token_file))
         assert done.returncode == 0, done.stderr
-        refused = run_idmint("fetch", "--server", server.url, "--timeout", "0.5")
-        assert refused.returncode == 69
-        assert "401" in assert_one_error_line(refused.stderr)
+        # A refused token is not an outage: 77 at once, not 69 after the timeout.
+        refused = run_idmint("fetch", "--server", server.url, "--timeout", "60")
+        assert refused.returncode == 77
+        line = assert_one_error_line(refused.stderr)
+        assert f"{server.url}: 401" in line
+        assert "--token-file" in line
         from_env = subprocess.run(
             [sys.executable, "-m", "idmint", "fetch", "--server", server.url],
             capture_output=True,

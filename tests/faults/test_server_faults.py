@@ -122,7 +122,7 @@ def assert_still_serves(server: IdmintServer) -> None:
     with httpx.Client(base_url=server.url, timeout=WAIT_S, trust_env=False) as http:
         answer = http.get("/v1/id")
     assert answer.status_code == 200, answer.text
-    assert re.fullmatch(r"[0-9a-f]{16}", answer.text)
+    assert re.fullmatch(r"[0-9a-f]{16}\n", answer.text)
 
 
 # -- size ----------------------------------------------------------------------------------------

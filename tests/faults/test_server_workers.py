@@ -35,6 +35,7 @@ from tests.server.server_helpers import (
     IdmintServer,
     Samples,
     get_alone,
+    id_line,
     list_claims,
     metric,
     parse_metrics,
@@ -302,7 +303,7 @@ def test_a_replacement_whose_identity_is_taken_is_retried_while_the_other_serves
         finally:
             os.kill(server.pid, signal.SIGCONT)
         with blocker:
-            blocked_ids = [get_alone(blocker.port, "/v1/id")[1].decode() for _ in range(50)]
+            blocked_ids = [id_line(get_alone(blocker.port, "/v1/id")[1]) for _ in range(50)]
             wait_for(
                 lambda: "worker 1 could not start" in server.stderr_text(),
                 timeout=WAIT_S,

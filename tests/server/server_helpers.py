@@ -54,6 +54,7 @@ __all__ = [
     "assert_json_error",
     "client",
     "get_alone",
+    "id_line",
     "in_threads",
     "list_claims",
     "load_rows",
@@ -273,6 +274,15 @@ def _pdeathsig_prefix() -> list[str]:
         return []
     setpriv = shutil.which("setpriv")
     return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
+
+
+def id_line(body: str | bytes) -> str:
+    """The ID in a ``/v1/id`` body: exactly one line, newline-terminated (a shell prompt
+    after ``curl .../v1/id`` starts on a line of its own)."""
+    text = body.decode() if isinstance(body, bytes) else body
+    assert text.endswith("\n"), repr(text)
+    assert text.count("\n") == 1, repr(text)
+    return text[:-1]
 
 
 def get_alone(port: int, path: str, *, timeout: float = 30.0) -> tuple[int, bytes]:

@@ -29,6 +29,7 @@ import pytest
 from tests.server.server_helpers import (
     IdmintServer,
     assert_json_error,
+    id_line,
     list_claims,
     private_zookeeper,
     unique_zk_root,
@@ -111,7 +112,7 @@ class Load:
                     continue
                 at = time.monotonic()
                 if response.status_code == 200:
-                    ids = [response.text] if single else response.json()["ids"]
+                    ids = [id_line(response.text)] if single else response.json()["ids"]
                     self._record(Answer(at, 200, ids))
                 else:
                     try:
@@ -400,20 +401,22 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
 
 
 def test_a_claim_past_its_deadline_is_shown_suspended(etcd: EtcdCluster) -> None:
-    """etcd stopped: the lapsed claim is shown suspended, not active, and counted as failing.
+    """etcd stopped: the lapsed claims are shown suspended, not active, and counted as failing.
 
     etcd claims have no connection state: when renewals fail the library's state stays
-    ACTIVE and only the deadline (TTL 2 s) stops the generator. The server shows such a
+    ACTIVE and only the deadline (TTL 2 s) stops the generators. The server shows such a
     claim as ``suspended`` with the reason, so ``state`` agrees with ``usable``;
     ``/readyz`` is 503 while ``/livez`` stays 200, and the renewal failures are counted.
-    Once etcd is back the claim is active and usable again.
+    The 503 says the shared reason once, naming both identities, and the log says once at
+    WARNING that IDs cannot be issued (the renewals' own lines are INFO), and once at
+    INFO when they can again. Once etcd is back the claims are active and usable again.
     """
     url = f"etcd://127.0.0.1:{etcd.client_port(0)}{unique_zk_root()}?ttl=2&timeout=0.5"
-    with IdmintServer("--coordinator", url) as server:
+    with IdmintServer("--coordinator", url, "--generators", "2", "--log-format", "json") as server:
         server.start()
         with httpx.Client(base_url=server.url, timeout=15, trust_env=False) as http:
-            (row,) = check_claims_agree(http)
-            assert row["state"] == "active"
+            rows = check_claims_agree(http)
+            assert [row["state"] for row in rows] == ["active", "active"]
             etcd.stop_member(0)
             try:
                 wait_for(
@@ -423,17 +426,33 @@ def test_a_claim_past_its_deadline_is_shown_suspended(etcd: EtcdCluster) -> None
                     explain=server.stderr_text,
                 )
                 assert http.get("/livez").status_code == 200
-                (row,) = check_claims_agree(http)
-                assert (row["state"], row["usable"]) == ("suspended", False), row
-                assert "no renewal before the claim's deadline" in str(row["problem"]), row
+                rows = check_claims_agree(http)
+                for row in rows:
+                    assert (row["state"], row["usable"]) == ("suspended", False), row
+                    assert "no renewal before the claim's deadline" in str(row["problem"]), row
                 body = assert_json_error(http.get("/readyz"), 503)
-                assert ": suspended (no renewal before the claim's deadline" in body["detail"]
+                detail = body["detail"]
+                for row in rows:
+                    assert str(row["identity"]) in detail, detail
+                assert detail.count("no renewal before the claim's deadline") == 1, detail
+                assert detail.count("no etcd member answered") == 1, detail
+                assert detail.count(f"127.0.0.1:{etcd.client_port(0)}") <= 2, detail
+                for path in ("/v1/id", "/v1/ids?count=3"):
+                    assert assert_json_error(http.get(path), 503) == body
                 metrics = http.get("/metrics").text
                 failures = re.search(
                     r'^idmint_claim_renewal_failures_total\{slot="0"\} (\d+)$', metrics, re.M
                 )
                 assert failures is not None, metrics
                 assert int(failures.group(1)) >= 1
+                wait_for(
+                    lambda: any(
+                        "cannot be issued" in line["message"] for line in log_lines(server)
+                    ),
+                    timeout=30,
+                    description="the server to log that it stopped issuing",
+                    explain=server.stderr_text,
+                )
             finally:
                 etcd.start_member(0)
             wait_for(
@@ -442,5 +461,20 @@ def test_a_claim_past_its_deadline_is_shown_suspended(etcd: EtcdCluster) -> None
                 description="/readyz to recover once etcd is back",
                 explain=lambda: http.get("/v1/claims").text + "\n" + server.stderr_text(),
             )
-            (row,) = check_claims_agree(http)
-            assert row["state"] == "active"
+            wait_for(
+                lambda: any("issued again" in line["message"] for line in log_lines(server)),
+                timeout=30,
+                description="the server to log that it issues again",
+                explain=server.stderr_text,
+            )
+            rows = check_claims_agree(http)
+            assert [row["state"] for row in rows] == ["active", "active"]
+        lines = log_lines(server)
+    stopped = [line for line in lines if "cannot be issued" in line["message"]]
+    resumed = [line for line in lines if "issued again" in line["message"]]
+    assert [line["level"] for line in stopped] == ["WARNING"], stopped
+    assert [line["level"] for line in resumed] == ["INFO"], resumed
+    assert lines.index(stopped[0]) < lines.index(resumed[0])
+    assert stopped[0]["message"].startswith("IDs cannot be issued (answering 503): ")
+    warnings = [line for line in lines if line["level"] == "WARNING"]
+    assert warnings == stopped, "one WARNING for the whole outage"

@@ -14,6 +14,7 @@ import asyncio
 import io
 import json
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ from tests.server.server_helpers import (
     parse_metrics,
     running_server,
 )
+from tests.servers.ports import free_port
 
 from idmint.schemes import parse_id
 from idmint.server import create_app
@@ -346,6 +348,58 @@ def test_text_log_lines() -> None:
     )
     # Outside serve(), the library is silent again: nothing installed stays.
     assert logging.getLogger("idmint").handlers == []
+
+
+# -- stopping and starting, as the log tells it ---------------------------------------------
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_stop_says_what_it_released_and_the_status(signum: signal.Signals) -> None:
+    """One process stopped by a signal: one line naming the signal, each claim given back,
+    and the exit status (as ``--workers`` always said it stopped)."""
+    with running_server("--generators", "2") as server, server.client() as http:
+        held = [row["identity"] for row in http.get("/v1/claims").json()["claims"]]
+        server.send_signal(signum)
+        assert server.wait(30) == 0
+        last = server.stderr_text().splitlines()[-1]
+    match = re.fullmatch(
+        rf"\S+ INFO idmint\.server: stopped by {signum.name}: released (.+); exit status 0", last
+    )
+    assert match is not None, last
+    released = match.group(1).split("), ")
+    assert len(released) == 2, last
+    for identity, text in zip(held, released, strict=True):
+        assert text.startswith(f"{identity} (generator ID claim at local://"), last
+
+
+def test_a_stop_with_workers_ends_with_the_same_line(tmp_path: Path) -> None:
+    with running_server("--workers", "2", env={"IDMINT_LOCAL_DIR": str(tmp_path)}) as server:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 0
+        last = server.stderr_text().splitlines()[-1]
+    assert re.fullmatch(
+        r"\S+ INFO idmint\.server: stopped by SIGTERM: the 2 workers released their claims; "
+        r"exit status 0",
+        last,
+    ), last
+
+
+def test_a_slow_start_says_what_it_waits_for(tmp_path: Path) -> None:
+    """A coordinator out of reach: the log says so while the server waits, then one error."""
+    url = f"zk://{LOOPBACK}:{free_port()}/idmint?connect_timeout=3"
+    for workers in ("1", "2"):
+        done = run_idmint(
+            "serve", "--host", LOOPBACK, "--port", "0", "--coordinator", url, "--workers", workers
+        )
+        assert done.returncode == 69, done.stderr
+        waiting, error = done.stderr.splitlines()
+        assert re.fullmatch(
+            r"\S+ WARNING idmint\.coordinate\.waiting( \(worker 0\))?: waiting up to 3 s for "
+            rf"ZooKeeper at {LOOPBACK}:\d+",
+            waiting,
+        ), waiting
+        assert error.startswith("idmint: error: "), error
+        assert re.search(r"could not reach ZooKeeper .* \(waited \d+\.\d s\)", error), error
 
 
 # -- deploy/ ----------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from playwright import sync_api
+from tests.server.server_helpers import IdmintServer
 
 from idmint import parse_id
 from idmint.errors import InvalidId
@@ -351,7 +352,10 @@ def test_bearer_token_is_asked_for_kept_and_sent(
 
     page.goto(url)
     sync_api.expect(page.locator("#server-error")).to_contain_text("unauthorized")
-    sync_api.expect(page.locator("#health")).to_have_text("healthy")  # /healthz is open
+    sync_api.expect(page.locator("#health")).to_have_text("healthy")  # /readyz is open
+    # What could not be loaded says so, rather than "…" for ever.
+    for box in ("#services", "#coordinator"):
+        sync_api.expect(page.locator(box)).to_have_text("Not loaded: unauthorized (HTTP 401).")
     page.click("#mint-button")
     sync_api.expect(page.locator("#mint-error")).to_contain_text("HTTP 401")
     assert page.locator("#token-panel").get_attribute("open") is not None
@@ -453,6 +457,106 @@ def test_deep_link_decodes_and_decoding_updates_the_address(page: Any, server_ur
     wait_for_result(second, other)
     assert shown_fields(second) == expected_fields(other)
     second.close()
+
+
+# -- every scheme, wide and narrow -------------------------------------------------------------
+
+WIDTHS = {"desktop": 1280, "phone": 390}
+SCHEMES = ["uid64", "uid64-v1", "elastic64", "muid", "short60"]
+
+LAYOUT_PROBLEMS = (Path(__file__).with_name("layout_problems.js")).read_text()
+
+
+def assert_page_is_whole(tab: Any, ids: list[str]) -> None:
+    """No card overflows and nothing reads ``undefined`` or ``NaN`` (IDs themselves aside)."""
+    found = tab.evaluate(LAYOUT_PROBLEMS)
+    assert found["problems"] == []
+    text = found["text"]
+    for known in ids:
+        text = text.replace(known, " ")  # a short60 ID may spell NaN
+    assert not re.search(r"\b(undefined|NaN|null)\b", text), re.findall(
+        r".{40}\b(?:undefined|NaN|null)\b.{20}", text
+    )
+
+
+@pytest.fixture(scope="module")
+def scheme_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A server of each scheme (two generators each: the claims table's rows).
+
+    Their pool is their own: identities the session's other tests configure stay free.
+    """
+    pool = {"IDMINT_LOCAL_DIR": str(tmp_path_factory.mktemp("web-page-pool"))}
+    with contextlib.ExitStack() as stack:
+        servers = {
+            scheme: stack.enter_context(
+                IdmintServer("--scheme", scheme, "--generators", "2", env=pool)
+            )
+            for scheme in SCHEMES
+        }
+        for server in servers.values():
+            server.start()
+        yield {scheme: f"{server.url}/" for scheme, server in servers.items()}
+
+
+@pytest.mark.parametrize("width", list(WIDTHS.values()), ids=list(WIDTHS))
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_every_scheme_fits_and_reads_whole(
+    browser: Any, scheme_servers: dict[str, str], scheme: str, width: int
+) -> None:
+    """Served, minted and decoded (and, on one server, every example): 1280 and 390 px wide."""
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    context.set_default_timeout(TIMEOUT_MS)
+    tab = context.new_page()
+    script_errors: list[str] = []
+    tab.on("pageerror", lambda error: script_errors.append(str(error)))
+    try:
+        tab.goto(scheme_servers[scheme])
+        sync_api.expect(tab.locator("#health")).to_have_text("healthy")
+        sync_api.expect(tab.locator("#claims tbody tr")).to_have_count(2)
+        examples = {
+            str(button.get_attribute("data-id")): str(button.get_attribute("data-scheme"))
+            for button in tab.locator("#examples button").all()
+        }
+        assert sorted(examples.values()) == sorted(SCHEMES), "one example per scheme"
+        assert_page_is_whole(tab, list(examples))
+
+        minted = mint(tab, 3)
+        tab.locator("#minted button").first.click()
+        wait_for_result(tab, minted[0])
+        assert tab.locator("#decode-error").is_hidden()
+        shown = [*minted, *examples]
+        assert_page_is_whole(tab, shown)
+
+        # The examples decode alike on any server: one server's page tries them all.
+        for text, example_scheme in examples.items() if scheme == "uid64" else ():
+            tab.click(f'#examples button[data-scheme="{example_scheme}"]')
+            canonical = str(parse_id(text, example_scheme, **node_bits_of(tab)))
+            wait_for_result(tab, canonical)
+            assert tab.locator("#decode-error").is_hidden()
+            assert tab.input_value("#scheme-select") == example_scheme
+            assert_page_is_whole(tab, [*shown, canonical])
+    finally:
+        context.close()
+    assert script_errors == []
+
+
+def node_bits_of(tab: Any) -> dict[str, int]:
+    value = tab.input_value("#node-bits")
+    return (
+        {"node_bits": int(value)}
+        if value and tab.input_value("#scheme-select") == "elastic64"
+        else {}
+    )
+
+
+def test_the_footer_and_the_health_pill_use_readyz(page: Any, server_url: str) -> None:
+    """Readiness (claims usable) is what the page shows, not only liveness."""
+    with page.expect_request("**/readyz") as asked:
+        page.goto(server_url)
+    assert asked.value.method == "GET"
+    sync_api.expect(page.locator("#health")).to_have_text("healthy")
+    assert page.locator("footer a", has_text="readyz").get_attribute("href") == "readyz"
+    assert page.locator('footer a[href="healthz"]').count() == 0
 
 
 def pump_until(page: Any, predicate: Callable[[], bool], description: str) -> None:

@@ -75,6 +75,7 @@ from idmint.coordinate.base import (
     holder_of,
 )
 from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
+from idmint.coordinate.waiting import noticed_if_slow
 from idmint.errors import (
     ClaimLost,
     ConfigurationError,
@@ -396,27 +397,28 @@ class EtcdCoordinator(Coordinator):
         """Wait up to ``connect_timeout`` for a member to answer, and not much longer."""
         connect_timeout = self._options_template.connect_timeout_s
         deadline = time.monotonic() + connect_timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            try:
-                # No attempt may run past the deadline by more than a moment.
-                with self.gateway.timeout_at_most(max(0.1, remaining / len(self.hosts))):
-                    found = self.gateway.get(f"{self.prefix}/cluster-id")
-            except CoordinatorRefused:
-                raise  # credentials or TLS: waiting would not help
-            except CoordinatorUnavailable as error:
-                if time.monotonic() + 0.1 >= deadline:
-                    raise CoordinatorUnavailable(
-                        f"could not reach etcd at {self.description} within "
-                        f"{connect_timeout:g} s ({self.gateway.last_failures or error}); check "
-                        "that the cluster is running and the URL's hosts, ports and TLS "
-                        "settings are right, or wait longer with connect_timeout=SECONDS"
-                    ) from error
-                time.sleep(0.1)  # in the constructor: there is no claim to close yet
-            else:
-                # Kept for the first claim: read a moment ago, and it rarely changes.
-                self._cluster_id = found[0] if found is not None else None
-                return
+        with noticed_if_slow(f"etcd at {self.description}", connect_timeout) as waited:
+            while True:
+                remaining = deadline - time.monotonic()
+                try:
+                    # No attempt may run past the deadline by more than a moment.
+                    with self.gateway.timeout_at_most(max(0.1, remaining / len(self.hosts))):
+                        found = self.gateway.get(f"{self.prefix}/cluster-id")
+                except CoordinatorRefused:
+                    raise  # credentials or TLS: waiting would not help
+                except CoordinatorUnavailable as error:
+                    if time.monotonic() + 0.1 >= deadline:
+                        raise CoordinatorUnavailable(
+                            f"could not reach etcd at {self.description} (waited "
+                            f"{waited.seconds:.1f} s: {self.gateway.last_failures or error}); "
+                            "check that the cluster is running and the URL's hosts, ports and "
+                            "TLS settings are right, or wait longer with connect_timeout=SECONDS"
+                        ) from error
+                    time.sleep(0.1)  # in the constructor: there is no claim to close yet
+                else:
+                    # Kept for the first claim: read a moment ago, and it rarely changes.
+                    self._cluster_id = found[0] if found is not None else None
+                    return
 
     def clusters(self) -> list[int]:
         """The cluster IDs to claim in, from ``cluster-id``, creating it ("0") when missing."""

@@ -74,6 +74,7 @@ from idmint.coordinate.base import (
     holder_of,
 )
 from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
+from idmint.coordinate.waiting import noticed_if_slow
 from idmint.errors import (
     ClaimLost,
     ConfigurationError,
@@ -164,13 +165,14 @@ class ZooKeeperCoordinator(Coordinator):
             client.add_listener(listener)
         timeout = self._options_template.connect_timeout_s
         try:
-            client.start(timeout=timeout)
+            with noticed_if_slow(f"ZooKeeper at {self.hosts}", timeout) as waited:
+                client.start(timeout=timeout)
         except KazooTimeoutError as error:
             client.close()
             raise CoordinatorUnavailable(
-                f"could not reach ZooKeeper at {self.hosts} within {timeout:g} s; check that "
-                "the servers are running and the URL's hosts and ports are right, or wait "
-                "longer with connect_timeout=SECONDS"
+                f"could not reach ZooKeeper at {self.hosts} (waited {waited.seconds:.1f} s); "
+                "check that the servers are running and the URL's hosts and ports are right, "
+                "or wait longer with connect_timeout=SECONDS"
             ) from error
         except kazoo.exceptions.KazooException as error:
             client.close()

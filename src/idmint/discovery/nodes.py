@@ -562,7 +562,12 @@ class NodeIdClaim(ZooKeeperClaim):
         return self._client
 
     def _release(self, final_ceiling_ms: int | None) -> None:
+        connected = self._client is not None
         super()._release(final_ceiling_ms)
+        if not connected:
+            # Never reached ZooKeeper (the claim could not be made): nothing of
+            # ours to tidy, and trying would wait out connect_timeout again.
+            return
         # Our znode is gone with the session; tidy the groups with a short-lived client.
         try:
             client, _ = self._nodes.client()

@@ -3,11 +3,12 @@
 Routes (the OpenAPI document at ``/openapi.json`` is the reference):
 
 ==========================  ====================================================
-``GET /v1/id``              one ID, ``text/plain``
+``GET /v1/id``              one ID, ``text/plain``, ending in a newline
 ``GET /v1/ids?count=N``     ``{"scheme": ..., "ids": ["...", ...]}``; IDs always as
                             strings (JavaScript cannot hold 64-bit integers)
 ``GET /v1/decode/{id}``     the JSON of ``idmint decode`` (``?scheme=``, ``?node_bits=``)
-``GET /v1/claims``          the identities this server holds (all its workers')
+``GET /v1/claims``          the identities this server holds (all its workers'), and
+                            the coordinator they came from (``local://`` by default)
 ``GET /v1/services``        the discovery tree, when ``discovery`` is configured
 ``GET /livez``              200 while the process serves (liveness)
 ``GET /readyz``             200 while IDs can be issued, else 503 with the reason
@@ -33,6 +34,10 @@ client sends can produce a 500.
 The app is written against raw ASGI because the hot route, ``/v1/id``, must
 cost little more than an empty response: a framework's routing and request
 objects would be most of its budget.
+
+The server logs one WARNING when it stops being able to issue IDs (every
+claim in doubt or lost: it answers 503) and one INFO when it can again; the
+claims' own lines say why.
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ from idmint.errors import (
     IdmintError,
     InvalidId,
 )
-from idmint.factory import new_generators
+from idmint.factory import coordinator_for, new_generators
 from idmint.generate.core import TickGenerator
 from idmint.schemes import SCHEMES, parse_id
 from idmint.server.metrics import Family, Metrics, Samples
@@ -76,6 +81,8 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 Handler = Callable[[Scope], Awaitable[tuple[int, list[Any], bytes]]]
 
 DEFAULT_MAX_COUNT = 10_000
+ISSUING_CHECK_S = 0.1
+"""How often the server looks whether it can issue IDs, to log when that changes."""
 MAX_ID_LENGTH = 64  # longer than any scheme's text form, dashed muids included
 MAX_BODY_BYTES = 0  # every route is a GET: no body is ever needed
 
@@ -183,6 +190,9 @@ class IdServer:
         self._registration: Any = None
         self._started = False
         self._start_lock = asyncio.Lock()
+        self._issuing_watch: asyncio.Task[None] | None = None
+        self.released: list[str] = []
+        """What the last :meth:`shutdown` gave back, for people."""
         self.metrics = Metrics(version=_version())
         self.metrics.families.extend(self._generator_families())
         self._openapi = json.dumps(openapi_document(max_count, token=token is not None)).encode()
@@ -260,9 +270,13 @@ class IdServer:
 
     async def shutdown(self) -> None:
         """Release claims and the discovery registration."""
+        if self._issuing_watch is not None:
+            self._issuing_watch.cancel()
+            self._issuing_watch = None
         if self.siblings is not None:
             await self.siblings.stop()  # its last snapshot, with every request counted
         generators, self.generators = self.generators, []
+        self.released = [_held(generator) for generator in generators]
         for generator in generators:
             await asyncio.to_thread(generator.close)
         if self._registration is not None:
@@ -283,6 +297,7 @@ class IdServer:
                     log.error("idmint server could not start: %s", error)  # noqa: TRY400
                     await send({"type": "lifespan.startup.failed", "message": str(error)})
                     return
+                self._issuing_watch = asyncio.get_running_loop().create_task(self._watch_issuing())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.shutdown()
@@ -322,7 +337,7 @@ class IdServer:
             status, headers, body = self._internal_error(scope, error)
         else:
             self.metrics.ids_served += 1
-            status, headers, body = 200, _TEXT, text.encode()
+            status, headers, body = 200, _TEXT, f"{text}\n".encode()
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
         self.metrics.observe("/v1/id", status, time.perf_counter() - started)
@@ -448,21 +463,49 @@ class IdServer:
         return claim is None or claim.grant() is not None
 
     def _why_unavailable(self) -> str:
-        reasons = []
+        """Why no ID can be issued: each reason once, with the identities it stops."""
+        if not self.generators:
+            return "the server holds no generator (it is starting or stopping)"
+        stopped: dict[tuple[str, str, str], list[str]] = {}
         for generator in self.generators:
             claim = _claim_of(generator)
             if claim is not None and claim.grant() is None:
                 state, problem = _claim_state(claim)
-                reasons.append(f"{claim.description}: {state} ({problem})")
-        if not self.generators:
-            return "the server holds no generator (it is starting or stopping)"
-        return "no usable claim: " + "; ".join(reasons) if reasons else "no generator can issue"
+                stopped.setdefault((claim.description, state, problem), []).append(
+                    _identity(generator)
+                )
+        if not stopped:
+            return "no generator can issue"
+        return "no usable claim: " + "; ".join(
+            f"{where} ({', '.join(identities)}) {state}: {problem}"
+            for (where, state, problem), identities in stopped.items()
+        )
+
+    def can_issue(self) -> bool:
+        """Whether an ID could be issued now (some generator's claim lets it)."""
+        return any(self._usable(g) for g in self.generators)
+
+    async def _watch_issuing(self) -> None:
+        """Log once when the server stops being able to issue IDs, and once when it can again."""
+        issuing = True
+        while True:
+            await asyncio.sleep(ISSUING_CHECK_S)
+            if not self.generators:
+                continue  # starting or stopping: not a claim's doing
+            now = self.can_issue()
+            if now == issuing:
+                continue
+            issuing = now
+            if now:
+                log.info("IDs are issued again: a claim is usable")
+            else:
+                log.warning("IDs cannot be issued (answering 503): %s", self._why_unavailable())
 
     # -- routes -------------------------------------------------------------------------------
     async def _one_id(self, scope: Scope) -> tuple[int, list[Any], bytes]:
         text = await self._mint_one()
         self.metrics.ids_served += 1
-        return 200, _TEXT, text.encode()
+        return 200, _TEXT, f"{text}\n".encode()
 
     async def _one_id_head(self, scope: Scope) -> tuple[int, list[Any], bytes]:
         """What ``GET /v1/id`` would answer now, without issuing an ID."""
@@ -475,7 +518,7 @@ class IdServer:
         return 200, _JSON, b""
 
     def _check_can_issue(self) -> None:
-        if not any(self._usable(g) for g in self.generators):
+        if not self.can_issue():
             raise HttpError(503, "unavailable", self._why_unavailable())
 
     async def _many_ids(self, scope: Scope) -> tuple[int, list[Any], bytes]:
@@ -545,7 +588,11 @@ class IdServer:
         return 200, _JSON, json.dumps(value.to_dict()).encode()
 
     async def _claims(self, scope: Scope) -> tuple[int, list[Any], bytes]:
-        body: dict[str, Any] = {"scheme": self.scheme, "coordinator": self.coordinator}
+        body: dict[str, Any] = {
+            "scheme": self.scheme,
+            # The one the claims came from, named even when it is the default.
+            "coordinator": coordinator_for(self.scheme, self.coordinator, **self._options),
+        }
         if self.siblings is None:
             body["claims"] = self.claim_rows()
         else:
@@ -605,7 +652,7 @@ class IdServer:
                 await self.startup()
             except IdmintError as error:
                 raise HttpError(503, "unavailable", str(error)) from None
-        if any(self._usable(g) for g in self.generators):
+        if self.can_issue():
             return 200, _JSON, self._ok
         raise HttpError(503, "unavailable", self._why_unavailable())
 
@@ -720,6 +767,13 @@ def _claim_of(generator: TickGenerator[Any]) -> Claim | None:
 _IDENTITY_FIELDS = ("generator", "cluster", "node", "medallion")
 
 
+def _held(generator: TickGenerator[Any]) -> str:
+    """``generator 3 cluster 0 (generator ID claim at local://...)``: what a generator holds."""
+    claim = _claim_of(generator)
+    identity = _identity(generator)
+    return identity if claim is None else f"{identity} ({claim.description})"
+
+
 def _identity(generator: TickGenerator[Any]) -> str:
     """``generator 0 cluster 0``, ``node 9``, ``medallion 123``: for people (claims JSON)."""
     fields = _identity_fields(generator)
@@ -753,7 +807,7 @@ def _claim_state(claim: Claim) -> tuple[str, str]:
     state = claim.state
     if state is ClaimState.ACTIVE and claim.grant() is None:
         last = claim.problem or "the coordinator has not answered"
-        return "suspended", f"no renewal before the claim's deadline ({last})"
+        return "suspended", f"no renewal before the claim's deadline; last try: {last}"
     return state.value, claim.problem
 
 

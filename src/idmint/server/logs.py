@@ -14,9 +14,10 @@ import json
 import logging
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TextIO
 
+from idmint.coordinate.waiting import waiting_log
 from idmint.errors import ConfigurationError
 
 __all__ = [
@@ -30,6 +31,8 @@ __all__ = [
 ]
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+WAITING = waiting_log.name
+"""The logger that says what a slow wait for a coordinator waits for."""
 LOG_FORMATS = ("text", "json")
 
 
@@ -151,24 +154,34 @@ class LogHold:
     """What ``name`` logs, held from :meth:`start` until :meth:`release` or :meth:`drop`.
 
     Released, the records are passed on in order (from any thread); dropped,
-    they are forgotten. Either restores the logger's handlers.
+    they are forgotten. Either restores the logger's handlers. Records of the
+    loggers named in ``passing`` are passed on at once: a wait for a
+    coordinator is worth saying while the server waits, whether it then starts
+    or not.
     """
 
-    def __init__(self, name: str = "idmint") -> None:
+    def __init__(self, name: str = "idmint", passing: Iterable[str] = (WAITING,)) -> None:
         self._logger = logging.getLogger(name)
+        self._passing = frozenset(passing)
         self._held: list[logging.LogRecord] = []
         self._handlers: list[logging.Handler] | None = None
         self._lock = threading.Lock()
 
     def start(self) -> None:
         held = self._held
-
-        class Hold(logging.Handler):
-            def emit(self, record: logging.LogRecord) -> None:
-                held.append(record)
-
+        passing = self._passing
         with self._lock:
-            self._handlers = list(self._logger.handlers)
+            handlers = self._handlers = list(self._logger.handlers)
+
+            class Hold(logging.Handler):
+                def emit(self, record: logging.LogRecord) -> None:
+                    if record.name not in passing:
+                        held.append(record)
+                        return
+                    for handler in handlers:
+                        if record.levelno >= handler.level:
+                            handler.handle(record)
+
             self._logger.handlers = [Hold()]
 
     def release(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import logging
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -35,6 +36,8 @@ __all__ = [
     "stop_signals_handled_by",
     "uvicorn_config",
 ]
+
+log = logging.getLogger("idmint.server")
 
 KEEP_ALIVE_S = 5
 """An idle keep-alive connection is closed after this long (uvicorn's timer)."""
@@ -159,12 +162,24 @@ def _serve(
         listener.close()
         raise
     server = uvicorn.Server(uvicorn_config(app, host, bound_port, limits, access_log=access_log))
-    with stop_signals_handled_by(server.handle_exit):
+    stopped_by: list[int] = []
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        stopped_by.append(signum)
+        server.handle_exit(signum, frame)
+
+    with stop_signals_handled_by(stop):
         if announce is not None:
             # The socket already listens: connections wait in its backlog until
             # uvicorn accepts them, so saying where to connect now is true.
             announce(bound_port)
         server.run(sockets=[listener])
+    if stopped_by:
+        log.info(
+            "stopped by %s: released %s; exit status 0",
+            signal.Signals(stopped_by[0]).name,
+            ", ".join(app.released) or "nothing (no claim was held)",
+        )
     return 0
 
 

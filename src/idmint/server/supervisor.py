@@ -63,8 +63,7 @@ from types import FrameType
 from typing import Any
 
 import idmint
-from idmint import errors
-from idmint.errors import ConfigurationError, IdmintError
+from idmint.errors import ConfigurationError, IdmintError, error_from_json
 from idmint.server.limits import GRACEFUL_SHUTDOWN_S, WORKER_TIMEOUT_S
 from idmint.server.sockets import bound_socket
 
@@ -118,7 +117,7 @@ class _Worker:
     killed_silent: bool = False
     quick_deaths: int = 0
     restart_at: float | None = None
-    failure: dict[str, str] | None = None
+    failure: dict[str, Any] | None = None
 
 
 class _WorkerFailed(Exception):
@@ -226,7 +225,18 @@ class _Supervisor:
                 for worker in self.workers:
                     self._forget_control(worker)
                 self.selector.close()
-        return 1 if self.killed or self.unclean else 0
+        status = 1 if self.killed or self.unclean else 0
+        if self.stop_signal is not None:
+            trouble = sorted({*self.killed, *self.unclean})
+            log.info(
+                "stopped by %s: %s; exit status %d",
+                signal.Signals(self.stop_signal).name,
+                f"workers {', '.join(map(str, trouble))} did not stop cleanly (see above)"
+                if trouble
+                else f"the {len(self.workers)} workers released their claims",
+                status,
+            )
+        return status
 
     def _supervise(self, woken: socket.socket, announce: Callable[[int], None] | None) -> None:
         starting = True
@@ -436,7 +446,8 @@ class _Supervisor:
                         worker.generation,
                     )
             elif "failed" in message:
-                worker.failure = {k: str(v) for k, v in message["failed"].items()}
+                failed = message["failed"]
+                worker.failure = failed if isinstance(failed, dict) else {}
         return True
 
     def _go(self, worker: _Worker) -> None:
@@ -584,10 +595,6 @@ def _exit_description(status: int) -> str:
     return f"exited with status {status}"
 
 
-def _error_from(index: int, failure: dict[str, str]) -> BaseException:
+def _error_from(index: int, failure: dict[str, Any]) -> BaseException:
     """The worker's error, as the same class: the CLI's exit status depends on it."""
-    kind = getattr(errors, failure.get("type", ""), None)
-    message = f"worker {index}: {failure.get('message', 'could not start')}"
-    if isinstance(kind, type) and issubclass(kind, IdmintError):
-        return kind(message)
-    return IdmintError(message)
+    return error_from_json(failure, prefix=f"worker {index}: ")

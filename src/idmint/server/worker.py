@@ -3,7 +3,8 @@
 Started by the supervisor (:mod:`idmint.server.supervisor`), never by hand.
 ``FD`` is this worker's end of a socket pair: the supervisor writes the
 settings as one JSON line; the worker answers ``{"ready": pid}`` once uvicorn
-serves, or ``{"failed": {"type", "message"}}`` if it cannot start. The
+serves, or ``{"failed": ...}`` (:func:`idmint.errors.error_to_json`) if it cannot
+start. The
 supervisor answers ``{"go": true}`` once the server is up (every worker ready,
 or this one replacing a dead one): until then the worker holds what it logs, so
 a server that cannot start says so in one line (the supervisor's), as a single
@@ -33,7 +34,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from idmint.errors import IdmintError
+from idmint.errors import IdmintError, error_to_json
 from idmint.server.app import IdServer, create_app
 from idmint.server.limits import HEARTBEAT_S, RequestLimits
 from idmint.server.logs import LogHold, server_logging
@@ -120,7 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
         stop_signals_handled_by(stop),
     ):
-        hold = LogHold()
+        # One worker says what a slow start waits for, not every one.
+        hold = LogHold() if place["index"] == 0 else LogHold(passing=())
         hold.start()
         try:
             return _run(control, place, settings, stop, hold)
@@ -162,13 +164,13 @@ def _run(
         )
         app.start_now()
     except IdmintError as error:
-        _tell(control, {"failed": {"type": type(error).__name__, "message": str(error)}})
+        _tell(control, {"failed": error_to_json(error)})
         return 1
     try:
         listener = listen_socket(host, port, shared_port=True)
     except IdmintError as error:
         _release(app)
-        _tell(control, {"failed": {"type": type(error).__name__, "message": str(error)}})
+        _tell(control, {"failed": error_to_json(error)})
         return 1
     if stop.requested:  # stopped while claiming: give the claims back, never serve
         listener.close()

@@ -294,9 +294,10 @@
       case "sequence":
         return "position within the millisecond";
       case "burst":
-        return `${16 - Number(data.node_bits)} bits: position within the millisecond`;
+        return `${piece.width} bits: position within the millisecond`;
       case "node":
-        return `${data.node_bits}-bit node ID`;
+        // The field's own width: short60's IDs say nothing of node_bits.
+        return `${piece.width}-bit node ID`;
       case "offset":
         return piece.value ? "object in a transaction" : "the transaction itself";
       default:
@@ -516,6 +517,16 @@
     event.preventDefault();
     decode();
   });
+  // An empty page offers one ID of each scheme to decode.
+  $("examples").addEventListener("click", (event) => {
+    const button = event.target.closest("button[data-example]");
+    if (!button) return;
+    idInput.value = button.dataset.id;
+    schemeSelect.value = button.dataset.scheme;
+    if (button.dataset.nodeBits) nodeBitsInput.value = button.dataset.nodeBits;
+    syncNodeBits();
+    decode();
+  });
   schemeSelect.addEventListener("change", () => {
     syncNodeBits();
     if (decoded && idInput.value.trim()) decode();
@@ -596,10 +607,10 @@
     const pill = $("health");
     const label = $("health-text");
     try {
-      await api("healthz");
+      await api("readyz");
       pill.className = "pill pill-ok";
       label.textContent = "healthy";
-      pill.title = "GET /healthz: 200 ok";
+      pill.title = "GET /readyz: 200 ok";
     } catch (error) {
       pill.className = "pill pill-bad";
       label.textContent = error.status ? `unavailable: ${error.detail}` : "unreachable";
@@ -607,18 +618,22 @@
     }
   }
 
+  /** A time as ISO 8601, free to wrap between the date and the time of day. */
   function formatMs(ms) {
     if (ms === null || ms === undefined) return "—";
     const date = new Date(Number(ms));
-    return Number.isNaN(date.getTime()) ? String(ms) : date.toISOString().replace(".000Z", "Z");
+    if (Number.isNaN(date.getTime())) return String(ms);
+    const [day, time] = date.toISOString().replace(".000Z", "Z").split("T");
+    return el("span", {}, `${day}T`, el("wbr"), time);
   }
 
-  // No coordinator given: the claims come from this host's pool (their rows say
-  // where), or the identity is static.
-  function defaultCoordinator(claims) {
-    const claimed = claims.find((claim) => claim.coordinator);
-    if (!claimed) return el("span", { class: "muted" }, "none (a static identity)");
-    const where = claimed.coordinator.replace(/^generator ID claim at |^node ID claim at /, "");
+  // The claims' coordinator: the default names this host's pool, whose directory
+  // the claims' rows give.
+  function describeCoordinator(data) {
+    if (!data.coordinator) return el("span", { class: "muted" }, "none (these IDs need no claimed identity)");
+    if (data.coordinator !== "local://") return el("code", {}, data.coordinator);
+    const claimed = data.claims.find((claim) => claim.coordinator);
+    const where = claimed ? claimed.coordinator.replace(/^.* at /, "") : data.coordinator;
     return el("span", {}, "this host’s pool, the default (", el("code", {}, where), ")");
   }
 
@@ -626,25 +641,26 @@
     const data = await api("v1/claims");
     showServerScheme(data.scheme);
     if (!mintedScheme) mintedScheme = data.scheme;
-    const coordinator = $("coordinator");
-    coordinator.replaceChildren(
-      "Coordinator: ",
-      data.coordinator ? el("code", {}, data.coordinator) : defaultCoordinator(data.claims),
-    );
-    // An elastic64 static coordinator names its width: use it to decode minted IDs.
-    const width = /[?&]node_bits=(\d+)/.exec(data.coordinator || "");
-    if (data.scheme === "elastic64" && width && !nodeBitsInput.value) nodeBitsInput.value = width[1];
+    $("coordinator").replaceChildren("Coordinator: ", describeCoordinator(data));
+    // An elastic64 server's claims name their width: use it to decode minted IDs.
+    const width = data.claims.map((claim) => claim.node_bits).find((bits) => bits);
+    if (data.scheme === "elastic64" && width && !nodeBitsInput.value) nodeBitsInput.value = String(width);
     const rows = data.claims.map((claim) => {
-      const usable = claim.usable ? "yes" : "no";
-      const state = el("td", {}, claim.state);
+      const state = el(
+        "td",
+        {},
+        el("span", { class: `tag ${claim.usable ? "tag-ok" : "tag-bad"}` }, claim.state),
+        el("span", { class: "visually-hidden" }, claim.usable ? " (usable)" : " (not usable)"),
+      );
+      if (claim.state !== "static") {
+        state.append(el("div", { class: "mono small-text", title: claim.coordinator || "" }, "≤ ", formatMs(claim.high_water_mark_ms)));
+      }
       if (claim.problem) state.append(el("div", { class: "problem" }, claim.problem));
       return el(
         "tr",
         { class: claim.usable ? "" : "unusable" },
         el("th", { scope: "row", class: "mono" }, claim.worker === undefined ? claim.identity : `worker ${claim.worker}: ${claim.identity}`),
         state,
-        el("td", {}, el("span", { class: `tag ${claim.usable ? "tag-ok" : "tag-bad"}` }, usable)),
-        el("td", { class: "mono small-text", title: claim.coordinator || "" }, claim.state === "static" ? "—" : formatMs(claim.high_water_mark_ms)),
       );
     });
     $("claims").tBodies[0].replaceChildren(...rows);
@@ -704,10 +720,19 @@
     const button = $("refresh");
     button.disabled = true;
     const errors = [];
+    // What could not be loaded says so, rather than keeping an old or a "…" answer.
+    const notLoaded = (error) => el("p", { class: "muted small-text" }, `Not loaded: ${error.error || "error"}${error.status ? ` (HTTP ${error.status})` : ""}.`);
     await Promise.all([
       refreshHealth(),
-      refreshClaims().catch((error) => errors.push(error)),
-      refreshServices().catch((error) => errors.push(error)),
+      refreshClaims().catch((error) => {
+        errors.push(error);
+        $("coordinator").replaceChildren(notLoaded(error));
+        $("claims").tBodies[0].replaceChildren();
+      }),
+      refreshServices().catch((error) => {
+        errors.push(error);
+        $("services").replaceChildren(notLoaded(error));
+      }),
     ]);
     showError($("server-error"), errors[0] || null);
     $("refreshed").textContent = `Updated ${new Date().toLocaleTimeString()}`;

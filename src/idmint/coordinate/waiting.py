@@ -1,0 +1,62 @@
+"""Saying, once, what a slow wait for a coordinator is waiting for.
+
+Reaching a coordinator that is down takes the whole ``connect_timeout``
+(10 s by default) before the error says why. A person at a terminal deserves
+to know sooner: a wait still under way after :data:`NOTICE_AFTER_S` logs one
+WARNING on :data:`waiting_log`, naming what it waits for and for how long at
+most. The library installs no handler; the CLI shows these lines on stderr
+(``idmint: waiting ...``) and the server logs them with its other lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator
+
+__all__ = ["NOTICE_AFTER_S", "Waited", "noticed_if_slow", "waiting_log"]
+
+NOTICE_AFTER_S = 1.0
+"""A wait longer than this is worth a line; shorter ones are ordinary round trips."""
+
+waiting_log = logging.getLogger("idmint.coordinate.waiting")
+
+
+class Waited:
+    """How long the wait has lasted so far (for the error that ends it)."""
+
+    def __init__(self) -> None:
+        self._started = time.monotonic()
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self._started
+
+
+@contextlib.contextmanager
+def noticed_if_slow(what: str, timeout_s: float) -> Iterator[Waited]:
+    """Log ``waiting up to {timeout_s} s for {what}`` once if the block lasts a while.
+
+    The line comes from a timer thread, so a wait that blocks inside a
+    client library (kazoo's ``start``) is noticed too. A wait that cannot last
+    twice the notice's delay ends about when its notice would be read: it gets
+    none.
+    """
+    waited = Waited()
+    if timeout_s <= 2 * NOTICE_AFTER_S:
+        yield waited
+        return
+    timer = threading.Timer(
+        NOTICE_AFTER_S,
+        waiting_log.warning,
+        args=("waiting up to %g s for %s", timeout_s, what),
+    )
+    timer.daemon = True
+    timer.name = "idmint-waiting-notice"
+    timer.start()
+    try:
+        yield waited
+    finally:
+        timer.cancel()
