@@ -292,7 +292,7 @@ def test_the_container_refuses_a_pool_in_its_own_filesystem(
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1, lines
-    assert lines[0].startswith("idmint serve:"), lines
+    assert lines[0].startswith("idmint: error: "), lines
 
 
 @pytest.mark.parametrize(

@@ -462,7 +462,7 @@ def test_the_container_refuses_to_start_without_a_coordinator() -> None:
         assert refused.returncode == 2, refused
         assert refused.stdout == ""
         [line] = refused.stderr.splitlines()
-        assert line.startswith("idmint serve: a container needs IDMINT_COORDINATOR"), line
+        assert line.startswith("idmint: error: a container needs IDMINT_COORDINATOR"), line
     # Named either way, it is `idmint serve` with the arguments (here: its help, so
     # that nothing is left running).
     for args, coordinator in (
