@@ -19,10 +19,7 @@ from pathlib import Path
 
 import pytest
 from tests.cli_process import CliProcess, assert_one_error_line
-from tests.integration.conftest import etcd
 from tests.servers.etcd import EtcdCluster
-
-__all__ = ["etcd"]
 
 EXIT_IOERR = 74
 COMMANDS = {
