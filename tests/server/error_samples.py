@@ -1,8 +1,7 @@
 """One instance of each of idmint's error classes, made from its constructor's signature.
 
-Shared by tests/server/test_worker_errors.py and the workers it starts (through the
-``sitecustomize`` that test writes), so both sides make the same error. A class added
-to :mod:`idmint.errors` gets a sample without anyone listing it here.
+Used by tests/server/test_worker_errors.py. A class added to :mod:`idmint.errors` gets
+a sample without anyone listing it here.
 """
 
 from __future__ import annotations
@@ -34,11 +33,14 @@ def sample(kind: type[errors.IdmintError]) -> errors.IdmintError:
         return kind(f"a sample {kind.__name__}")
     hints = typing.get_type_hints(init)
     arguments: list[object] = []
+    keywords: dict[str, object] = {}
     for parameter in list(inspect.signature(init).parameters.values())[1:]:
-        if parameter.kind is not parameter.POSITIONAL_OR_KEYWORD:
-            continue
         if parameter.default is not parameter.empty:
             continue
         numeric = hints.get(parameter.name) in (float, int)
-        arguments.append(12.5 if numeric else f"sample {parameter.name}")
-    return kind(*arguments)
+        value = 12.5 if numeric else f"sample {parameter.name}"
+        if parameter.kind is parameter.POSITIONAL_OR_KEYWORD:
+            arguments.append(value)
+        elif parameter.kind is parameter.KEYWORD_ONLY:
+            keywords[parameter.name] = value
+    return kind(*arguments, **keywords)

@@ -50,6 +50,12 @@ def _env(container: dict[str, Any]) -> dict[str, Any]:
 MANIFEST_NAMES = ["statefulset.yaml", "deployment.yaml"]
 
 
+@pytest.fixture(autouse=True)
+def pool_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Static identities are held on this host: not in the pool other tests share."""
+    monkeypatch.setenv("IDMINT_LOCAL_DIR", str(tmp_path / "pool"))
+
+
 @pytest.mark.parametrize("name", MANIFEST_NAMES)
 def test_every_variable_is_one_idmint_reads(name: str) -> None:
     names = set(_env(_container(_workload(name))))
