@@ -53,14 +53,8 @@ FLUSH_INTERVAL_S = 0.1
 """Generated IDs reach stdout at least this often, so a killed process has
 printed (nearly) everything it issued and a reader sees IDs as they come."""
 
-_ENCODE_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    # scheme: (required fields, optional fields)
-    "uid64": (("timestamp_ms",), ("sequence", "generator", "cluster", "mode")),
-    "uid64-v1": (("timestamp_ms",), ("sequence", "generator", "cluster", "mode")),
-    "elastic64": (("timestamp_ms", "node", "node_bits"), ("burst",)),
-    "muid": (("timestamp_us", "medallion"), ("offset",)),
-    "short60": (("timestamp_ms",), ("sequence", "node", "random")),
-}
+_GENERATE_OPTIONS = ("generator", "cluster", "mode", "node", "node_bits", "medallion", "random")
+"""The generator options ``generate`` has flags for, in the order ``schemes`` lists them."""
 
 
 class UsageError(Exception):
@@ -174,20 +168,26 @@ def _add_id_commands(commands: Any) -> None:
     )
     uid64 = generate.add_argument_group("uid64 and uid64-v1 options")
     uid64.add_argument(
-        "--generator", type=_integer, help="configured generator ID (0..2047; v1: 0..63)"
+        "--generator",
+        type=_integer,
+        help=f"configured generator ID ({_span('uid64', 'generator')}; "
+        f"v1: {_span('uid64-v1', 'generator')})",
     )
-    uid64.add_argument("--cluster", type=_integer, help="cluster ID 0..15 (default 0)")
     uid64.add_argument(
-        "--mode", choices=["spread", "time-sequential"], help="bit layout (default spread)"
+        "--cluster", type=_integer, help=f"cluster ID {_span('uid64', 'cluster')} (default 0)"
     )
+    uid64.add_argument("--mode", choices=_modes(), help="bit layout (default spread)")
     elastic64 = generate.add_argument_group("elastic64 and short60 options")
     elastic64.add_argument(
         "--node",
         type=_integer,
-        help="configured node ID (elastic64: < 2**node-bits; short60: 0..511)",
+        help=f"configured node ID (elastic64: < 2**node-bits; short60: {_span('short60', 'node')})",
     )
     elastic64.add_argument(
-        "--node-bits", type=_integer, help="elastic64 node-ID width 8..16 (default 8)"
+        "--node-bits",
+        type=_integer,
+        help=f"elastic64 node-ID width {_span('elastic64', 'node_bits')} "
+        f"(default {SCHEMES['elastic64'].field('node_bits').low})",
     )
     elastic64.add_argument(
         "--random",
@@ -260,7 +260,7 @@ def _add_fleet_commands(commands: Any) -> None:
         metavar="URL",
         help="register the server in this zk:// discovery tree (IDMINT_DISCOVERY)",
     )
-    serve.add_argument("--mode", choices=["spread", "time-sequential"], help="uid64 mode")
+    serve.add_argument("--mode", choices=_modes(), help="uid64 mode")
     serve.add_argument(
         "--log-level",
         choices=["debug", "info", "warning", "error", "critical"],
@@ -392,7 +392,7 @@ def _add_fetch(commands: Any) -> None:
         choices=list(SCHEMES),
         help="the scheme expected (default: whatever the servers serve)",
     )
-    fetch.add_argument("--node-bits", type=_integer, help="elastic64: the node-ID width 8..16")
+    fetch.add_argument("--node-bits", type=_integer, help=_NODE_BITS_HELP)
     fetch.add_argument(
         "--token-file", metavar="F", help="the servers' bearer token (IDMINT_TOKEN_FILE)"
     )
@@ -420,7 +420,7 @@ def _add_decode_encode(commands: Any) -> None:
     decode.add_argument(
         "--scheme", choices=list(SCHEMES), help="the IDs' scheme (default: guessed from the shape)"
     )
-    decode.add_argument("--node-bits", type=_integer, help="elastic64: the node-ID width 8..16")
+    decode.add_argument("--node-bits", type=_integer, help=_NODE_BITS_HELP)
     decode.add_argument(
         "--format", choices=["json", "text"], default="json", help="JSON lines or one line of text"
     )
@@ -434,11 +434,12 @@ def _add_decode_encode(commands: Any) -> None:
         formatter_class=_HelpFormatter,
     )
     encode.add_argument("--scheme", choices=list(SCHEMES), required=True, help="the ID scheme")
-    for field in _every_field():
-        encode.add_argument(
-            f"--{field.replace('_', '-')}", type=_integer, help=_FIELD_HELP.get(field)
-        )
-    encode.add_argument("--mode", choices=["spread", "time-sequential"], help="uid64 bit layout")
+    for name, (choices, help_text) in _encode_flags().items():
+        flag = f"--{name.replace('_', '-')}"
+        if choices:
+            encode.add_argument(flag, choices=choices, help=help_text)
+        else:
+            encode.add_argument(flag, type=_integer, help=help_text)
     encode.add_argument(
         "--format", choices=["text", "json"], default="text", help="the text form or JSON"
     )
@@ -460,27 +461,37 @@ def _add_decode_encode(commands: Any) -> None:
     completion.set_defaults(handler=_cmd_completion)
 
 
-_FIELD_HELP = {
-    "timestamp_ms": "ms since 1970-01-01 UTC",
-    "timestamp_us": "muid: us since 1970-01-01 UTC",
-    "sequence": "position within the ms",
-    "generator": "uid64 generator ID",
-    "cluster": "uid64 cluster ID",
-    "medallion": "muid medallion",
-    "offset": "muid offset within a transaction",
-    "node": "elastic64 or short60 node ID",
-    "node_bits": "elastic64 node-ID width",
-    "burst": "elastic64 position within the ms",
-    "random": "short60's low 9 bits under uexky's name (same as --node)",
-}
+def _span(scheme: str, field: str) -> str:
+    """The range of a scheme's field, as help texts show it: ``0..2047``."""
+    described = SCHEMES[scheme].field(field)
+    return f"{described.low}..{described.high}"
 
 
-def _every_field() -> list[str]:
-    """Every field an ID of some scheme has, in a stable order."""
-    fields: list[str] = []
-    for required, optional in _ENCODE_FIELDS.values():
-        fields += [name for name in (*required, *optional) if name not in fields and name != "mode"]
-    return fields
+def _modes() -> list[str]:
+    return list(SCHEMES["uid64"].field("mode").choices)
+
+
+_NODE_BITS_HELP = f"elastic64: the node-ID width {_span('elastic64', 'node_bits')}"
+
+
+def _encode_flags() -> dict[str, tuple[list[str], str]]:
+    """Every field some scheme's ``build()`` takes, in a stable order, with its
+    choices (none for a number) and its help: what it is, and for which schemes."""
+    schemes_of: dict[str, dict[str, list[str]]] = {}  # field: {about: [scheme]}
+    choices: dict[str, list[str]] = {}
+    for scheme, id_type in SCHEMES.items():
+        required, optional = id_type.build_fields()
+        for name in (*required, *optional):
+            field = id_type.field(name)
+            schemes_of.setdefault(name, {}).setdefault(field.about, []).append(scheme)
+            choices.setdefault(name, list(field.choices))
+    return {
+        name: (
+            choices[name],
+            "; ".join(f"{about} ({', '.join(schemes)})" for about, schemes in abouts.items()),
+        )
+        for name, abouts in schemes_of.items()
+    }
 
 
 def _version() -> str:
@@ -496,15 +507,7 @@ def _version() -> str:
 
 
 def _cmd_generate(args: argparse.Namespace, out: _Output) -> int:
-    options: dict[str, Any] = {
-        "generator": args.generator,
-        "cluster": args.cluster,
-        "mode": args.mode,
-        "node": args.node,
-        "node_bits": args.node_bits,
-        "medallion": args.medallion,
-        "random": args.random,
-    }
+    options: dict[str, Any] = {name: getattr(args, name) for name in _GENERATE_OPTIONS}
     stray = sorted(
         name
         for name, value in options.items()
@@ -596,10 +599,12 @@ def _decode_inputs(arguments: Sequence[str]) -> Iterator[tuple[str, str]]:
 
 
 def _cmd_encode(args: argparse.Namespace, out: _Output) -> int:
-    required, optional = _ENCODE_FIELDS[args.scheme]
+    id_type = scheme_type(args.scheme)
+    required, optional = id_type.build_fields()
     known = set(required) | set(optional)
-    every_field = {name for pair in _ENCODE_FIELDS.values() for names in pair for name in names}
-    given = {name: getattr(args, name) for name in every_field if getattr(args, name) is not None}
+    given = {
+        name: getattr(args, name) for name in _encode_flags() if getattr(args, name) is not None
+    }
     stray = sorted(set(given) - known)
     if stray:
         raise UsageError(
@@ -609,7 +614,7 @@ def _cmd_encode(args: argparse.Namespace, out: _Output) -> int:
     missing = [name for name in required if name not in given]
     if missing:
         raise UsageError(f"{args.scheme} needs {_options(missing)}")
-    value = scheme_type(args.scheme).build(**given)  # type: ignore[attr-defined]
+    value = id_type.build(**given)  # type: ignore[attr-defined]
     out.write(json.dumps(value.to_dict()) + "\n" if args.format == "json" else f"{value}\n")
     return 0
 
@@ -750,25 +755,13 @@ def _cmd_discovery_list(args: argparse.Namespace, out: _Output) -> int:
     return 0
 
 
-_SCHEME_SUMMARIES = {
-    "uid64": "8 bytes, java-uniqueid's layout: ms, sequence, generator, cluster; 64 IDs/ms",
-    "uid64-v1": "8 bytes, java-uniqueid's original layout: generators 0..63 only",
-    "elastic64": "8 bytes: ms, burst, node ID of 8..16 bits; 2**(16-bits) IDs/ms",
-    "muid": "16 bytes: us, random medallion, offset in a transaction",
-    "short60": "60 bits shown as 10 characters: ms, sequence, 9-bit node; 512 IDs/ms",
-}
-_SCHEME_FLAGS = {
-    "uid64": "--generator --cluster --mode",
-    "uid64-v1": "--generator --cluster",
-    "elastic64": "--node --node-bits",
-    "muid": "--medallion",
-    "short60": "--node --random",
-}
-
-
 def _cmd_schemes(args: argparse.Namespace, out: _Output) -> int:
-    for name in SCHEMES:
-        out.write(f"{name:10} {_SCHEME_SUMMARIES[name]} (generate: {_SCHEME_FLAGS[name]})\n")
+    for name, id_type in SCHEMES.items():
+        taken = SCHEME_OPTIONS.get(name, frozenset())
+        flags = " ".join(
+            f"--{option.replace('_', '-')}" for option in _GENERATE_OPTIONS if option in taken
+        )
+        out.write(f"{name:10} {id_type.summary} (generate: {flags or '-'})\n")
     return 0
 
 

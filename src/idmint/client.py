@@ -75,7 +75,7 @@ from urllib.parse import urlsplit
 
 from idmint.errors import ConfigurationError, IdmintError, NoServerAnswered, ServerRefused
 from idmint.schemes import SCHEMES, IdValue
-from idmint.schemes.elastic64 import Elastic64
+from idmint.schemes._base import a_scheme
 
 __all__ = ["AsyncIdClient", "IdClient"]
 
@@ -194,9 +194,9 @@ class _Core:
             raise ConfigurationError(
                 f"unknown scheme {scheme!r}; expected one of {', '.join(SCHEMES)}"
             )
-        if scheme == "elastic64" and node_bits is None:
+        if scheme is not None and SCHEMES[scheme].needs_node_bits and node_bits is None:
             raise ConfigurationError(
-                "an elastic64 client needs node_bits: the IDs do not carry their node width"
+                f"{a_scheme(scheme)} client needs node_bits: the IDs do not carry their node width"
             )
         if isinstance(min_batch, bool) or not isinstance(min_batch, int):
             raise ConfigurationError(f"min_batch must be a whole number, got {min_batch!r}")
@@ -362,9 +362,9 @@ class _Core:
         if self.scheme is None:
             if scheme not in SCHEMES:
                 raise _Answer(0, f"unknown scheme {scheme!r}")
-            if scheme == "elastic64" and self.node_bits is None:
+            if SCHEMES[scheme].needs_node_bits and self.node_bits is None:
                 raise ConfigurationError(
-                    f"{server.url} serves elastic64 IDs; give node_bits (their node width)"
+                    f"{server.url} serves {scheme} IDs; give node_bits (their node width)"
                 )
             self.scheme, self.type = scheme, SCHEMES[scheme]
         elif scheme != self.scheme:
@@ -376,8 +376,8 @@ class _Core:
         kind = self.type
         assert kind is not None
         try:
-            if kind is Elastic64:
-                return [Elastic64.from_text(text, self.node_bits) for text in texts]
+            if kind.needs_node_bits:
+                return [kind._read_text(text, self.node_bits) for text in texts]
             return [kind.from_text(text) for text in texts]
         except (IdmintError, TypeError, ValueError) as error:
             raise _Answer(0, f"an ID the client cannot read: {error}") from None

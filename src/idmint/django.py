@@ -50,15 +50,6 @@ __all__ = [
     "Uid64V1Field",
 ]
 
-# The longest text form of each scheme, for the form input's maxlength.
-_TEXT_LENGTHS: dict[type[IdValue], int] = {
-    Uid64: 16,
-    Uid64V1: 16,
-    Elastic64: 20,
-    Muid: 34,  # the dashed 14-13-5 form
-    Short60: 10,
-}
-
 
 class IdFormField(forms.CharField):
     """A text input that reads an ID of one scheme and shows its text form."""
@@ -71,7 +62,7 @@ class IdFormField(forms.CharField):
         super().__init__(**kwargs)
         # A hint for the browser only: CharField's max_length validator would be
         # run on the parsed ID; the parser checks lengths itself.
-        self.widget.attrs.setdefault("maxlength", str(_TEXT_LENGTHS[id_type]))
+        self.widget.attrs.setdefault("maxlength", str(id_type.text_length))
 
     def prepare_value(self, value: Any) -> Any:
         return str(value) if isinstance(value, IdValue) else value

@@ -21,24 +21,17 @@ muid needs none (its medallion is random per generator), nor short60 with
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from idmint.coordinate import DEFAULT_COORDINATOR, driver, parse_url
 from idmint.coordinate.base import Claim, Coordinator
 from idmint.coordinate.static import StaticCoordinator
 from idmint.errors import ConfigurationError
-from idmint.generate.core import TickGenerator, check_identity_field
-from idmint.generate.generators import (
-    Elastic64Generator,
-    MuidGenerator,
-    Short60Generator,
-    Uid64Generator,
-    Uid64V1Generator,
-)
+from idmint.generate.core import COMMON_OPTIONS, TickGenerator
+from idmint.generate.generators import GENERATORS
 from idmint.schemes import SCHEMES
-from idmint.schemes import elastic64 as e64
-from idmint.schemes import short60 as s60
-from idmint.schemes import uid64 as u64
+from idmint.schemes._base import a_scheme
 
 __all__ = [
     "IDENTITY_OPTIONS",
@@ -48,42 +41,42 @@ __all__ = [
     "new_generators",
 ]
 
-IDENTITY_OPTIONS: dict[str, tuple[str, ...]] = {
-    "uid64": ("generator", "cluster"),
-    "uid64-v1": ("generator", "cluster"),
-    "elastic64": ("node", "node_bits"),
-    "muid": (),
-    "short60": ("node",),
-}
+GeneratorClass = type[TickGenerator[Any]]
+FactT = TypeVar("FactT")
+
+
+class _PerScheme(Mapping[str, FactT]):
+    """One fact of every scheme's generator class, read from the class when asked."""
+
+    def __init__(self, fact: Callable[[GeneratorClass], FactT]) -> None:
+        self._fact = fact
+
+    def __getitem__(self, scheme: str) -> FactT:
+        return self._fact(GENERATORS[scheme])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(GENERATORS)
+
+    def __len__(self) -> int:
+        return len(GENERATORS)
+
+
+IDENTITY_OPTIONS: Mapping[str, tuple[str, ...]] = _PerScheme(lambda cls: cls.identity_fields)
 """The options that name a generator's identity, per scheme."""
 
-SCHEME_OPTIONS: dict[str, frozenset[str]] = {
-    "uid64": frozenset({"generator", "cluster", "mode"}),
-    "uid64-v1": frozenset({"generator", "cluster", "mode"}),
-    "elastic64": frozenset({"node", "node_bits", "max_ahead_ms"}),
-    "muid": frozenset({"medallion", "max_ahead_us"}),
-    "short60": frozenset({"node", "random"}),
-}
+SCHEME_OPTIONS: Mapping[str, frozenset[str]] = _PerScheme(
+    lambda cls: frozenset(cls.scheme_options())
+)
 """The options each scheme's generator takes (besides clock options)."""
 
-_COMMON_OPTIONS = frozenset({"clock", "max_clock_wait_ms"})
 
-_SPACES = {"uid64": "generator", "uid64-v1": "generator", "elastic64": "node", "short60": "short60"}
-"""Which pool of identities each claimable scheme draws from (see Coordinator.claim)."""
-
-_POOLS = {
-    "uid64": range(u64.MAX_GENERATOR + 1),
-    "uid64-v1": range(u64.MAX_GENERATOR_V1 + 1),
-    "elastic64": range(1 << e64.MIN_NODE_BITS),
-    "short60": range(s60.MAX_NODE + 1),
-}
-
-_CLASSES: dict[str, Any] = {
-    "uid64": Uid64Generator,
-    "uid64-v1": Uid64V1Generator,
-    "elastic64": Elastic64Generator,
-    "short60": Short60Generator,
-}
+def _generator_class(scheme: str) -> GeneratorClass:
+    if scheme not in SCHEMES:
+        raise ConfigurationError(f"unknown scheme {scheme!r}; expected one of {', '.join(SCHEMES)}")
+    try:
+        return GENERATORS[scheme]
+    except KeyError:
+        raise ConfigurationError(f"no generator mints {scheme} IDs") from None
 
 
 def new_generator(
@@ -99,27 +92,18 @@ def new_generator(
     ``ConfigurationError`` rather than being ignored: ``--generator 5`` on muid
     is a mistake to point out.
     """
-    if scheme not in SCHEMES:
-        raise ConfigurationError(f"unknown scheme {scheme!r}; expected one of {', '.join(SCHEMES)}")
+    generator_class = _generator_class(scheme)
     given = {name: value for name, value in options.items() if value is not None}
-    _check_options(scheme, given)
-    if scheme == "muid":
-        if coordinator is not None:
-            raise ConfigurationError(
-                "muid generators take no coordinator: a muid's medallion is random per generator"
-            )
-        return MuidGenerator(**given)
-    if given.pop("random", False):
-        if coordinator is not None or "node" in given:
-            raise ConfigurationError(
-                "a short60 generator with random bits takes no node and no coordinator: "
-                "the bits that would hold the node are random"
-            )
-        return Short60Generator(random=True, **given)
-    identity = {name: given.pop(name) for name in IDENTITY_OPTIONS[scheme] if name in given}
+    _check_options(generator_class, given)
+    refusal = generator_class.identity_free_because(given)
+    if refusal is not None:
+        if coordinator is not None or given.keys() & set(generator_class.identity_fields):
+            raise ConfigurationError(refusal)
+        return generator_class(**given)
+    identity = {name: given.pop(name) for name in generator_class.identity_fields if name in given}
     if coordinator is None:
         coordinator = _unnamed_coordinator(bool(identity))
-    return _claimed(scheme, coordinator, identity, given)
+    return _claimed(generator_class, coordinator, identity, given)
 
 
 def coordinator_for(scheme: str, coordinator: str | None = None, **options: Any) -> str | None:
@@ -129,11 +113,14 @@ def coordinator_for(scheme: str, coordinator: str | None = None, **options: Any)
     ``local://``; its password hidden. ``None`` where no identity is claimed
     (muid, short60 with random bits).
     """
-    if scheme == "muid" or options.get("random"):
+    generator_class = _generator_class(scheme)
+    given = {name: value for name, value in options.items() if value is not None}
+    if generator_class.identity_free_because(given) is not None:
         return None
     if coordinator is None:
-        named = any(options.get(name) is not None for name in IDENTITY_OPTIONS.get(scheme, ()))
-        coordinator = _unnamed_coordinator(named)
+        coordinator = _unnamed_coordinator(
+            bool(given.keys() & set(generator_class.identity_fields))
+        )
     return parse_url(coordinator).redacted()
 
 
@@ -159,7 +146,8 @@ def new_generators(
         raise ConfigurationError(f"the number of generators must be 1..64, got {count!r}")
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ConfigurationError(f"the identity offset must be a whole number, got {offset!r}")
-    first, block = _configured_identity(scheme, coordinator, options)
+    generator_class = _generator_class(scheme)
+    first, block = _configured_identity(generator_class, coordinator, options)
     if block is not None and offset + count > block:
         raise ConfigurationError(
             f"this pod's block of IDs (block={block}) is too small for {offset + count} "
@@ -167,7 +155,9 @@ def new_generators(
             "the coordinator URL's block"
         )
     tuning = {
-        name: value for name, value in options.items() if name not in IDENTITY_OPTIONS[scheme]
+        name: value
+        for name, value in options.items()
+        if name not in generator_class.identity_fields
     }
     made: list[TickGenerator[Any]] = []
     try:
@@ -175,7 +165,7 @@ def new_generators(
             if first is None:
                 made.append(new_generator(scheme, coordinator, **options))
             else:
-                counted = "generator" if "generator" in first else "node"
+                counted = generator_class.identity_fields[0]
                 nth = {**first, counted: first[counted] + offset + index}
                 made.append(new_generator(scheme, None, **tuning, **nth))
     except BaseException:
@@ -186,80 +176,83 @@ def new_generators(
 
 
 def _configured_identity(
-    scheme: str, coordinator: str | None, options: dict[str, Any]
+    generator_class: GeneratorClass, coordinator: str | None, options: dict[str, Any]
 ) -> tuple[dict[str, int] | None, int | None]:
     """The configured identity the URL and options give together (None when claimed),
     and how many consecutive identities from it are this process's (None: no limit)."""
     given = {
         name: value
         for name, value in options.items()
-        if name in IDENTITY_OPTIONS[scheme] and value is not None
+        if name in generator_class.identity_fields and value is not None
     }
-    if scheme == "muid" or (coordinator is None and not given):
+    if generator_class.space is None or (coordinator is None and not given):
         return None, None
     parsed = parse_url(coordinator if coordinator is not None else "static://")
     if parsed.scheme != "static":
         return None, None
     static = StaticCoordinator(parsed)
-    return _static_identity(scheme, static, parsed.options, given), static.block
+    return _static_identity(generator_class, static, parsed.options, given), static.block
 
 
-def _check_options(scheme: str, given: dict[str, Any]) -> None:
-    stray = sorted(set(given) - SCHEME_OPTIONS[scheme] - _COMMON_OPTIONS)
+def _check_options(generator_class: GeneratorClass, given: dict[str, Any]) -> None:
+    stray = sorted(set(given) - set(generator_class.scheme_options()) - COMMON_OPTIONS)
     if stray:
         takers = sorted(name for name, names in SCHEME_OPTIONS.items() if set(stray) <= names)
         hint = f"; it applies to {', '.join(takers)}" if takers else ""
         raise ConfigurationError(
-            f"{scheme} generators take no {', '.join(stray).replace('_', '-')} option{hint}"
+            f"{generator_class.id_type.scheme} generators take no "
+            f"{', '.join(stray).replace('_', '-')} option{hint}"
         )
 
 
 def _claimed(
-    scheme: str, url: str, identity: dict[str, Any], given: dict[str, Any]
+    generator_class: GeneratorClass, url: str, identity: dict[str, Any], given: dict[str, Any]
 ) -> TickGenerator[Any]:
     """A generator on an identity claimed (or held) through the coordinator at ``url``."""
     parsed = parse_url(url)
-    if scheme == "elastic64" and parsed.scheme in ("zk", "zookeeper"):
-        return _elastic64_in_groups(url, identity, given)
+    if generator_class.follows_fleet_width and parsed.scheme in ("zk", "zookeeper"):
+        return _in_node_groups(generator_class, url, identity, given)
     coordinator: Coordinator = driver(parsed.scheme)(parsed)
     try:
-        claim = _claim(scheme, coordinator, parsed.options, identity, given.get("clock"))
+        claim = _claim(generator_class, coordinator, parsed.options, identity, given.get("clock"))
     except BaseException:
         coordinator.close()
         raise
-    return _on_claim(_CLASSES[scheme], claim, given, coordinator.close)
+    return _on_claim(generator_class, claim, given, coordinator.close)
 
 
 def _claim(
-    scheme: str,
+    generator_class: GeneratorClass,
     coordinator: Coordinator,
     url_options: dict[str, str],
     identity: dict[str, Any],
     clock: Any,
 ) -> Claim:
-    space = _SPACES[scheme]
+    space = generator_class.space
+    assert space is not None  # identity_free_because() answered for the others
     if isinstance(coordinator, StaticCoordinator):
-        fixed = _static_identity(scheme, coordinator, url_options, identity)
+        fixed = _static_identity(generator_class, coordinator, url_options, identity)
         return coordinator.claim(clock=clock, space=space, identity=fixed)
     for name in identity:
         raise ConfigurationError(
             f"{name} is claimed from {coordinator.url}, not given; use the URL's "
             "generators=LO-HI and cluster=C options to narrow the choice"
         )
-    return coordinator.claim(clock=clock, pool=_POOLS[scheme], space=space)
+    return coordinator.claim(clock=clock, pool=generator_class.identity_pool(), space=space)
 
 
 def _static_identity(
-    scheme: str,
+    generator_class: GeneratorClass,
     coordinator: StaticCoordinator,
     url_options: dict[str, str],
     identity: dict[str, Any],
 ) -> dict[str, int]:
-    """The configured identity: the URL's and the options', which must agree."""
-    if coordinator.block is not None and identity.keys() & {"generator", "node"}:
+    """The configured identity: the URL's and the options', which must agree, checked
+    against the scheme's ranges."""
+    counted = generator_class.identity_fields[0]
+    if coordinator.block is not None and counted in identity:
         raise ConfigurationError(
-            f"{coordinator.url} takes the identity from the pod's index; give no "
-            f"{' or '.join(sorted(identity.keys() & {'generator', 'node'}))}"
+            f"{coordinator.url} takes the identity from the pod's index; give no {counted}"
         )
     for name, value in identity.items():
         if name in url_options and getattr(coordinator, name) != value:
@@ -267,30 +260,27 @@ def _static_identity(
                 f"{name} {value} contradicts the coordinator URL's {name}="
                 f"{getattr(coordinator, name)}; give it in one place"
             )
-    space = _SPACES[scheme]
-    if space == "generator":
-        generator = identity.get("generator", coordinator.generator)
-        cluster = identity.get("cluster", coordinator.cluster)
-        check_identity_field("generator", generator, 0, _POOLS[scheme].stop - 1)
-        check_identity_field("cluster", cluster, 0, u64.MAX_CLUSTER)
-        return {"generator": generator, "cluster": cluster}
-    node = identity.get("node", coordinator.node)
-    if node is None:
-        what = "an elastic64" if scheme == "elastic64" else "a short60"
+    configured = {
+        name: identity.get(name, getattr(coordinator, name, None))
+        for name in generator_class.identity_fields
+    }
+    if configured[counted] is None:
         raise ConfigurationError(
-            f"{what} generator with a configured identity needs its node ID (node=N); "
-            "leave the identity out to claim a free one on this host"
+            f"{a_scheme(generator_class.id_type.scheme)} generator with a configured identity "
+            f"needs its {counted} ID ({counted}=N); leave the identity out to claim a free one "
+            "on this host"
         )
-    if space == "short60":
-        return {"node": check_identity_field("node", node, 0, s60.MAX_NODE)}
-    width = identity.get("node_bits", coordinator.node_bits or e64.MIN_NODE_BITS)
-    check_identity_field("node_bits", width, e64.MIN_NODE_BITS, e64.MAX_NODE_BITS)
-    check_identity_field("node", node, 0, (1 << width) - 1)
-    return {"node": node, "node_bits": width}
+
+    def named(name: str) -> str:
+        return name if name in identity or name not in url_options else f"static:// option {name}"
+
+    return generator_class.checked_identity(
+        {name: value for name, value in configured.items() if value is not None}, named
+    )
 
 
 def _on_claim(
-    generator_class: Any, claim: Claim, given: dict[str, Any], *closers: Any
+    generator_class: GeneratorClass, claim: Claim, given: dict[str, Any], *closers: Any
 ) -> TickGenerator[Any]:
     """``generator_class`` on ``claim``; closing the generator closes the claim."""
     try:
@@ -304,10 +294,10 @@ def _on_claim(
     return generator
 
 
-def _elastic64_in_groups(
-    url: str, identity: dict[str, Any], given: dict[str, Any]
+def _in_node_groups(
+    generator_class: GeneratorClass, url: str, identity: dict[str, Any], given: dict[str, Any]
 ) -> TickGenerator[Any]:
-    """An elastic64 generator on a node ID claimed in ZooKeeper's groups (idmint.discovery)."""
+    """A generator on a node ID claimed in ZooKeeper's groups (idmint.discovery)."""
     from idmint.discovery.nodes import NodeIdCoordinator
 
     parsed = parse_url(url)
@@ -317,4 +307,4 @@ def _elastic64_in_groups(
         )
     coordinator = NodeIdCoordinator(parsed)
     claim = coordinator.claim(clock=given.get("clock"))
-    return _on_claim(Elastic64Generator, claim, given)
+    return _on_claim(generator_class, claim, given)

@@ -32,6 +32,36 @@ them: importing idmint never imports pydantic.
 
 from __future__ import annotations
 
-from idmint.schemes._pydantic import NodeBits, id_core_schema, id_json_schema
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+# First: it raises MissingExtra, naming the install line, without pydantic.
+from idmint.schemes._pydantic import id_core_schema, id_json_schema
+from idmint.schemes.elastic64 import Elastic64, check_node_bits
+
+if TYPE_CHECKING:
+    from pydantic_core import core_schema
 
 __all__ = ["NodeBits", "id_core_schema", "id_json_schema"]
+
+
+@dataclass(frozen=True)
+class NodeBits:
+    """The node-ID width of an elastic64 field: ``Annotated[Elastic64, NodeBits(12)]``.
+
+    Values of another width are refused rather than re-read: the same 64 bits
+    name another node under another width.
+    """
+
+    width: int
+
+    def __post_init__(self) -> None:
+        check_node_bits(self.width)
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        if source is not Elastic64:
+            raise TypeError(f"NodeBits applies to Elastic64 fields, not {source!r}")
+        return id_core_schema(Elastic64, self.width)
+
+    def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> dict[str, Any]:
+        return id_json_schema(Elastic64, self.width)

@@ -89,7 +89,7 @@ class IdType(TypeDecorator[IdT], Generic[IdT]):
 
     @property
     def _stored_as(self) -> str:
-        return _storage.STORAGE[self.id_type]
+        return _storage.storage_kind(self.id_type)
 
     @property
     def python_type(self) -> type[Any]:
@@ -114,7 +114,7 @@ class IdType(TypeDecorator[IdT], Generic[IdT]):
             return None
         # A value of the column's own type (what generators mint) needs no parsing;
         # elastic64 values still have their width checked.
-        if type(value) is not self.id_type or self.id_type is Elastic64:
+        if type(value) is not self.id_type or self.id_type.needs_node_bits:
             value = self.coerce_value(value)
         if self._stored_as == _storage.BIGINT_FLIPPED:
             return value._int - _storage.TOP_BIT

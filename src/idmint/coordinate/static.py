@@ -3,16 +3,16 @@
 URL grammar::
 
     static://?generator=G[&cluster=C]      (uid64, uid64-v1)
-    static://?node=N[&node_bits=W]         (elastic64; short60: node 0..511)
+    static://?node=N[&node_bits=W]         (elastic64; short60)
     static://?ordinal=pod[&block=K][&first=F][&cluster=C][&node_bits=W]
 
 =============  =======  ============================================
 option         default  meaning
 =============  =======  ============================================
-``generator``  ``0``    the uid64 generator ID (0..2047)
-``cluster``    ``0``    the cluster ID (0..15)
+``generator``  ``0``    the uid64 generator ID
+``cluster``    ``0``    the cluster ID
 ``node``       none     the elastic64 or short60 node ID
-``node_bits``  ``8``    the elastic64 node-ID width (8..16)
+``node_bits``  ``8``    the elastic64 node-ID width
 ``ordinal``    none     ``pod``: the identity (generator or node ID) is
                         ``first + index * block``, where ``index`` is this
                         StatefulSet pod's index: ``$IDMINT_POD_INDEX`` (set it
@@ -23,6 +23,9 @@ option         default  meaning
                         workers times its generators
 ``first``      ``0``    with ``ordinal``: pod 0's first ID
 =============  =======  ============================================
+
+The numbers are checked against the scheme's ranges (``idmint encode --help``
+and the value types' ``fields``) when a generator is made on them.
 
 Nothing is coordinated across hosts: every host given the same static
 identity mints the same IDs. Give each host its own (for instance from its
@@ -83,10 +86,12 @@ class StaticCoordinator(Coordinator):
                 f"static:// takes no hosts (got {url.hosts_text()}); write static://?generator=5"
             )
         self.url = url.text
-        self.generator = url.integer("generator", 0, low=0, high=2047) or 0
-        self.cluster = url.integer("cluster", 0, low=0, high=15) or 0
-        self.node = url.integer("node", None, low=0, high=65535)
-        self.node_bits = url.integer("node_bits", None, low=8, high=16)
+        # Whole numbers only: which ones a scheme can use is the generator's to
+        # say (idmint.factory checks them against it).
+        self.generator = url.integer("generator", 0, low=0) or 0
+        self.cluster = url.integer("cluster", 0, low=0) or 0
+        self.node = url.integer("node", None, low=0)
+        self.node_bits = url.integer("node_bits", None, low=0)
         self.block: int | None = None
         """With ``ordinal``: how many consecutive IDs from the identity are this pod's."""
         ordinal = url.options.get("ordinal")
@@ -103,8 +108,8 @@ class StaticCoordinator(Coordinator):
                         f"static://?ordinal=pod takes the {name} from the pod's index; "
                         f"give no {name}"
                     )
-            self.block = url.integer("block", 1, low=1, high=65536) or 1
-            first = url.integer("first", 0, low=0, high=65535) or 0
+            self.block = url.integer("block", 1, low=1) or 1
+            first = url.integer("first", 0, low=0) or 0
             self.generator = self.node = first + pod_index() * self.block
         # Nothing to narrow: the claim is the one configured identity.
         self._options_template = ClaimOptions()
@@ -118,8 +123,8 @@ class StaticCoordinator(Coordinator):
                 f"{self.url} gives no node ID; write static://?node=N"
                 + ("&node_bits=W" if space == "node" else "")
             )
-        if space == "node":
-            return {"node": self.node, "node_bits": self.node_bits or 8}
+        if space == "node" and self.node_bits is not None:
+            return {"node": self.node, "node_bits": self.node_bits}
         return {"node": self.node}
 
     holds_configured_identities = True

@@ -58,7 +58,10 @@ class CoordinatorUrl:
             )
         return value
 
-    def integer(self, name: str, default: int | None, *, low: int, high: int) -> int | None:
+    def integer(
+        self, name: str, default: int | None, *, low: int, high: int | None = None
+    ) -> int | None:
+        """Option ``name`` as an int in ``low..high`` (no upper bound when ``high`` is None)."""
         raw = self.options.get(name)
         if raw is None:
             return default
@@ -68,9 +71,10 @@ class CoordinatorUrl:
             raise ConfigurationError(
                 f"{self.scheme}:// option {name} must be an integer, got {raw!r}"
             ) from None
-        if not low <= value <= high:
+        if value < low or (high is not None and value > high):
+            expected = f"{low}..{high}" if high is not None else f"at least {low}"
             raise ConfigurationError(
-                f"{self.scheme}:// option {name} {value} is out of range; expected {low}..{high}"
+                f"{self.scheme}:// option {name} {value} is out of range; expected {expected}"
             )
         return value
 

@@ -6,6 +6,7 @@ from idmint.clock import SYSTEM_CLOCK, Clock, ManualClock, OffsetClock, SystemCl
 from idmint.generate.core import DEFAULT_MAX_CLOCK_WAIT_MS, TickGenerator
 from idmint.generate.generators import (
     DEFAULT_ELASTIC64_MAX_AHEAD_MS,
+    GENERATORS,
     Elastic64Generator,
     MuidGenerator,
     MuidTransaction,
@@ -17,6 +18,7 @@ from idmint.generate.generators import (
 __all__ = [
     "DEFAULT_ELASTIC64_MAX_AHEAD_MS",
     "DEFAULT_MAX_CLOCK_WAIT_MS",
+    "GENERATORS",
     "SYSTEM_CLOCK",
     "Clock",
     "Elastic64Generator",

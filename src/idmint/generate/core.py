@@ -41,6 +41,7 @@ locked ``generate()``/``generate_nowait()`` when it is created (see
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import threading
@@ -84,6 +85,9 @@ DEFAULT_MAX_CLOCK_WAIT_MS = 10.0
 """How far back the wall clock may step before generators refuse instead of
 waiting. NTP normally slews; a step of more than this is a broken clock, and
 waiting it out would stall callers for as long."""
+
+COMMON_OPTIONS = frozenset({"clock", "max_clock_wait_ms"})
+"""The options every generator takes, whatever its scheme."""
 
 
 class _ForkWatch:
@@ -273,6 +277,56 @@ class TickGenerator(Generic[IdT]):
     :data:`LOCKED_PATH_FORCED`; a subclass may set it to ``True`` to force the
     locked path (for tests, or to be cautious), never to turn it off.
     """
+
+    # -- what the factory reads of a scheme's generator ------------------------------
+    identity_fields: ClassVar[tuple[str, ...]] = ()
+    """The options that name the identity no other process may hold at the same
+    time; the first is the one counted (claimed from :meth:`identity_pool`, one
+    after another for several generators). Their ranges are the value type's fields."""
+    space: ClassVar[str | None] = None
+    """The kind of identity a coordinator claims for it (``coordinate.base.SPACES``:
+    schemes whose IDs could meet share one); ``None``: it claims none."""
+    follows_fleet_width: ClassVar[bool] = False
+    """On ZooKeeper, claim a node ID in discovery's groups, whose width follows
+    the fleet (``idmint.discovery.nodes``), rather than one from a plain pool."""
+
+    @classmethod
+    def scheme_options(cls) -> tuple[str, ...]:
+        """The options its constructor takes besides :data:`COMMON_OPTIONS` and a claim
+        (read from its signature)."""
+        parameters = inspect.signature(cls.__init__).parameters
+        return tuple(
+            name
+            for name in parameters
+            if name not in {"self", "claim"} and name not in COMMON_OPTIONS
+        )
+
+    @classmethod
+    def identity_pool(cls) -> range:
+        """The values a coordinator may claim for the counted identity field."""
+        field = cls.id_type.field(cls.identity_fields[0])
+        return range(field.low, field.high + 1)
+
+    @classmethod
+    def checked_identity(
+        cls, identity: Mapping[str, int], named: Callable[[str], str] = str
+    ) -> dict[str, int]:
+        """``identity`` with each field checked against the value type's range
+        (``ConfigurationError`` naming the field as ``named`` says); a scheme with a
+        default for a field fills it in (elastic64's width)."""
+        checked = {}
+        for name in cls.identity_fields:
+            field = cls.id_type.field(name)
+            checked[name] = check_identity_field(named(name), identity[name], field.low, field.high)
+        return checked
+
+    @classmethod
+    def identity_free_because(cls, options: Mapping[str, Any]) -> str | None:
+        """Why a generator with these options needs no identity, as the refusal of one
+        given anyway (``None``: it needs one)."""
+        if cls.space is None:
+            return f"{cls.id_type.scheme} generators take no coordinator: they hold no identity"
+        return None
 
     def __init__(
         self,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import ClassVar, cast
+from typing import Any, ClassVar, cast
 
 from idmint.clock import Clock
 from idmint.errors import ConfigurationError, GeneratorForked, TransactionFull
@@ -38,6 +38,7 @@ _REVERSE_14_BITS = u64.REVERSE_14_BITS
 
 __all__ = [
     "DEFAULT_ELASTIC64_MAX_AHEAD_MS",
+    "GENERATORS",
     "Elastic64Generator",
     "MuidGenerator",
     "MuidTransaction",
@@ -58,7 +59,8 @@ class Uid64Generator(TickGenerator[Uid64]):
 
     __slots__ = ("_block", "_block_bits", "_cluster", "_generator", "_identity", "_mode", "_spread")
     id_type: ClassVar[type[IdValue]] = Uid64
-    _max_generator = u64.MAX_GENERATOR
+    identity_fields = ("generator", "cluster")
+    space = "generator"
 
     def __init__(
         self,
@@ -102,10 +104,8 @@ class Uid64Generator(TickGenerator[Uid64]):
                 self._adopt(grant)
 
     def _set_identity(self, identity: Mapping[str, int]) -> None:
-        self._generator = check_identity_field(
-            "generator", identity["generator"], 0, self._max_generator
-        )
-        self._cluster = check_identity_field("cluster", identity["cluster"], 0, u64.MAX_CLUSTER)
+        checked = self.checked_identity(identity)
+        self._generator, self._cluster = checked["generator"], checked["cluster"]
         self._identity = u64.identity_bits(self._generator, self._cluster, self._mode)
         self._block = -1  # _base_for_tick's cache holds the identity bits
 
@@ -158,7 +158,6 @@ class Uid64V1Generator(Uid64Generator):
 
     __slots__ = ()
     id_type = Uid64V1
-    _max_generator = u64.MAX_GENERATOR_V1
 
     def _check_mode(self) -> None:
         if self._mode is not Mode.SPREAD:
@@ -193,8 +192,29 @@ class Elastic64Generator(TickGenerator[Elastic64]):
 
     __slots__ = ("_node", "_node_bits")
     id_type = Elastic64
+    identity_fields = ("node", "node_bits")
+    space = "node"
+    follows_fleet_width = True
     _int_mask = _ELASTIC64_MASK
     _make_from_run = staticmethod(_make_elastic64)
+
+    @classmethod
+    def identity_pool(cls) -> range:
+        # Node IDs that fit the narrowest width: a plain pool has no groups to widen.
+        return range(1 << e64.MIN_NODE_BITS)
+
+    @classmethod
+    def checked_identity(
+        cls, identity: Mapping[str, int], named: Callable[[str], str] = str
+    ) -> dict[str, int]:
+        width = check_identity_field(
+            named("node_bits"),
+            identity.get("node_bits", e64.MIN_NODE_BITS),
+            e64.MIN_NODE_BITS,
+            e64.MAX_NODE_BITS,
+        )
+        node = check_identity_field(named("node"), identity["node"], 0, (1 << width) - 1)
+        return {"node": node, "node_bits": width}
 
     def __init__(
         self,
@@ -258,8 +278,7 @@ class Elastic64Generator(TickGenerator[Elastic64]):
             self._set_layout(node, node_bits)
 
     def _set_layout(self, node: int, node_bits: int) -> None:
-        width = check_identity_field("node_bits", node_bits, e64.MIN_NODE_BITS, e64.MAX_NODE_BITS)
-        check_identity_field("node", node, 0, (1 << width) - 1)
+        width = self.checked_identity({"node": node, "node_bits": node_bits})["node_bits"]
         self._retire_tick()
         self._node, self._node_bits = node, width
         self._limit = 1 << (e64.LOW_BITS - width)
@@ -290,6 +309,17 @@ class Short60Generator(TickGenerator[Short60]):
 
     __slots__ = ("_node",)
     id_type = Short60
+    identity_fields = ("node",)
+    space = "short60"
+
+    @classmethod
+    def identity_free_because(cls, options: Mapping[str, Any]) -> str | None:
+        if options.get("random"):
+            return (
+                "a short60 generator with random bits takes no node and no coordinator: "
+                "the bits that would hold the node are random"
+            )
+        return None
 
     def __new__(
         cls,
@@ -341,7 +371,7 @@ class Short60Generator(TickGenerator[Short60]):
             self._set_identity({"node": cast(int, node)})
 
     def _set_identity(self, identity: Mapping[str, int]) -> None:
-        self._node = check_identity_field("node", identity["node"], 0, s60.MAX_RANDOM)
+        self._node = self.checked_identity(identity)["node"]
 
     @property
     def node(self) -> int | None:
@@ -401,6 +431,10 @@ class MuidGenerator(TickGenerator[Muid]):
     id_type = Muid
     tick_ns = 1_000
 
+    @classmethod
+    def identity_free_because(cls, options: Mapping[str, Any]) -> str | None:
+        return "muid generators take no coordinator: a muid's medallion is random per generator"
+
     def __init__(
         self,
         medallion: int | None = None,
@@ -447,6 +481,19 @@ class MuidGenerator(TickGenerator[Muid]):
 
     def __repr__(self) -> str:
         return f"MuidGenerator(medallion={self._medallion})"
+
+
+GENERATORS: dict[str, type[TickGenerator[Any]]] = {
+    generator.id_type.scheme: generator
+    for generator in (
+        Uid64Generator,
+        Uid64V1Generator,
+        Elastic64Generator,
+        MuidGenerator,
+        Short60Generator,
+    )
+}
+"""Each scheme's generator class, by the scheme's name (as ``idmint.schemes.SCHEMES``)."""
 
 
 class MuidTransaction:

@@ -1,7 +1,9 @@
 """The five ID schemes: value types and codecs, pure code with no I/O.
 
 ``SCHEMES`` maps each scheme's name (as the CLI and the server spell it) to its
-value type; :func:`parse_id` reads text with a given or guessed scheme.
+value type, which describes the scheme to everything above (fields and their
+ranges, text form, summary; see :class:`IdValue`); :func:`parse_id` reads text
+with a given or guessed scheme.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import re
 from typing import Final
 
 from idmint.errors import InvalidId
-from idmint.schemes._base import IdValue
+from idmint.schemes._base import Field, IdValue, coerce_id
 from idmint.schemes.elastic64 import Elastic64
 from idmint.schemes.muid import Muid
 from idmint.schemes.short60 import Short60
@@ -19,12 +21,14 @@ from idmint.schemes.uid64 import Mode, Uid64, Uid64V1
 __all__ = [
     "SCHEMES",
     "Elastic64",
+    "Field",
     "IdValue",
     "Mode",
     "Muid",
     "Short60",
     "Uid64",
     "Uid64V1",
+    "coerce_id",
     "guess_scheme",
     "parse_id",
 ]
@@ -37,11 +41,11 @@ SCHEMES: Final[dict[str, type[IdValue]]] = {
     "short60": Short60,
 }
 
-_MUID_SHAPE = re.compile(r"[0-9A-Fa-f]{32}|[0-9A-Fa-f]{14}-[0-9A-Fa-f]{13}-[0-9A-Fa-f]{5}")
-_HEX16_SHAPE = re.compile(r"[0-9A-Fa-f]{16}")
-_DECIMAL_SHAPE = re.compile(r"[0-9]{1,20}")
-_SHORT60_SHAPE = re.compile(r"[A-Za-z0-9_-]{1,10}")
-_SHORT60_FULL_LENGTH = 10
+_MUID_SHAPE = re.compile(Muid.text_pattern)
+_HEX16_SHAPE = re.compile(Uid64.text_pattern)
+_DECIMAL_SHAPE = re.compile(Elastic64.text_pattern)
+_SHORT60_SHAPE = re.compile(Short60.text_pattern)
+_SHORT60_FULL_LENGTH = Short60.text_length
 
 
 def scheme_type(name: str) -> type[IdValue]:
@@ -117,33 +121,11 @@ def parse_id(text: str, scheme: str | None = None, *, node_bits: int | None = No
         )
     name = scheme if scheme is not None else guess_scheme(text, node_bits=node_bits)
     cls = scheme_type(name)
-    if node_bits is not None and scheme is not None and cls is not Elastic64:
+    if node_bits is not None and scheme is not None and not cls.needs_node_bits:
+        takers = " and ".join(n for n, t in SCHEMES.items() if t.needs_node_bits)
         raise InvalidId(
             name,
-            f"node_bits applies only to elastic64 IDs, not {name}",
+            f"node_bits applies only to {takers} IDs, not {name}",
             problem="node_bits",
         )
-    if cls is Elastic64:
-        return Elastic64.from_text(text, node_bits)
-    return cls.from_text(text)
-
-
-def coerce_id(
-    id_type: type[IdValue], value: object, node_bits: int | None = None, *, where: str
-) -> IdValue:
-    """``value`` (an ID of the family, its text, int or bytes) as an ``id_type``.
-
-    Raises ``InvalidId`` for anything else. An elastic64 value of another width is
-    refused rather than re-read: the same 64 bits name another node under another
-    width, and the column's width is what readers will use.
-    """
-    if id_type is Elastic64:
-        if isinstance(value, Elastic64) and value.node_bits != node_bits:
-            raise InvalidId(
-                "elastic64",
-                f"{where} holds IDs of node_bits={node_bits}, got {value!r}; "
-                "its bits would name another node when read back",
-                problem="node_bits",
-            )
-        return Elastic64.parse(value, node_bits)
-    return id_type.parse(value)
+    return cls._read_text(text, node_bits)

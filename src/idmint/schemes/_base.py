@@ -12,7 +12,9 @@ every minted ID a further ~50 ns.
 from __future__ import annotations
 
 import datetime as _dt
+import inspect
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from idmint.errors import InvalidId
@@ -25,6 +27,25 @@ LAST_DATETIME_MS = 253_402_300_799_999
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 IdT = TypeVar("IdT", bound="IdValue")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a scheme's IDs: what ``to_dict()`` shows and ``build()`` takes.
+
+    The range comes from the scheme's layout constants; where it depends on
+    another field (elastic64's node and burst on node_bits) it is the widest.
+    """
+
+    name: str
+    about: str
+    """What it is, for help texts: ``"ms since 1970-01-01 UTC"``."""
+    low: int = 0
+    high: int = 0
+    choices: tuple[str, ...] = ()
+    """A text field's values (uid64's mode); such a field has no range."""
+    decoded: bool = True
+    """Whether ``to_dict()`` shows it (short60's ``random`` is only a name ``build()`` takes)."""
 
 
 class IdValue:
@@ -41,6 +62,22 @@ class IdValue:
     _max_int: ClassVar[int]
     _family: ClassVar[type[IdValue]]
     """The scheme's root type: its instances convert into each other (uid64, uid64-v1)."""
+
+    # -- what the CLI, the server, storage and pydantic read of a scheme ------------
+    summary: ClassVar[str]
+    """One line for ``idmint schemes``: size, fields, rate."""
+    fields: ClassVar[tuple[Field, ...]]
+    """The fields, in the order ``to_dict()`` shows them."""
+    text_pattern: ClassVar[str]
+    """A regular expression every text form matches (it need not refuse all bad ones)."""
+    text_length: ClassVar[int]
+    """The longest text the reader takes."""
+    json_description: ClassVar[str]
+    json_example: ClassVar[str]
+    """A canonical text form, for JSON schemas."""
+    needs_node_bits: ClassVar[bool] = False
+    """Whether reading an ID needs the node-ID width it was minted under
+    (elastic64): the readers then take it as their second argument."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -66,6 +103,37 @@ class IdValue:
     @classmethod
     def from_text(cls: type[IdT], text: str) -> IdT:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    @classmethod
+    def _read(cls, value: object, node_bits: int | None) -> IdValue:
+        """:meth:`parse`, given the width where the scheme needs one (elastic64)."""
+        return cls.parse(value)
+
+    @classmethod
+    def _read_text(cls, text: str, node_bits: int | None) -> IdValue:
+        """:meth:`from_text`, given the width where the scheme needs one (elastic64)."""
+        return cls.from_text(text)
+
+    @classmethod
+    def _coerce(cls, value: object, node_bits: int | None, where: str) -> IdValue:
+        """``value`` as this type for a column or field ``where`` (see :func:`coerce_id`)."""
+        return cls.parse(value)
+
+    @classmethod
+    def field(cls, name: str) -> Field:
+        """The field called ``name``."""
+        for candidate in cls.fields:
+            if candidate.name == name:
+                return candidate
+        raise KeyError(f"{cls.scheme} IDs have no field {name!r}")
+
+    @classmethod
+    def build_fields(cls) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The fields ``build()`` needs and those it may take, read from its signature."""
+        parameters = inspect.signature(cls.build).parameters.values()  # type: ignore[attr-defined]
+        required = tuple(p.name for p in parameters if p.default is inspect.Parameter.empty)
+        optional = tuple(p.name for p in parameters if p.default is not inspect.Parameter.empty)
+        return required, optional
 
     @classmethod
     def from_bytes(cls: type[IdT], data: bytes | bytearray | memoryview) -> IdT:
@@ -183,6 +251,24 @@ class IdValue:
     @property
     def time(self) -> _dt.datetime:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def coerce_id(
+    id_type: type[IdValue], value: object, node_bits: int | None = None, *, where: str
+) -> IdValue:
+    """``value`` (an ID of the family, its text, int or bytes) as an ``id_type``.
+
+    Raises ``InvalidId`` for anything else. An elastic64 value of another width is
+    refused rather than re-read: the same 64 bits name another node under another
+    width, and the column's width is what readers will use.
+    """
+    return id_type._coerce(value, node_bits, where)
+
+
+def a_scheme(name: str) -> str:
+    """``"an elastic64"``, ``"a uid64"``: the scheme's name with its article, for messages."""
+    # By sound: uid64 is read "you-id", so only the other vowels take "an".
+    return f"{'an' if name[:1] in 'aeio' else 'a'} {name}"
 
 
 # -- parsing helpers ---------------------------------------------------------

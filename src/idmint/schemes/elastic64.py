@@ -22,6 +22,7 @@ from typing import Any, Final
 from idmint.errors import InvalidId
 from idmint.schemes._base import (
     LAST_DATETIME_MS,
+    Field,
     IdValue,
     check_field,
     int_from_bytes,
@@ -59,6 +60,21 @@ class Elastic64(IdValue):
     _forms = "decimal digits, 8 bytes or an int, with node_bits"
     _byte_length = 8
     _max_int = (1 << 64) - 1
+    needs_node_bits = True
+    summary = (
+        f"8 bytes: ms, burst, node ID of {MIN_NODE_BITS}..{MAX_NODE_BITS} bits; "
+        f"2**({LOW_BITS}-bits) IDs/ms"
+    )
+    fields = (
+        Field("timestamp_ms", "ms since 1970-01-01 UTC", 0, MAX_TIMESTAMP_MS),
+        Field("burst", "position within the ms", 0, (1 << (LOW_BITS - MIN_NODE_BITS)) - 1),
+        Field("node", "node ID", 0, (1 << MAX_NODE_BITS) - 1),
+        Field("node_bits", "node-ID width", MIN_NODE_BITS, MAX_NODE_BITS),
+    )
+    text_length = len(str(_max_int))
+    text_pattern = f"[0-9]{{1,{text_length}}}"
+    json_description = "An elastic64 ID: decimal digits"
+    json_example = "75735064375574528"
 
     def __new__(cls, value: object, node_bits: int | None = None) -> Elastic64:
         return cls.parse(value, node_bits)
@@ -87,12 +103,32 @@ class Elastic64(IdValue):
         raise reject_type(cls.scheme, value, cls._forms)
 
     @classmethod
-    def from_text(cls, text: str, node_bits: int | None = None) -> Elastic64:
-        stripped = text.strip()
-        if not stripped or len(stripped) > 20:
+    def _read(cls, value: object, node_bits: int | None) -> Elastic64:
+        return cls.parse(value, node_bits)
+
+    @classmethod
+    def _read_text(cls, text: str, node_bits: int | None) -> Elastic64:
+        return cls.from_text(text, node_bits)
+
+    @classmethod
+    def _coerce(cls, value: object, node_bits: int | None, where: str) -> Elastic64:
+        if isinstance(value, Elastic64) and value.node_bits != node_bits:
             raise InvalidId(
                 cls.scheme,
-                f"expected 1 to 20 decimal digits, got {len(stripped)} characters: {text!r}",
+                f"{where} holds IDs of node_bits={node_bits}, got {value!r}; "
+                "its bits would name another node when read back",
+                problem="node_bits",
+            )
+        return cls.parse(value, node_bits)
+
+    @classmethod
+    def from_text(cls, text: str, node_bits: int | None = None) -> Elastic64:
+        stripped = text.strip()
+        if not stripped or len(stripped) > cls.text_length:
+            raise InvalidId(
+                cls.scheme,
+                f"expected 1 to {cls.text_length} decimal digits, got {len(stripped)} "
+                f"characters: {text!r}",
                 problem="length",
             )
         for position, char in enumerate(stripped):

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from idmint.errors import InvalidId
 from idmint.schemes._base import (
+    Field,
     IdValue,
     check_field,
     int_from_hex,
@@ -60,6 +61,16 @@ class Muid(IdValue):
     _forms = "32 hex digits (or 14-13-5 dashed), 16 bytes or an int"
     _byte_length = 16
     _max_int = (1 << 128) - 1
+    summary = "16 bytes: us, random medallion, offset in a transaction"
+    fields = (
+        Field("timestamp_us", "us since 1970-01-01 UTC", 0, MAX_TIMESTAMP_US),
+        Field("medallion", "medallion", 0, MAX_MEDALLION),
+        Field("offset", "offset within a transaction", 0, MAX_OFFSET),
+    )
+    text_pattern = "[0-9A-Fa-f]{32}|" + "-".join(f"[0-9A-Fa-f]{{{n}}}" for n in _DASHED_GROUPS)
+    text_length = sum(_DASHED_GROUPS) + len(_DASHED_GROUPS) - 1  # the dashed form
+    json_description = "A muid: 32 hex digits (also read: the dashed 14-13-5 form)"
+    json_example = "05D5EAC793E61F17B9F5B9479DF94AC0"
 
     @classmethod
     def from_text(cls, text: str) -> Muid:
@@ -75,7 +86,7 @@ class Muid(IdValue):
                     problem="length",
                 )
             # Check characters where the user typed them, dashes included.
-            int_from_hex(cls.scheme, stripped.replace("-", "0"), 34)
+            int_from_hex(cls.scheme, stripped.replace("-", "0"), cls.text_length)
             stripped = "".join(groups)
         return cls._trusted(int_from_hex(cls.scheme, stripped, 32))
 

@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from idmint.errors import InvalidId
 from idmint.schemes._base import (
+    Field,
     IdValue,
     check_field,
     iso_ms,
@@ -119,6 +120,27 @@ class Short60(IdValue):
     _forms = "a display string, 8 bytes or an int"
     _byte_length = 8
     _max_int = MAX_VALUE
+    summary = (
+        f"60 bits shown as {MAX_DISPLAY_LENGTH} characters: ms, sequence, {NODE_BITS}-bit node; "
+        f"{MAX_SEQUENCE + 1} IDs/ms"
+    )
+    fields = (
+        Field("timestamp_ms", "ms since 1970-01-01 UTC", EPOCH_MS, EPOCH_MS + MAX_ELAPSED_MS),
+        Field("sequence", "position within the ms", 0, MAX_SEQUENCE),
+        Field("node", "node ID", 0, MAX_NODE),
+        Field(
+            "random",
+            f"the low {RANDOM_BITS} bits under uexky's name (same as node)",
+            0,
+            MAX_RANDOM,
+            decoded=False,
+        ),
+        Field("int", "the ID as an int", 0, MAX_VALUE),
+    )
+    text_pattern = f"[A-Za-z0-9_-]{{1,{MAX_DISPLAY_LENGTH}}}"
+    text_length = MAX_DISPLAY_LENGTH
+    json_description = f"A short60 ID: 1 to {MAX_DISPLAY_LENGTH} base-64 characters"
+    json_example = "xinaS8QBh"
 
     @classmethod
     def from_text(cls, text: str) -> Short60:

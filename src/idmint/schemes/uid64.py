@@ -31,6 +31,7 @@ from typing import Any, Final
 
 from idmint.errors import InvalidId
 from idmint.schemes._base import (
+    Field,
     IdValue,
     check_field,
     int_from_hex,
@@ -121,6 +122,16 @@ def identity_bits(generator: int, cluster: int, mode: Mode) -> int:
     )
 
 
+def _fields(max_generator: int) -> tuple[Field, ...]:
+    return (
+        Field("timestamp_ms", "ms since 1970-01-01 UTC", 0, MAX_TIMESTAMP_MS),
+        Field("sequence", "position within the ms", 0, MAX_SEQUENCE),
+        Field("generator", "generator ID", 0, max_generator),
+        Field("cluster", "cluster ID", 0, MAX_CLUSTER),
+        Field("mode", "bit layout", choices=tuple(mode.value for mode in Mode)),
+    )
+
+
 class _EightByteId(IdValue):
     """Fields and codec shared by uid64 and uid64-v1."""
 
@@ -130,11 +141,14 @@ class _EightByteId(IdValue):
     _forms = "16 hex digits, 8 bytes or an int"
     _byte_length = 8
     _max_int = (1 << 64) - 1
+    text_length = 16
+    text_pattern = "[0-9a-fA-F]{16}"
+    json_example = "b2c6d5e9c5800000"
 
     @classmethod
     def from_text(cls, text: str) -> Any:
         """Read the 16-hex-digit text form (either case)."""
-        return cls._checked(int_from_hex(cls.scheme, text.strip(), 16))
+        return cls._checked(int_from_hex(cls.scheme, text.strip(), cls.text_length))
 
     # -- fields -------------------------------------------------------------
     @property
@@ -227,6 +241,12 @@ class Uid64(_EightByteId):
 
     __slots__ = ()
     scheme = "uid64"
+    summary = (
+        "8 bytes, java-uniqueid's layout: ms, sequence, generator, cluster; "
+        f"{MAX_SEQUENCE + 1} IDs/ms"
+    )
+    fields = _fields(MAX_GENERATOR)
+    json_description = "A uid64 ID: 16 hex digits"
 
     @classmethod
     def build(
@@ -249,6 +269,9 @@ class Uid64V1(_EightByteId):
     __slots__ = ()
     scheme = "uid64-v1"
     _max_generator = MAX_GENERATOR_V1
+    summary = f"8 bytes, java-uniqueid's original layout: generators 0..{MAX_GENERATOR_V1} only"
+    fields = _fields(MAX_GENERATOR_V1)
+    json_description = "A uid64-v1 ID: 16 hex digits"
 
     @classmethod
     def _checked(cls, value: int) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from idmint.schemes import SCHEMES
+from idmint.schemes import SCHEMES, Field, IdValue
 
 __all__ = ["openapi_document"]
 
@@ -67,74 +67,56 @@ def _integer(minimum: int, maximum: int) -> dict[str, Any]:
     return {"type": "integer", "minimum": minimum, "maximum": maximum}
 
 
+def _field_schema(field: Field, wider: list[Field]) -> dict[str, Any]:
+    """A decoded field's schema: its choices, or the range that covers it in every scheme."""
+    if field.choices:
+        return {"type": "string", "enum": list(field.choices)}
+    return _integer(min(each.low for each in wider), max(each.high for each in wider))
+
+
 def _decoded_schemas() -> dict[str, Any]:
-    """One schema per scheme: every field ``idmint decode`` prints for it, and only those."""
+    """One schema per family of schemes (uid64 and uid64-v1 share one): every field
+    ``idmint decode`` prints for it, and only those, with the value types' ranges."""
     time_field = {
         "type": "string",
         "format": "date-time",
         "description": "When the ID was minted, ISO 8601 UTC",
     }
-
-    def decoded(schemes: list[str], fields: dict[str, Any]) -> dict[str, Any]:
+    families: dict[type[IdValue], list[type[IdValue]]] = {}
+    for id_type in SCHEMES.values():
+        families.setdefault(id_type._family, []).append(id_type)
+    schemas: dict[str, Any] = {}
+    for members in families.values():
+        fields = {
+            field.name: _field_schema(field, [member.field(field.name) for member in members])
+            for field in members[0].fields
+            if field.decoded
+        }
         properties = {
-            "scheme": {"type": "string", "enum": schemes},
+            "scheme": {"type": "string", "enum": [member.scheme for member in members]},
             "id": {"type": "string", "description": "The canonical text form"},
             "time": time_field,
             **fields,
         }
-        return {
+        schemas[f"Decoded{members[0].__name__}"] = {
             "type": "object",
             "required": list(properties),
             "properties": properties,
             "additionalProperties": False,
         }
-
     return {
-        "DecodedUid64": decoded(
-            ["uid64", "uid64-v1"],
-            {
-                "timestamp_ms": _integer(0, 2**42 - 1),
-                "sequence": _integer(0, 63),
-                "generator": _integer(0, 2047),
-                "cluster": _integer(0, 15),
-                "mode": {"type": "string", "enum": ["spread", "time-sequential"]},
-            },
-        ),
-        "DecodedElastic64": decoded(
-            ["elastic64"],
-            {
-                "timestamp_ms": _integer(0, 2**48 - 1),
-                "burst": _integer(0, 2**8 - 1),
-                "node": _integer(0, 2**16 - 1),
-                "node_bits": _integer(8, 16),
-            },
-        ),
-        "DecodedMuid": decoded(
-            ["muid"],
-            {
-                "timestamp_us": _integer(0, 2**56 - 1),
-                "medallion": _integer(0, 2**52 - 1),
-                "offset": _integer(0, 2**20 - 1),
-            },
-        ),
-        "DecodedShort60": decoded(
-            ["short60"],
-            {
-                "timestamp_ms": {"type": "integer", "minimum": 0},
-                "sequence": _integer(0, 511),
-                # The minting generator's node ID (random bits in uexky's IDs).
-                "node": _integer(0, 511),
-                "int": _integer(0, 2**60 - 1),
-            },
-        ),
+        **schemas,
         "Decoded": {
             "description": "What an ID is made of; the fields depend on its scheme",
-            "oneOf": [
-                {"$ref": f"#/components/schemas/{name}"}
-                for name in ("DecodedUid64", "DecodedElastic64", "DecodedMuid", "DecodedShort60")
-            ],
+            "oneOf": [{"$ref": f"#/components/schemas/{name}"} for name in schemas],
         },
     }
+
+
+def _node_bits_schema() -> dict[str, Any]:
+    """The widths the schemes that need one (elastic64) are read with."""
+    widths = [id_type.field("node_bits") for id_type in SCHEMES.values() if id_type.needs_node_bits]
+    return _field_schema(widths[0], widths)
 
 
 def _claims_schema() -> dict[str, Any]:
@@ -255,7 +237,7 @@ def openapi_document(max_count: int, *, token: bool = False) -> dict[str, Any]:
                     "name": "node_bits",
                     "in": "query",
                     "required": False,
-                    "schema": {"type": "integer", "minimum": 8, "maximum": 16},
+                    "schema": _node_bits_schema(),
                 },
             ],
             extra={invalid: _error("Not an ID of the scheme, or the scheme cannot be told")},
