@@ -438,7 +438,14 @@ def settle_pool(backend: Backend, root: str) -> None:
             for space in ("generator", "node", "short60"):
                 client.hset(f"{root}:{space}", "pool", record)
         return
-    coordinator = connect(backend.url(root, ttl=None))
+    assert isinstance(server, PostgresServer)
+    admin = Backend(
+        "postgres",
+        server,
+        credentials=("postgres", server.password) if server.password else None,
+        ca_path=server.ca_path,
+    )
+    coordinator = connect(admin.url(root, ttl=None))
     try:
         coordinator.store._run(  # creates the table first
             "settling the pool",

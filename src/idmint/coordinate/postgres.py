@@ -205,6 +205,11 @@ class _Connection:
                     if self._connection is None or self._connection.closed:
                         self._connection = self._connect(max(0.5, min(remaining, self.timeout_s)))
                 except pg.Error as error:
+                    if re.search(r"invalid .*value", _first_line(error)):
+                        # libpq checks a parameter's value only when it connects.
+                        raise ConfigurationError(
+                            f"{self.description}: {_first_line(error)}"
+                        ) from None
                     translated = _translate(error, f"connecting to {self.description}")
                     if not isinstance(translated, CoordinatorUnavailable) or isinstance(
                         translated, CoordinatorRefused
@@ -301,7 +306,15 @@ class PostgresStore:
         except CoordinationError as error:
             if not isinstance(error.__cause__, pg.errors.UndefinedTable):
                 raise
-        self.connection.run(f"creating {self.qualified}", self._create)
+        try:
+            self.connection.run(f"creating {self.qualified}", self._create)
+        except CoordinatorRefused as refused:
+            raise CoordinatorRefused(
+                f"{refused}. The table is missing and this role may not create it: create it "
+                f"as the postgresql:// driver's documentation shows (CREATE TABLE "
+                f"{self.qualified} ...), then GRANT SELECT, INSERT, UPDATE ON "
+                f"{self.qualified} TO the URL's role"
+            ) from refused.__cause__
         return self.connection.run(doing, request)
 
     def _create(self, connection: Any) -> None:
@@ -401,7 +414,10 @@ class PostgresStore:
                    %(ceiling)s::bigint, %(renewed)s::bigint, NULL, %(holder)s::text, srv.inc
               FROM srv
              WHERE srv.inc = %(inc)s::text
-               AND (NOT %(write_record)s::boolean OR EXISTS (SELECT 1 FROM rec))
+               AND (NOT %(write_record)s::boolean OR EXISTS (SELECT 1 FROM rec)
+                    OR EXISTS (SELECT 1 FROM {self.qualified} o
+                                WHERE o.space = %(space)s AND o.cluster = %(cluster)s::smallint
+                                  AND o.id = %(id)s::int AND o.token = %(token)s::text))
             ON CONFLICT (space, cluster, id) DO UPDATE
                SET token = excluded.token, holder = excluded.holder,
                    since_ms = excluded.since_ms, expires_ms = excluded.expires_ms,
