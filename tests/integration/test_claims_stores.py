@@ -551,3 +551,32 @@ def test_malformed_store_urls_exit_2_with_one_line(url: str) -> None:
     assert result.returncode == 2, result.stderr
     assert result.stdout == ""
     assert_one_error_line(result.stderr)
+
+
+@pytest.mark.parametrize("name", SECURE)
+def test_serve_workers_claim_each_their_own_and_never_show_the_password(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """``idmint serve --workers 2`` with a store's URL: each worker its own claim;
+    ``/v1/claims`` (what the page shows) carries the URL without its password."""
+    from tests.server.server_helpers import get_alone, running_server
+
+    backend = _secure(name, request)
+    assert backend.credentials is not None
+    password = backend.credentials[1]
+    url = backend.url()
+    (tmp_path / "tmp").mkdir()
+    with running_server(
+        "--workers", "2", "--coordinator", url, env={"TMPDIR": str(tmp_path / "tmp")}
+    ) as server:
+        status, body = get_alone(server.port, "/v1/claims")
+        assert status == 200, body
+        text = body.decode()
+        assert password not in text
+        view = json.loads(text)
+        generators = {row["identity"] for row in view["claims"]}
+        assert len(generators) == 2, view["claims"]
+        assert len(held_generators(backend, url)) == 2
+        page_status, page = get_alone(server.port, "/")
+        assert page_status == 200
+        assert password not in page.decode()

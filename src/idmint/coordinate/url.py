@@ -10,7 +10,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from idmint.errors import ConfigurationError
 
-__all__ = ["CoordinatorUrl", "parse_url"]
+__all__ = ["CoordinatorUrl", "parse_url", "redacted_url"]
 
 
 @dataclass(frozen=True)
@@ -233,6 +233,11 @@ def _host(item: str, shown: str) -> tuple[str, int]:
 def _redact_location(location: str) -> str:
     userinfo, at, hosts = location.rpartition("@")
     return f"{userinfo.split(':', 1)[0]}:***@{hosts}" if at and ":" in userinfo else location
+
+
+def redacted_url(text: str) -> str:
+    """A coordinator URL as given, with its passwords hidden (even a malformed one)."""
+    return _redact(text)
 
 
 def _redact(text: str) -> str:

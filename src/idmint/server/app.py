@@ -52,6 +52,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote
 
 from idmint.coordinate.base import Claim, ClaimState
+from idmint.coordinate.url import redacted_url
 from idmint.errors import (
     ClockMovedBackwards,
     ConfigurationError,
@@ -545,7 +546,9 @@ class IdServer:
         return 200, _JSON, json.dumps(value.to_dict()).encode()
 
     async def _claims(self, scope: Scope) -> tuple[int, list[Any], bytes]:
-        body: dict[str, Any] = {"scheme": self.scheme, "coordinator": self.coordinator}
+        # Shown on the page too: never with its password.
+        shown = redacted_url(self.coordinator) if self.coordinator else None
+        body: dict[str, Any] = {"scheme": self.scheme, "coordinator": shown}
         if self.siblings is None:
             body["claims"] = self.claim_rows()
         else:
