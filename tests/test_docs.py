@@ -284,9 +284,14 @@ def place_for(block: Block, request: pytest.FixtureRequest, directory: Path) -> 
 
         def redis_url(match: re.Match[str]) -> str:
             assert redis is not None, f"{block.name} uses {match.group(0)}: add needs redis"
+            # The block's own prefix goes under one of the block's own.
             query = match.group(1) or ""
-            separator = "&" if query else "?"
-            return f"redis://{redis.endpoint}/0{query}{separator}prefix=docs{prefix}"
+            own = f"prefix=docs{prefix}"
+            if "prefix=" in query:
+                query = query.replace("prefix=", f"{own}-", 1)
+            else:
+                query += ("&" if query else "?") + own
+            return f"redis://{redis.endpoint}/0{query}"
 
         def http_url(match: re.Match[str]) -> str:
             assert id_servers, f"{block.name} uses {match.group(0)}: add needs id-servers"
