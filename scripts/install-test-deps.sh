@@ -10,7 +10,8 @@
 # - gcc and libc6-dev (the fault tests build an LD_PRELOAD shim that steps the clock);
 # - systemd, for systemd-analyze (the example unit in deploy/ is verified).
 # - PostgreSQL (postgresql: server binaries in /usr/lib/postgresql/<version>/bin) for the
-#   storage tests, and util-linux's setpriv, which runs it as an unprivileged user.
+#   storage and postgresql:// claims tests, and util-linux's setpriv, which runs it as an
+#   unprivileged user; redis-server for the redis:// claims tests.
 #
 # Runs `apt-get update` once, and only when something has to be installed; prints
 # nothing when everything is there already. Uses sudo when not run as root.
@@ -27,6 +28,7 @@ readonly COORDINATOR_PACKAGES=(
     libzookeeper-java
     etcd-server
     etcd-client
+    redis-server
 )
 readonly PACKAGES=(
     gcc
@@ -40,6 +42,7 @@ readonly PACKAGES=(
     postgresql
     util-linux
 )
+# scripts/coordinators starts PostgreSQL too: its server binaries, without the rest.
 readonly JRE_PACKAGE=default-jre-headless
 readonly POLICY=/usr/sbin/policy-rc.d
 
@@ -51,7 +54,7 @@ is_installed() {
 
 case "${1:-all}" in
     all) wanted=("${PACKAGES[@]}") ;;
-    coordinators) wanted=("${COORDINATOR_PACKAGES[@]}") ;;
+    coordinators) wanted=("${COORDINATOR_PACKAGES[@]}" postgresql util-linux) ;;
     *)
         log "unknown argument '$1': give none (everything) or 'coordinators'"
         exit 2
@@ -116,11 +119,14 @@ if [ -d /run/systemd/system ]; then
     if [[ " ${missing[*]} " == *" postgresql "* ]]; then
         "${SUDO[@]}" systemctl disable --now postgresql.service >/dev/null 2>&1 || true
     fi
+    if [[ " ${missing[*]} " == *" redis-server "* ]]; then
+        "${SUDO[@]}" systemctl disable --now redis-server.service >/dev/null 2>&1 || true
+    fi
 fi
 
 # Check that what the test harness runs is now there.
 problems=()
-commands=(java etcd etcdctl)
+commands=(java etcd etcdctl redis-server)
 [ "${1:-all}" = coordinators ] || commands+=(wrk setpriv)
 for command in "${commands[@]}"; do
     command -v "$command" >/dev/null 2>&1 || problems+=("command $command")
@@ -134,7 +140,7 @@ for bindir in /usr/lib/postgresql/*/bin; do
     done
     [ -z "$found" ] || postgres_found="$bindir"
 done
-[ -n "$postgres_found" ] || [ "${1:-all}" = coordinators ] || problems+=("/usr/lib/postgresql/*/bin/{initdb,postgres,pg_isready,psql}")
+[ -n "$postgres_found" ] || problems+=("/usr/lib/postgresql/*/bin/{initdb,postgres,pg_isready,psql}")
 for jar in zookeeper.jar zookeeper-jute.jar slf4j-api.jar slf4j-simple.jar metrics-core.jar; do
     [ -f "/usr/share/java/$jar" ] || problems+=("/usr/share/java/$jar")
 done

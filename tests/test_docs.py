@@ -29,13 +29,16 @@ An HTML comment on the line before the fence says more, in ``;``-separated parts
     <!-- docs-test: needs zookeeper, etcd -->
 
 ``needs S, ...``   the servers the block talks to: ``zookeeper``, ``etcd``,
-                   ``postgresql``, ``id-servers`` (two ``idmint serve`` registered in
-                   ZooKeeper discovery). They are the session's test servers; the
-                   block's URLs are rewritten to reach them: ``zk://hosts/path`` and
-                   ``etcd://host:port/path`` get the test server and a path prefix of
-                   their own (``/docs-<random>``; blocks needing ``id-servers`` share
-                   the servers' prefix), ``postgresql+driver://...`` a fresh database,
-                   each ``http://host:port`` another ID server. A block that uses a
+                   ``postgresql``, ``redis``, ``id-servers`` (two ``idmint serve``
+                   registered in ZooKeeper discovery). They are the session's test
+                   servers; the block's URLs are rewritten to reach them:
+                   ``zk://hosts/path`` and ``etcd://host:port/path`` get the test server
+                   and a path prefix of their own (``/docs-<random>``; blocks needing
+                   ``id-servers`` share the servers' prefix),
+                   ``postgresql[+driver]://...`` a fresh database (its query string
+                   kept), ``redis://host:port/db`` the test server with a key prefix of
+                   its own (its query string kept), each ``http://host:port`` another
+                   ID server. A block that uses a
                    server it does not declare fails, and so does a declaration the
                    block does not use.
 ``file PATH``      PATH (a placeholder such as a token file) is a temporary file.
@@ -80,6 +83,7 @@ from tests.server.server_helpers import IdmintServer
 from tests.servers.etcd import EtcdCluster
 from tests.servers.ports import free_port
 from tests.servers.postgres import PostgresServer
+from tests.servers.redis import RedisServer
 from tests.servers.zookeeper import ZooKeeperEnsemble
 
 from idmint import Elastic64, Muid, Uid64
@@ -87,7 +91,7 @@ from idmint.sqlalchemy import Elastic64Type, MuidType, Uid64Type
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-SERVERS = ("zookeeper", "etcd", "postgresql", "id-servers")
+SERVERS = ("zookeeper", "etcd", "postgresql", "redis", "id-servers")
 NOT_RUN = {"text", "json", "toml", "yaml"}
 """Info strings of blocks that are data, not commands (the data is parsed)."""
 DETERMINISTIC = {"decode", "encode", "schemes"}
@@ -102,7 +106,8 @@ _FILE_SKIP = re.compile(r"^<!--\s*docs-test:\s*skip-file\s+(\S.*?)\s*-->$", re.M
 _FENCE = re.compile(r"^( *)```(\S*)\s*$")  # indented within a list item, too
 _ZK_URL = re.compile(r"zk://(?:[^/@\s\"']+@)?[\w.-]+:\d+(?:,[\w.-]+:\d+)*(/[^\s\"'?]*)?")
 _ETCD_URL = re.compile(r"etcd://[\w.-]+:\d+(/[^\s\"'?]*)?")
-_POSTGRES_URL = re.compile(r"postgresql(\+\w+)?://[^\s\"']+")
+_POSTGRES_URL = re.compile(r"postgresql(\+\w+)?://[^\s\"'?]+(\?[^\s\"']*)?")
+_REDIS_URL = re.compile(r"rediss?://[^\s\"'?]+(\?[^\s\"']*)?")
 _HTTP_URL = re.compile(r"https?://[\w.-]+:\d+")
 _PORT_OPTION = re.compile(r"(--port[ =])\d+")
 
@@ -249,6 +254,7 @@ def place_for(block: Block, request: pytest.FixtureRequest, directory: Path) -> 
     postgres: PostgresServer | None = (
         request.getfixturevalue("postgres") if "postgresql" in needs else None
     )
+    redis: RedisServer | None = request.getfixturevalue("redis") if "redis" in needs else None
     id_servers: list[IdmintServer] = (
         request.getfixturevalue("docs_id_servers") if "id-servers" in needs else []
     )
@@ -272,7 +278,20 @@ def place_for(block: Block, request: pytest.FixtureRequest, directory: Path) -> 
 
         def postgres_url(match: re.Match[str]) -> str:
             assert postgres is not None, f"{block.name} uses {match.group(0)}: needs postgresql"
-            return postgres.url(f"postgresql{match.group(1) or ''}", database)
+            return postgres.url(f"postgresql{match.group(1) or ''}", database) + (
+                match.group(2) or ""
+            )
+
+        def redis_url(match: re.Match[str]) -> str:
+            assert redis is not None, f"{block.name} uses {match.group(0)}: add needs redis"
+            # The block's own prefix goes under one of the block's own.
+            query = match.group(1) or ""
+            own = f"prefix=docs{prefix}"
+            if "prefix=" in query:
+                query = query.replace("prefix=", f"{own}-", 1)
+            else:
+                query += ("&" if query else "?") + own
+            return f"redis://{redis.endpoint}/0{query}"
 
         def http_url(match: re.Match[str]) -> str:
             assert id_servers, f"{block.name} uses {match.group(0)}: add needs id-servers"
@@ -286,6 +305,7 @@ def place_for(block: Block, request: pytest.FixtureRequest, directory: Path) -> 
         code = _ZK_URL.sub(zk_url, code)
         code = _ETCD_URL.sub(etcd_url, code)
         code = _POSTGRES_URL.sub(postgres_url, code)
+        code = _REDIS_URL.sub(redis_url, code)
         if id_servers:
             code = _HTTP_URL.sub(http_url, code)
         for placeholder, path in files.items():
@@ -319,6 +339,8 @@ def _check_declared_servers(block: Block) -> None:
         used.add("etcd")
     if _POSTGRES_URL.search(code) or "-- PostgreSQL" in code:
         used.add("postgresql")
+    if _REDIS_URL.search(code):
+        used.add("redis")
     if _HTTP_URL.search(code):
         used.add("id-servers")
     assert used == block.all_needs(), (

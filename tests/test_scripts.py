@@ -1,4 +1,4 @@
-"""scripts/coordinators: local ZooKeeper and etcd for trying idmint, as a user runs it.
+"""scripts/coordinators: local coordinators for trying idmint, as a user runs it.
 
 The script is run as a child process on free ports (or, to check the fallback, with
 ZooKeeper's usual port taken by the test); its URLs are used through the CLI, and it
@@ -93,15 +93,25 @@ def _pids_using(directory: Path) -> list[int]:
 def test_coordinators_serve_urls_that_claim_and_stop_cleanly_on_ctrl_c(
     coordinators: list[Coordinators],
 ) -> None:
-    zk_port, etcd_port = free_port(), free_port()
-    script = Coordinators("--zookeeper-port", str(zk_port), "--etcd-port", str(etcd_port))
+    zk_port, etcd_port, pg_port, redis_port = (free_port() for _ in range(4))
+    script = Coordinators(
+        *("--zookeeper-port", str(zk_port), "--etcd-port", str(etcd_port)),
+        *("--postgresql-port", str(pg_port), "--redis-port", str(redis_port)),
+    )
     coordinators.append(script)
-    urls = script.urls(2)
-    assert urls == [f"zk://{LOOPBACK}:{zk_port}/idmint", f"etcd://{LOOPBACK}:{etcd_port}/idmint"]
+    urls = script.urls(4)
+    assert urls == [
+        f"zk://{LOOPBACK}:{zk_port}/idmint",
+        f"etcd://{LOOPBACK}:{etcd_port}/idmint",
+        f"postgresql://postgres@{LOOPBACK}:{pg_port}/postgres",
+        f"redis://{LOOPBACK}:{redis_port}/0",
+    ]
     data = script.data_directory()
     assert data.is_dir()
 
     for url in urls:
+        # A new database pool settles its first claim for a TTL: a short one here.
+        url += "?ttl=2" if url.startswith(("postgresql", "redis")) else ""
         generated = run_idmint("generate", "--coordinator", url, "--count", "3")
         assert generated.returncode == 0, generated.stderr
         assert len(set(generated.stdout.split())) == 3
@@ -111,8 +121,8 @@ def test_coordinators_serve_urls_that_claim_and_stop_cleanly_on_ctrl_c(
     assert script.stop_status(signal.SIGINT) == 0, script.stderr
     assert "Traceback" not in script.stderr
     assert not data.exists()
-    assert not _listening(zk_port)
-    assert not _listening(etcd_port)
+    for port in (zk_port, etcd_port, pg_port, redis_port):
+        assert not _listening(port)
     assert not _pids_using(data)
 
 

@@ -1,6 +1,7 @@
 """Shared helpers for the claims tests (``tests/integration/test_claims_*.py``).
 
-* :class:`Backend` names a coordinator under test (``static``, ``zk``, ``etcd``) and
+* :class:`Backend` names a coordinator under test (``static``, ``zk``, ``etcd``,
+  ``postgres``, ``redis``, ...) and
   builds its URLs; the ``backend`` fixture (``conftest.py``) makes one from a name
   given by indirect parametrization over :data:`ALL_BACKENDS` or
   :data:`CLAIMED_BACKENDS`.
@@ -36,6 +37,8 @@ from tests.cli_process import assert_one_error_line, now_ms, run_idmint
 from tests.servers import wait_until
 from tests.servers.etcd import EtcdCluster
 from tests.servers.ports import LOOPBACK, free_port
+from tests.servers.postgres import PostgresServer
+from tests.servers.redis import RedisServer
 from tests.servers.zookeeper import ZooKeeperEnsemble, expire_session
 
 from idmint import Uid64
@@ -69,6 +72,7 @@ __all__ = [
     "run_idmint",
     "server_backends",
     "session_backends",
+    "settle_pool",
     "settled_local_directory",
     "shared_backends",
     "unique_root",
@@ -76,7 +80,7 @@ __all__ = [
     "wait_for_new_claim",
 ]
 
-SERVER_BACKENDS: list[str] = ["zk", "etcd"]
+SERVER_BACKENDS: list[str] = ["zk", "etcd", "postgres", "redis"]
 """Coordinators that are servers: they can be unreachable, and other processes share them."""
 
 SESSION_BACKENDS: list[str] = ["memory", *SERVER_BACKENDS]
@@ -99,6 +103,11 @@ DEFAULT_TTL_S = 2.0
 STATIC_GENERATOR = 7
 STATIC_CLUSTER = 3
 """The identity the static backend configures (anything but the defaults)."""
+
+CLAIMS_DATABASE = "idmint_claims"
+"""The PostgreSQL database the claims tests' tables live in (one table per test)."""
+
+Server = ZooKeeperEnsemble | EtcdCluster | PostgresServer | RedisServer
 
 
 def backend_params(names: Iterable[str], *, xfail: dict[str, str] | None = None) -> list[Any]:
@@ -162,7 +171,7 @@ class Backend:
     """
 
     name: str
-    server: ZooKeeperEnsemble | EtcdCluster | None = None
+    server: Server | None = None
     credentials: tuple[str, str] | None = None
     tls: bool = False
     ca_path: Path | None = None
@@ -181,15 +190,39 @@ class Backend:
     def scheme(self) -> str:
         if self.name == "etcd":
             return "etcds" if self.tls else "etcd"
+        if self.name == "redis":
+            return "rediss" if self.tls else "redis"
+        if self.name == "postgres":
+            return "postgresql"
         return self.name
 
-    def new_root(self) -> str:
+    @property
+    def stores(self) -> bool:
+        """Whether the coordinator is a database that may forget (PostgreSQL, Redis)."""
+        return self.name in ("postgres", "redis")
+
+    def new_root(self, *, settled: bool = True) -> str:
+        """A pool of its own: a ZooKeeper root, an etcd prefix, a PostgreSQL table, a
+        Redis key prefix, a local:// directory.
+
+        A database's pool is ``settled``: made as a fleet's has been since its first
+        minute, so its claims need not wait for holders it might have forgotten
+        (tests of that rule ask for a new pool with ``settled=False``).
+        """
         if self.name == "local":
             return str(settled_local_directory())
         if self.name == "memory":
             self.roots.append(unique_root().strip("/"))
             return self.roots[-1]
-        return unique_root(self.root_prefix)
+        if self.name == "postgres":
+            root = f"t_{uuid.uuid4().hex}"
+        elif self.name == "redis":
+            root = f"{self.root_prefix}t-{uuid.uuid4().hex}"
+        else:
+            return unique_root(self.root_prefix)
+        if settled:
+            settle_pool(self, root)
+        return root
 
     def hosts(self) -> str:
         if self.name in ("local", "memory"):
@@ -197,6 +230,8 @@ class Backend:
         server = self._server()
         if isinstance(server, ZooKeeperEnsemble):
             return server.hosts
+        if isinstance(server, (PostgresServer, RedisServer)):
+            return f"{LOOPBACK}:{server.port}"
         return ",".join(server.endpoints)
 
     def url(
@@ -224,13 +259,19 @@ class Backend:
             text = f"{self.name}://{root if root is not None else self.new_root()}"
             return f"{text}?{urlencode(query, safe='/:')}" if query else text
         if self.ca_path is not None:
-            query.setdefault("ca", str(self.ca_path))
+            query.setdefault("sslrootcert" if self.name == "postgres" else "ca", str(self.ca_path))
         user_password = credentials or self.credentials
         userinfo = ""
         if user_password is not None:
             userinfo = f"{quote(user_password[0], safe='')}:{quote(user_password[1], safe='')}@"
         location = hosts if hosts is not None else self.hosts()
         path = root if root is not None else self.new_root()
+        if self.stores:
+            # The URL's path is the database; the pool is a table or a key prefix.
+            query = {("table" if self.name == "postgres" else "prefix"): path, **query}
+            if self.name == "postgres" and not userinfo:
+                userinfo = "postgres@"
+            path = f"/{CLAIMS_DATABASE}" if self.name == "postgres" else "/0"
         text = f"{self.scheme}://{userinfo}{location}{path}"
         return f"{text}?{urlencode(query, safe='/:')}" if query else text
 
@@ -253,6 +294,23 @@ class Backend:
             found = marks.get(("generator", cluster, generator))
             return None if found is None else found[0].to_json()
         server = self._server()
+        if isinstance(server, PostgresServer):
+            rows = server.psql(
+                "SELECT json_build_object('ceiling_ms', ceiling_ms, 'renewed_ms', renewed_ms, "
+                "'released_ms', released_ms, 'holder', mark_holder, 'incarnation', incarnation) "
+                f"FROM \"{root}\" WHERE space = 'generator' AND cluster = {cluster} "
+                f"AND id = {generator} AND ceiling_ms IS NOT NULL",
+                CLAIMS_DATABASE,
+            ).strip()
+            return json.loads(rows) if rows else None
+        if isinstance(server, RedisServer):
+            with server.client() as client:
+                raw = client.hget(f"{root}:generator", f"mark:{cluster}:{generator}")
+            if raw is None:
+                return None
+            incarnation, _, text = raw.decode().partition(" ")
+            redis_mark: dict[str, Any] = {**json.loads(text), "incarnation": incarnation}
+            return redis_mark
         if isinstance(server, ZooKeeperEnsemble):
             from kazoo.client import KazooClient
             from kazoo.exceptions import NoNodeError
@@ -287,6 +345,23 @@ class Backend:
                 pool._end(claim._session)  # type: ignore[attr-defined]
             return
         server = self._server()
+        if isinstance(server, (PostgresServer, RedisServer)):
+            # The lease goes, as when it lapses and another holder takes it: the
+            # claim learns it at its next renewal.
+            token = claim._token  # type: ignore[attr-defined]
+            held = claim._held  # type: ignore[attr-defined]
+            assert held is not None, "the claim holds no lease"
+            store = claim.store  # type: ignore[attr-defined]
+            if isinstance(server, PostgresServer):
+                server.psql(
+                    f'UPDATE "{store.table}" SET token = NULL, expires_ms = NULL '
+                    f"WHERE token = '{token}'",
+                    CLAIMS_DATABASE,
+                )
+            else:
+                with server.client() as client:
+                    client.hdel(store.key(claim.space), f"lease:{held[0]}:{held[1]}")  # type: ignore[attr-defined]
+            return
         if isinstance(server, ZooKeeperEnsemble):
             client = claim._client  # type: ignore[attr-defined]
             # Reconnecting (after a restart, say): expire the session it gets back.
@@ -309,7 +384,11 @@ class Backend:
                 with self._memory(root).pool.lock:
                     self._memory(root).pool.reachable = False
             return time.monotonic()
-        self._server().stop_member(0)
+        server = self._server()
+        if isinstance(server, (PostgresServer, RedisServer)):
+            server.stop()
+        else:
+            server.stop_member(0)
         return time.monotonic()
 
     def start_server(self) -> None:
@@ -321,7 +400,11 @@ class Backend:
                     pool.reachable = True
                     pool.changed.notify_all()
             return
-        self._server().start_member(0)
+        server = self._server()
+        if isinstance(server, (PostgresServer, RedisServer)):
+            server.start()
+        else:
+            server.start_member(0)
 
     @staticmethod
     def _memory(root: str) -> Any:
@@ -334,10 +417,47 @@ class Backend:
         finally:
             coordinator.close()
 
-    def _server(self) -> ZooKeeperEnsemble | EtcdCluster:
+    def _server(self) -> Server:
         if self.server is None:
             raise TypeError(f"the {self.name} backend has no server")
         return self.server
+
+
+def settle_pool(backend: Backend, root: str) -> None:
+    """Make the database pool ``root`` as a fleet's is after its first minute.
+
+    Its record (the documented layout) says the store's current incarnation has
+    been seen since the epoch: claims need not settle past holders it may have
+    forgotten. The rule itself is tested on new pools.
+    """
+    server = backend._server()
+    if isinstance(server, RedisServer):
+        with server.client() as client:
+            run_id = client.info("server")["run_id"]
+            record = json.dumps({"incarnation": run_id, "since_ms": 0, "ttl_ms": 0})
+            for space in ("generator", "node", "short60"):
+                client.hset(f"{root}:{space}", "pool", record)
+        return
+    assert isinstance(server, PostgresServer)
+    admin = Backend(
+        "postgres",
+        server,
+        credentials=("postgres", server.password) if server.password else None,
+        ca_path=server.ca_path,
+    )
+    coordinator = connect(admin.url(root, ttl=None))
+    try:
+        coordinator.store._run(  # creates the table first
+            "settling the pool",
+            lambda connection: connection.execute(
+                f'INSERT INTO "public"."{root}" (space, cluster, id, incarnation, since_ms, '
+                "lease_ms) SELECT space, -1, -1, (extract(epoch FROM pg_postmaster_start_time()) "
+                "* 1000000)::bigint::text, 0, 0 FROM unnest(ARRAY['generator', 'node', "
+                "'short60']) AS space"
+            ),
+        )
+    finally:
+        coordinator.close()
 
 
 def settled_local_directory() -> Path:
@@ -365,6 +485,12 @@ def make_backend(name: str, request: pytest.FixtureRequest) -> Backend:
         return Backend("zk", request.getfixturevalue("zk"), url_options={"queue": "false"})
     if name == "etcd":
         return Backend("etcd", request.getfixturevalue("etcd"))
+    if name == "postgres":
+        postgres: PostgresServer = request.getfixturevalue("postgres")
+        postgres.create_database(CLAIMS_DATABASE)
+        return Backend("postgres", postgres)
+    if name == "redis":
+        return Backend("redis", request.getfixturevalue("redis"))
     raise ValueError(f"unknown backend {name!r}")
 
 

@@ -318,7 +318,7 @@ BAD_CLAIMED_URLS: dict[str, _Bad] = {
     "negative claim_timeout": lambda b: b.url(claim_timeout=-1),
     "margin over half the ttl": lambda b: b.url(margin=1.5),
     "cluster out of range": lambda b: b.url(cluster=16),
-    "unknown scheme": lambda b: b.url().replace(f"{b.scheme}://", "redis://", 1),
+    "unknown scheme": lambda b: b.url().replace(f"{b.scheme}://", "nosuch://", 1),
     "not a url": lambda b: b.hosts(),
 }
 BAD_STATIC_URLS: dict[str, _Bad] = {

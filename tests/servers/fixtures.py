@@ -1,4 +1,4 @@
-"""Session fixtures giving tests real ZooKeeper, etcd and PostgreSQL servers.
+"""Session fixtures giving tests real ZooKeeper, etcd, PostgreSQL and Redis servers.
 
 Loaded by ``tests/conftest.py``, so every directory shares one server of each kind
 per session (integration, faults, client, storage and the docs test alike). Every
@@ -20,12 +20,14 @@ cluster awaited (``_restart_stopped_members``), so the next test finds it whole.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from typing import TypeVar
 
 import pytest
 from tests.servers.etcd import EtcdCluster
 from tests.servers.postgres import PostgresServer
+from tests.servers.redis import RedisServer
 from tests.servers.zookeeper import ZooKeeperEnsemble
 
 __all__ = [
@@ -34,6 +36,10 @@ __all__ = [
     "etcd3",
     "etcd_secure",
     "postgres",
+    "postgres_secure",
+    "redis",
+    "redis_secure",
+    "redis_volatile",
     "zk",
     "zk3",
     "zk_auth",
@@ -43,6 +49,9 @@ _started: list[ZooKeeperEnsemble | EtcdCluster] = []
 """Clusters started by the fixtures of this session."""
 
 _C = TypeVar("_C", ZooKeeperEnsemble, EtcdCluster)
+
+_single_servers: list[PostgresServer | RedisServer] = []
+"""PostgreSQL and Redis servers of this session that tests stop, freeze or crash."""
 
 
 def _serve(cluster: _C) -> Iterator[_C]:
@@ -107,15 +116,71 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServe
     server = PostgresServer(tmp_path_factory.mktemp("postgres"))
     try:
         server.start()
+        _single_servers.append(server)
+        yield server
+    finally:
+        _single_servers.remove(server)
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """A PostgreSQL server that asks for the superuser's password (``.password``) over TLS
+    (``.ca_path`` verifies it)."""
+    server = PostgresServer(
+        tmp_path_factory.mktemp("postgres-secure"), password=secrets.token_urlsafe(12), tls=True
+    )
+    try:
+        server.start()
         yield server
     finally:
         server.close()
 
 
+def _serve_redis(server: RedisServer) -> Iterator[RedisServer]:
+    try:
+        server.start()
+        _single_servers.append(server)
+        yield server
+    finally:
+        server.stop()
+        if server in _single_servers:
+            _single_servers.remove(server)
+
+
+@pytest.fixture(scope="session")
+def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A Redis server that keeps its data across restarts (an append-only file, fsync
+    always), without authentication."""
+    yield from _serve_redis(RedisServer(tmp_path_factory.mktemp("redis"), persistence=True))
+
+
+@pytest.fixture(scope="session")
+def redis_volatile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A Redis server without persistence: a restart comes back empty."""
+    yield from _serve_redis(
+        RedisServer(tmp_path_factory.mktemp("redis-volatile"), persistence=False)
+    )
+
+
+@pytest.fixture(scope="session")
+def redis_secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A Redis server over TLS only (``.ca_path``) with ACL users: the default user's
+    password is ``.admin_password``; ``tests.servers.redis.USER`` (``.user_password``)
+    may touch keys starting with ``tests.servers.redis.USER_KEYS`` only."""
+    yield from _serve_redis(
+        RedisServer(tmp_path_factory.mktemp("redis-secure"), tls=True, acl=True)
+    )
+
+
 @pytest.fixture(autouse=True)
 def _restart_stopped_members() -> Iterator[None]:
-    """After each test, start again any member a test left stopped."""
+    """After each test, start again any member a test left stopped (or frozen)."""
     yield
     for cluster in list(_started):
         if not all(cluster.is_running(i) for i in range(cluster.size)):
             cluster.heal()
+    for server in list(_single_servers):
+        server.thaw()
+        if not server.running:
+            server.start()

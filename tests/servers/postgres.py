@@ -19,8 +19,11 @@ temporary directories are private to root), owned by that user and removed when 
 server is stopped or the interpreter exits.
 
 The server trusts every local connection (``initdb --auth=trust``): the superuser is
-``postgres``, without a password. It is tuned for tests, not durability: no fsync, no
-synchronous commit, no full-page writes. A server starts in one to two seconds.
+``postgres``, without a password. ``password="..."`` makes it ask for that password
+(SCRAM) over TCP instead; ``tls=True`` serves TLS with a certificate from a private CA
+(``trustme``, :attr:`PostgresServer.ca_path`). It is tuned for tests, not durability:
+no fsync, no synchronous commit, no full-page writes. A server starts in one to two
+seconds.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ FAST_SETTINGS: Mapping[str, str] = {
     "fsync": "off",
     "synchronous_commit": "off",
     "full_page_writes": "off",
-    "max_connections": "60",
+    "max_connections": "150",
     "shared_buffers": "64MB",
     "log_min_messages": "warning",
 }
@@ -100,6 +103,9 @@ class PostgresServer:
         *,
         settings: Mapping[str, str] = FAST_SETTINGS,
         bindir: Path | None = None,
+        password: str | None = None,
+        tls: bool = False,
+        port: int | None = None,
     ) -> None:
         """Describe a server.
 
@@ -107,11 +113,16 @@ class PostgresServer:
         :param settings: ``postgres -c`` settings.
         :param bindir: where ``initdb`` and ``postgres`` are (default:
             :func:`postgres_bindir`).
+        :param password: the superuser's password, asked over TCP (default: none asked).
+        :param tls: serve TLS (see :attr:`ca_path`).
+        :param port: the port (default: a free one).
         """
         self.tmpdir = Path(tmpdir)
         self.settings = dict(settings)
         self._bindir = bindir
-        self.port = free_port()
+        self.password = password
+        self.tls = tls
+        self.port = port or free_port()
         self._run_as: pwd.struct_passwd | None = None
         if os.geteuid() == 0:
             user = os.environ.get(USER_ENV, DEFAULT_USER)
@@ -139,7 +150,13 @@ class PostgresServer:
 
     def url(self, driver: str = "postgresql+psycopg", database: str = "postgres") -> str:
         """A SQLAlchemy URL: ``postgresql+psycopg://postgres@127.0.0.1:PORT/DATABASE``."""
-        return f"{driver}://{SUPERUSER}@{LOOPBACK}:{self.port}/{database}"
+        userinfo = f"{SUPERUSER}:{self.password}" if self.password else SUPERUSER
+        return f"{driver}://{userinfo}@{LOOPBACK}:{self.port}/{database}"
+
+    @property
+    def ca_path(self) -> Path | None:
+        """PEM of the CA that signed the server's certificate (None without TLS)."""
+        return self.tmpdir / "tls" / "ca.pem" if self.tls else None
 
     def connection_settings(self, database: str = "postgres") -> dict[str, str | int]:
         """Host, port, user and database name, as keyword arguments (libpq, Django)."""
@@ -174,6 +191,7 @@ class PostgresServer:
             "listen_addresses": LOOPBACK,
             "port": str(self.port),
             "unix_socket_directories": "",
+            **self._tls_settings(),
             **self.settings,
         }.items():
             options += ["-c", f"{name}={value}"]
@@ -192,12 +210,37 @@ class PostgresServer:
             check=self.process.check_alive,
         )
 
+    def crash(self) -> None:
+        """Immediate shutdown (``SIGQUIT``: no checkpoint, crash recovery at the next start)."""
+        pid = self.process.pid
+        if self.running and pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGQUIT)
+            wait_until(
+                lambda: not self.running, timeout=30, description="PostgreSQL to stop at once"
+            )
+        self.process.stop()
+
+    def freeze(self) -> None:
+        """``SIGSTOP`` to the server and every backend: connections stay, nothing answers."""
+        self._signal_group(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self._signal_group(signal.SIGCONT)
+
+    def _signal_group(self, signum: signal.Signals) -> None:
+        pid = self.process.pid
+        if self.running and pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signum)
+
     def stop(self, timeout: float = 10.0) -> None:
         """Fast shutdown (``SIGINT``: clients are disconnected) and wait for the exit.
 
         ``SIGTERM``, what :meth:`ServerProcess.stop` sends, is PostgreSQL's *smart*
         shutdown, which waits for every client to disconnect first.
         """
+        self.thaw()
         pid = self.process.pid
         if self.running and pid is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -243,6 +286,7 @@ class PostgresServer:
             text=True,
             check=False,
             timeout=60,
+            env={**os.environ, "PGPASSWORD": self.password or "", "PGSSLMODE": "prefer"},
         )
         if completed.returncode != 0:
             raise ServerError(f"psql {sql!r} failed: {completed.stderr.strip()}")
@@ -293,6 +337,17 @@ class PostgresServer:
         # Registered after the ServerProcess exit hook, so it runs before it (LIFO):
         # a fast shutdown first, then the data directory goes.
         atexit.register(self.close)
+        authentication = ["--auth=trust"]
+        if self.password:
+            password_file = parent / "password"
+            password_file.write_text(self.password + "\n")
+            if self._run_as is not None:
+                os.chown(password_file, self._run_as.pw_uid, self._run_as.pw_gid)
+            authentication = [
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                f"--pwfile={password_file}",
+            ]
         completed = subprocess.run(
             [
                 *self._as_server_user(),
@@ -301,7 +356,7 @@ class PostgresServer:
                 str(self.data_dir),
                 "-U",
                 SUPERUSER,
-                "--auth=trust",
+                *authentication,
                 "--encoding=UTF8",
                 "--no-locale",
                 "--no-sync",
@@ -318,6 +373,29 @@ class PostgresServer:
                 f"initdb failed with status {completed.returncode}:\n"
                 f"{completed.stdout}{completed.stderr}"
             )
+
+    def _tls_settings(self) -> dict[str, str]:
+        """The ``ssl`` settings (certificates made on first use), or none without TLS."""
+        if not self.tls or self._data_parent is None:
+            return {}
+        directory = self._data_parent / "tls"
+        cert, key = directory / "server.pem", directory / "server-key.pem"
+        if not cert.exists():
+            import trustme
+
+            directory.mkdir(exist_ok=True)
+            ca = trustme.CA(organization_name="idmint tests")
+            server = ca.issue_cert(LOOPBACK, "localhost", common_name="postgres")
+            assert self.ca_path is not None
+            self.ca_path.parent.mkdir(parents=True, exist_ok=True)
+            ca.cert_pem.write_to_path(str(self.ca_path))
+            server.private_key_pem.write_to_path(str(key))
+            cert.write_bytes(b"".join(blob.bytes() for blob in server.cert_chain_pems))
+            key.chmod(0o600)
+            if self._run_as is not None:
+                for path in (directory, cert, key):
+                    os.chown(path, self._run_as.pw_uid, self._run_as.pw_gid)
+        return {"ssl": "on", "ssl_cert_file": str(cert), "ssl_key_file": str(key)}
 
     def _ready(self) -> bool:
         completed = subprocess.run(

@@ -1,4 +1,4 @@
-"""Where generator identities come from: configured, or claimed from ZooKeeper or etcd.
+"""Where generator identities come from: configured, or claimed from a shared store.
 
 A coordinator is chosen by URL scheme (like tooz's backends); each driver's
 module docstring gives its URL grammar and an options table:
@@ -11,6 +11,8 @@ scheme          driver                                          needs
 ``memory://``   :class:`~idmint.coordinate.memory.MemoryCoordinator`        nothing (tests, drills)
 ``zk://``       :class:`~idmint.coordinate.zookeeper.ZooKeeperCoordinator`  ``idmint[zookeeper]``
 ``etcd://``     :class:`~idmint.coordinate.etcd.EtcdCoordinator`            ``idmint[etcd]``
+``postgresql``  :class:`~idmint.coordinate.postgres.PostgresCoordinator`    ``idmint[postgres]``
+``redis://``    :class:`~idmint.coordinate.redis.RedisCoordinator`          ``idmint[redis]``
 ==============  ==============================================  ===========================
 
 >>> coordinator = connect("static://?generator=5")
@@ -65,6 +67,10 @@ _BUILT_IN = {
     "zookeeper": "idmint.coordinate.zookeeper:ZooKeeperCoordinator",
     "etcd": "idmint.coordinate.etcd:EtcdCoordinator",
     "etcds": "idmint.coordinate.etcd:EtcdCoordinator",
+    "postgresql": "idmint.coordinate.postgres:PostgresCoordinator",
+    "postgres": "idmint.coordinate.postgres:PostgresCoordinator",
+    "redis": "idmint.coordinate.redis:RedisCoordinator",
+    "rediss": "idmint.coordinate.redis:RedisCoordinator",
 }
 """The drivers idmint ships, also registered in its package metadata; this table
 serves a source tree that was never installed."""

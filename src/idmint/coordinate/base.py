@@ -313,6 +313,9 @@ class Claim:
         self._failure: Exception | None = None
         self._recorded_with_claim: tuple[int, int] | None = None
         """(ceiling, sent_mono) when the driver recorded the first ceiling in its claim."""
+        self._settling: tuple[int, int] | None = None
+        """(floor_ms, until_mono_ns) while a claim waits out a predecessor it cannot
+        rule out (see :meth:`_settle_past_floor`); None once settled."""
 
     # -- what generators use ------------------------------------------------------
     @property
@@ -343,6 +346,8 @@ class Claim:
             or self.clock.monotonic_ns() >= grant.deadline_mono_ns
         ):
             return None
+        if self._settling is not None and self._still_settling():
+            return None
         return grant
 
     def wait(self, timeout_s: float | None = None, *, min_ceiling_ms: int | None = None) -> Grant:
@@ -362,13 +367,20 @@ class Claim:
                     return grant
                 if self._state is ClaimState.RELEASED:
                     raise ClaimLost(f"{self.description}: the claim was released (closed)")
+                poll_s = 0.05
                 if self._grant is not None and self._state is ClaimState.ACTIVE:
-                    # Deadline or ceiling reached without a renewal: ask for one now.
-                    self._wake.set()
+                    settle_s = self._settle_left_s()
+                    if settle_s > 0 and self.clock.monotonic_ns() < self._grant.deadline_mono_ns:
+                        # Settling is no outage: its wait does not count against the timeout.
+                        deadline = max(deadline, time.monotonic() + settle_s + 0.05)
+                        poll_s = min(poll_s, settle_s)
+                    else:
+                        # Deadline or ceiling reached without a renewal: ask for one now.
+                        self._wake.set()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise self._timeout_error(timeout)
-                self._cond.wait(min(remaining, 0.05))
+                self._cond.wait(min(remaining, poll_s))
 
     def attach(self, generator: Fenceable) -> None:
         """Register a generator to be fenced the moment the claim is in doubt."""
@@ -616,6 +628,7 @@ class Claim:
             if self._state is not ClaimState.RELEASED:
                 self._set_state(ClaimState.CLAIMING, "claiming an identity")
         self._recorded_with_claim = None
+        self._settling = None
         identity, floor_ms = self._acquire()
         recorded, self._recorded_with_claim = self._recorded_with_claim, None
         with self._cond:
@@ -647,6 +660,41 @@ class Claim:
         claim becomes usable without a separate renewal.
         """
         return max(self.clock.time_ns() // 1_000_000 + round(self.ttl_s * 1000), floor_ms)
+
+    def _settle_past_floor(self, floor_ms: int) -> None:
+        """Grant nothing until this host's clock passes ``floor_ms`` (a driver's call
+        in ``_acquire``, for the floor it returns).
+
+        For a store that can forget (a restart without persistence, a failover to
+        a replica that missed the latest writes): when it cannot prove who held
+        an identity last, the driver floors the claim a TTL + the skew past the
+        moment the store's memory may begin, and the claim waits that out, by
+        when any holder the store forgot has fenced itself. The real-time bound
+        (TTL + skew since the claim) keeps a host whose clock runs behind from
+        waiting as long as its clock is off; its generator then waits for (or
+        refuses on) the floor, as on a high-water mark.
+        """
+        until_mono = self.clock.monotonic_ns() + round(
+            (self.ttl_s + self.options.skew_ms / 1000) * 1e9
+        )
+        self._settling = (floor_ms, until_mono)
+
+    def _still_settling(self) -> bool:
+        """Whether the claim still waits out its floor (clears the wait once it ended)."""
+        if self._settle_left_s() > 0:
+            return True
+        self._settling = None
+        return False
+
+    def _settle_left_s(self) -> float:
+        """Seconds until the claim has settled (0 when it has, or never had to)."""
+        settling = self._settling
+        if settling is None:
+            return 0.0
+        floor_ms, until_mono = settling
+        by_clock_s = (floor_ms + 1 - self.clock.time_ns() / 1_000_000) / 1000
+        by_real_time_s = (until_mono - self.clock.monotonic_ns()) / 1e9
+        return max(0.0, min(by_clock_s, by_real_time_s))
 
     def _renew_once(self) -> bool:
         """One round trip recording a new ceiling. False if the claim is gone."""

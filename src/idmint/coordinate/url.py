@@ -10,7 +10,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from idmint.errors import ConfigurationError
 
-__all__ = ["CoordinatorUrl", "parse_url"]
+__all__ = ["CoordinatorUrl", "parse_url", "redacted_url"]
 
 
 @dataclass(frozen=True)
@@ -24,10 +24,11 @@ class CoordinatorUrl:
     text: str
 
     def redacted(self) -> str:
-        """The URL with the password hidden, for messages and logs."""
-        if self.password is None:
-            return self.text
-        return self.text.replace(f":{self.password}@", ":***@", 1)
+        """The URL with the passwords hidden (userinfo's, query's), for messages and logs."""
+        text = self.text
+        if self.password is not None:
+            text = text.replace(f":{self.password}@", ":***@", 1)
+        return _redact_query(text)
 
     def hosts_text(self) -> str:
         return ",".join(f"{host}:{port}" for host, port in self.hosts)
@@ -238,11 +239,24 @@ def _redact_location(location: str) -> str:
     return f"{userinfo.split(':', 1)[0]}:***@{hosts}" if at and ":" in userinfo else location
 
 
+def redacted_url(text: str) -> str:
+    """A coordinator URL as given, with its passwords hidden (even a malformed one)."""
+    return _redact(text)
+
+
 def _redact(text: str) -> str:
     """``text`` with a password in it replaced by ``***``, for messages."""
     scheme, sep, rest = text.partition("://")
     userinfo, at, tail = rest.partition("@")
     if not at or "/" in userinfo or ":" not in userinfo:
-        return text
+        return _redact_query(text)
     user = userinfo.split(":", 1)[0]
-    return f"{scheme}{sep}{user}:***@{tail}"
+    return _redact_query(f"{scheme}{sep}{user}:***@{tail}")
+
+
+_SECRET_OPTION = re.compile(r"([?&](?:password|sslpassword)=)[^&#]*", re.IGNORECASE)
+"""Query options that carry a secret (libpq takes ``password=`` there, too)."""
+
+
+def _redact_query(text: str) -> str:
+    return _SECRET_OPTION.sub(r"\1***", text)

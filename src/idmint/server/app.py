@@ -590,7 +590,8 @@ class IdServer:
     async def _claims(self, scope: Scope) -> tuple[int, list[Any], bytes]:
         body: dict[str, Any] = {
             "scheme": self.scheme,
-            # The one the claims came from, named even when it is the default.
+            # The one the claims came from, named even when it is the default;
+            # shown on the page too, so never with its password.
             "coordinator": coordinator_for(self.scheme, self.coordinator, **self._options),
         }
         if self.siblings is None:

@@ -1,0 +1,434 @@
+"""Claims as leases in a database that may forget: what the PostgreSQL and Redis drivers share.
+
+A claim is a lease row (PostgreSQL) or hash field (Redis) carrying the holder's
+random token and an expiry by the store's clock; the holder renews it three
+times per TTL with one request that compares its token in the same atomic step
+as it writes the new ceiling, and fences itself by its own monotonic clock
+before the lease can lapse (:mod:`idmint.coordinate.base`). What sets these
+stores apart from ZooKeeper and etcd is that they can forget: Redis without
+persistence loses every key on a restart, an operator may flush or drop the
+pool, and a failover to an asynchronous replica (Redis or PostgreSQL) loses
+the latest writes: a claim and the renewals of a holder that goes on minting.
+
+So a claimant trusts only what the store can prove it has not forgotten:
+
+* **The store's incarnation**: an identifier of the server process's life
+  (Redis's ``run_id``, PostgreSQL's postmaster start time), which a restart,
+  a failover or a restore changes. Every high-water mark carries the
+  incarnation it was written in, and the pool's record says since when (by
+  the claimants' clocks) the pool has been seen in the current one.
+* **A mark written in the current incarnation** is proven: nothing written
+  after it was lost, so the claimant's floor is its ceiling (a released mark
+  is a clean release; a lapsed one is held off as on every coordinator).
+* **Otherwise** (no mark, or one from an earlier incarnation, and the pool's
+  record is younger than a TTL + the skew allowance), a holder the store has
+  forgotten may still be minting until its deadline: the floor is
+  ``max(mark, record.since + TTL + skew)`` and the claim *settles*, granting
+  nothing until its clock passes that floor (or that long has really elapsed),
+  by when any such holder has fenced itself, and every timestamp it used lies
+  below. TTL here is the longest any claimant of the pool declared.
+
+A missing record (a new pool, or one the store forgot) is written with the
+current incarnation and ``since`` = now, so a brand-new pool settles its first
+claims too: a new pool and a forgotten one look the same.
+
+A lost reply to a claim is recognised by the token: the claim is sent again
+with the same token, and the store answers that it is already ours.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from idmint.clock import Clock
+from idmint.coordinate.base import (
+    Claim,
+    ClaimOptions,
+    HighWaterMark,
+    holder_description,
+)
+from idmint.errors import ClaimLost, CoordinationError, CoordinatorUnavailable
+
+__all__ = [
+    "STEP_BACK_SLACK_MS",
+    "Free",
+    "LeaseClaim",
+    "LeaseStore",
+    "Look",
+    "PoolRecord",
+    "SharedClients",
+    "Take",
+]
+
+log = logging.getLogger("idmint.coordinate")
+
+STEP_BACK_SLACK_MS = 1000
+"""A lease whose expiry lies more than its TTL + this ahead of the store's clock
+is taken as lapsed: the store's clock stepped back since it was renewed, and a
+live holder renews it again within a third of its TTL."""
+
+PROBES = 8
+"""Free IDs a claimant asks for at once, from a random place in the pool."""
+
+_LOOKS_AT_ONCE = 3
+"""Looks a claimant takes one after the other before it waits for the pool to change."""
+
+
+@dataclass(frozen=True)
+class PoolRecord:
+    """What a pool says about its own memory: the incarnation it was last seen in."""
+
+    incarnation: str
+    since_ms: int
+    """When a claimant first saw the pool in this incarnation (its clock)."""
+    ttl_ms: int
+    """The longest TTL a claimant of this pool declared."""
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"incarnation": self.incarnation, "since_ms": self.since_ms, "ttl_ms": self.ttl_ms}
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes | None) -> PoolRecord | None:
+        """The record, or None if there is none (or it cannot be read: as if forgotten)."""
+        if not text:
+            return None
+        try:
+            data = json.loads(text)
+            return cls(str(data["incarnation"]), int(data["since_ms"]), int(data["ttl_ms"]))
+        except (ValueError, TypeError, KeyError):
+            return None
+
+
+@dataclass(frozen=True)
+class Free:
+    """An identity the store showed free (no lease, or a lapsed one), with its mark."""
+
+    cluster: int
+    number: int
+    mark: HighWaterMark | None
+    mark_incarnation: str | None
+    version: Any
+    """The mark as stored, to compare when taking the identity (store-specific)."""
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look at a pool: the store's incarnation, the pool's record, free identities."""
+
+    incarnation: str
+    record: PoolRecord | None
+    record_version: Any
+    free: Sequence[Free]
+
+
+@dataclass(frozen=True)
+class Take:
+    """Everything one attempt to take an identity writes, kept for a retry."""
+
+    free: Free
+    token: str
+    holder: str
+    since_ms: int
+    ttl_ms: int
+    mark: HighWaterMark
+    """The first high-water mark (incarnation is the store's, checked)."""
+    incarnation: str
+    record: PoolRecord | None
+    """A record to write (None: the pool's record is current and stays)."""
+    record_version: Any
+
+
+class LeaseStore(Protocol):
+    """The requests a store answers, each one atomic on the store."""
+
+    description: str
+
+    def look(self, space: str, cluster: int, pool: range, *, start: int, want: int | None) -> Look:
+        """Up to ``want`` free identities of ``pool`` (all if None), from ``start`` on."""
+        ...
+
+    def take(self, space: str, attempt: Take) -> bool:
+        """Take ``attempt.free`` if it is still free (or already ours by the token),
+        its mark and the store's incarnation unchanged; write the lease, the mark
+        and the record. False if it is not ours."""
+        ...
+
+    def renew(
+        self, space: str, cluster: int, number: int, *, token: str, ttl_ms: int, mark: HighWaterMark
+    ) -> bool:
+        """Extend our lease and write ``mark`` if the lease still carries ``token``."""
+        ...
+
+    def release(
+        self, space: str, cluster: int, number: int, *, token: str, mark: HighWaterMark | None
+    ) -> None:
+        """End our lease (if it still carries ``token``), writing ``mark`` if given."""
+        ...
+
+
+StoreT = TypeVar("StoreT", bound=LeaseStore)
+
+
+class LeaseClaim(Claim, Generic[StoreT]):
+    """One identity held as a lease in a store that may forget (see the module docs)."""
+
+    def __init__(
+        self,
+        store: StoreT,
+        options: ClaimOptions,
+        clock: Clock | None,
+        *,
+        ttl_s: float,
+        space: str,
+        cluster: int,
+    ) -> None:
+        super().__init__(
+            options=options,
+            ttl_s=ttl_s,
+            clock=clock,
+            description=f"{space} ID claim at {store.description}",
+        )
+        self.store = store
+        self.space = space
+        self.cluster = cluster if space == "generator" else 0
+        self._held: tuple[int, int] | None = None
+        self._token = ""
+        self.proven = True
+        """Whether the last claim's floor came from a mark the store proved current."""
+
+    @property
+    def ttl_ms(self) -> int:
+        return round(self.ttl_s * 1000)
+
+    def _acquire(self) -> tuple[Mapping[str, int], int]:
+        # A token per claim: a retried take is recognised as ours, a later
+        # claim is not mistaken for this one.
+        self._token = uuid.uuid4().hex
+        self._held = None
+        pool = self.options.pool
+        deadline = time.monotonic() + self.options.claim_timeout_s
+        while True:
+            self.soonest_holdoff_end_s = math.inf
+            start = random.choice(pool)
+            want: int | None = PROBES
+            for _ in range(_LOOKS_AT_ONCE):
+                look = self.store.look(self.space, self.cluster, pool, start=start, want=want)
+                taken, raced = self._take_one_of(look)
+                if taken is not None:
+                    return taken
+                if not raced and (want is None or len(look.free) < PROBES):
+                    break  # every free identity is held off: wait for one
+                # Those few were held off (look at every free one), or another
+                # claimant took ours or wrote the pool's record first (look again).
+                want = None
+            if time.monotonic() >= deadline:
+                raise self._pool_exhausted(f"cluster {self.cluster}", self.store.description)
+            if self._sleep(self._next_look_s(deadline, every_s=0.25)):
+                raise ClaimLost(f"{self.description}: closed while claiming")
+
+    def _take_one_of(self, look: Look) -> tuple[tuple[Mapping[str, int], int] | None, bool]:
+        """Take the first usable identity of ``look``.
+
+        Returns its identity and floor (or None), and whether another claimant
+        beat us to one (a look again may find another).
+        """
+        now_ms = self.clock.time_ns() // 1_000_000
+        record, record_update = self._record_after(look, now_ms)
+        raced = False
+        for free in look.free:
+            if self._held_off((free.cluster, free.number), free.mark, now_ms):
+                continue
+            proven = free.mark is not None and free.mark_incarnation == look.incarnation
+            if proven:
+                assert free.mark is not None
+                floor = free.mark.ceiling_ms
+            else:
+                forgotten_until = record.since_ms + record.ttl_ms + self.options.skew_ms
+                floor = max(free.mark.ceiling_ms if free.mark else -1, forgotten_until)
+            ceiling = self._first_ceiling(floor)
+            attempt = Take(
+                free=free,
+                token=self._token,
+                holder=holder_description(),
+                since_ms=now_ms,
+                ttl_ms=self.ttl_ms,
+                mark=HighWaterMark(
+                    ceiling_ms=ceiling, renewed_ms=now_ms, holder=holder_description()
+                ),
+                incarnation=look.incarnation,
+                record=record_update,
+                record_version=look.record_version,
+            )
+            sent_mono = self.clock.monotonic_ns()
+            if not self._send_take(attempt):
+                raced = True
+                if record_update is not None:
+                    break  # another claimant may have written the record first
+                continue
+            self._held = (free.cluster, free.number)
+            self.proven = proven
+            # The lease's expiry was set by the store after we sent the take.
+            self._recorded_with_claim = (ceiling, sent_mono)
+            if not proven and floor >= now_ms:
+                self._settle_past_floor(floor)
+                log.info(
+                    "%s: the store cannot prove who held %s last; nothing is issued "
+                    "before %d (its record dates from %d)",
+                    self.description,
+                    self._identity_text(self._identity(free)),
+                    floor,
+                    record.since_ms,
+                )
+            return (self._identity(free), floor), False
+        return None, raced
+
+    def _record_after(self, look: Look, now_ms: int) -> tuple[PoolRecord, PoolRecord | None]:
+        """The pool's record once our take lands, and what to write (None: nothing)."""
+        record = look.record
+        if record is None or record.incarnation != look.incarnation:
+            # A new pool, or the store's memory begins now: anything before is unproven.
+            fresh = PoolRecord(look.incarnation, now_ms, self.ttl_ms)
+            return fresh, fresh
+        if record.ttl_ms < self.ttl_ms:
+            longer = PoolRecord(record.incarnation, record.since_ms, self.ttl_ms)
+            return longer, longer
+        return record, None
+
+    def _send_take(self, attempt: Take) -> bool:
+        """Send the take, again with the same token if the reply is lost."""
+        retry_until = time.monotonic() + self.options.claim_timeout_s
+        while True:
+            try:
+                return self.store.take(self.space, attempt)
+            except CoordinatorUnavailable:
+                # The take may have landed before the connection broke: the same
+                # take again finds it ours (by the token), or takes it, or not.
+                if time.monotonic() >= retry_until or self._sleep(0.1):
+                    raise
+
+    def _identity(self, free: Free) -> dict[str, int]:
+        if self.space == "generator":
+            return {"generator": free.number, "cluster": free.cluster}
+        return {"node": free.number}
+
+    def _renew(self, ceiling_ms: int) -> bool:
+        held = self._held
+        if held is None:
+            return False
+        mark = HighWaterMark(
+            ceiling_ms=ceiling_ms,
+            renewed_ms=self.clock.time_ns() // 1_000_000,
+            holder=holder_description(),
+        )
+        return self.store.renew(self.space, *held, token=self._token, ttl_ms=self.ttl_ms, mark=mark)
+
+    def _release(self, final_ceiling_ms: int | None) -> None:
+        held, self._held = self._held, None
+        if held is None:
+            return
+        mark = None
+        if final_ceiling_ms is not None:
+            now_ms = self.clock.time_ns() // 1_000_000
+            mark = HighWaterMark(
+                ceiling_ms=final_ceiling_ms,
+                renewed_ms=now_ms,
+                released_ms=now_ms,
+                holder=holder_description(),
+            )
+        self.store.release(self.space, *held, token=self._token, mark=mark)
+
+    def _reclaim(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            # Most likely gone already; if not, it lapses by itself.
+            with contextlib.suppress(CoordinationError):
+                self.store.release(self.space, *held, token=self._token, mark=None)
+        super()._reclaim()
+
+    def _forget(self) -> None:
+        # The lease is the parent's: nothing of it may be touched from here.
+        self._held = None
+
+
+ClientT = TypeVar("ClientT")
+
+
+class SharedClients(Generic[ClientT]):
+    """One client per store and process, shared by every coordinator made for it.
+
+    A fleet's claims are rows or fields of one store: a connection per claim
+    would cost the server a connection per claim (a PostgreSQL backend each).
+    Coordinators take a client by key and give it back; the last one closes it.
+    A child of ``fork()`` gets none of its parent's: they are dropped with
+    ``forsake`` (which must send nothing on them), and the child makes its own.
+    """
+
+    def __init__(self, forsake: Callable[[ClientT], None]) -> None:
+        self._forsake = forsake
+        self._lock = threading.Lock()
+        self._clients: dict[Any, tuple[ClientT, int]] = {}
+        self._pid = os.getpid()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._after_fork)
+
+    def take(self, key: Any, make: Callable[[], ClientT]) -> ClientT:
+        """The shared client for ``key``, made by ``make`` if there is none yet."""
+        with self._lock:
+            found = self._clients.get(key)
+            if found is not None:
+                self._clients[key] = (found[0], found[1] + 1)
+                return found[0]
+        client = make()  # outside the lock: connecting may take a while
+        with self._lock:
+            found = self._clients.get(key)
+            if found is None:
+                self._clients[key] = (client, 1)
+                return client
+            self._clients[key] = (found[0], found[1] + 1)
+        self._close_quietly(client)  # another thread made one meanwhile
+        return found[0]
+
+    def give_back(self, key: Any, close: Callable[[ClientT], None]) -> None:
+        """Give back a client taken with ``key``; the last user closes it."""
+        with self._lock:
+            found = self._clients.get(key)
+            if found is None:
+                return
+            client, users = found
+            if users > 1:
+                self._clients[key] = (client, users - 1)
+                return
+            del self._clients[key]
+        close(client)
+
+    def clients(self) -> Iterator[ClientT]:
+        with self._lock:
+            return iter([client for client, _ in self._clients.values()])
+
+    def _close_quietly(self, client: ClientT) -> None:
+        close = getattr(client, "close", None)
+        if callable(close):
+            with contextlib.suppress(Exception):
+                close()
+
+    def _after_fork(self) -> None:
+        inherited = [client for client, _ in self._clients.values()]
+        self._lock = threading.Lock()
+        self._clients = {}
+        self._pid = os.getpid()
+        for client in inherited:
+            with contextlib.suppress(Exception):
+                self._forsake(client)

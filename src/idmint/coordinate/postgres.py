@@ -1,0 +1,693 @@
+"""Generator IDs claimed as leases in a PostgreSQL table, fenced, and safe when it forgets.
+
+URL grammar (libpq's, with idmint's options beside libpq's parameters)::
+
+    postgresql://[user[:password]@][host[:port][,host[:port]...]][/dbname][?param=value&...]
+    postgres://...         the same
+
+Every libpq parameter works in the query string (``sslmode``, ``sslrootcert``,
+``sslcert``, ``sslkey``, ``application_name``, ``target_session_attrs``,
+``host=/run/postgresql`` for a Unix socket, ``password``, ...), as do these
+options of idmint's. Needs psycopg 3 (the ``postgres`` extra).
+
+==================== ========== =====================================================
+option               default    meaning
+==================== ========== =====================================================
+``schema``           ``public`` the table's schema (created if missing)
+``table``            ``idmint_claims`` the table (created if missing): one pool
+``ttl``              ``10``     s; the lease's TTL (the deadline's basis)
+``timeout``          ``2``      s a statement may take before it counts as failed
+``generators``       all        ``LO-HI``: the generator IDs this client may claim
+``cluster``          ``0``      the uid64 cluster ID to claim in
+``claim_timeout``    ``30``     s to wait for a free generator ID
+``connect_timeout``  ``10``     s to wait for the server at start (libpq's
+                                ``connect_timeout`` each attempt)
+``wait_timeout``     ``10``     s a generator waits for a lapsed claim to recover
+``margin``           ttl/10     s taken off the TTL for the deadline
+``skew``             ``1``      s of clock-skew allowance in the hold-off
+==================== ========== =====================================================
+
+The table, one row per identity held at least once and one per identity space
+describing the pool (``cluster`` and ``id`` -1)::
+
+    CREATE TABLE public.idmint_claims (
+        space text NOT NULL,          -- generator (uid64), node (elastic64), short60
+        cluster smallint NOT NULL,
+        id integer NOT NULL,
+        token text,                   -- the holder's random token; NULL when free
+        holder text,                  -- host:pid
+        since_ms bigint,              -- claimed at (the holder's clock); the pool's
+                                      -- record: since when it is seen in this incarnation
+        expires_ms bigint,            -- the lease's end, by the server's clock
+        lease_ms integer,             -- the holder's TTL; the pool's record: the longest
+        ceiling_ms bigint,            -- the high-water mark ...
+        renewed_ms bigint,
+        released_ms bigint,
+        mark_holder text,
+        incarnation text,             -- ... and the server incarnation it was written in
+        PRIMARY KEY (space, cluster, id)
+    );
+
+It is created when missing (by the first claimant; concurrent ones wait on an
+advisory lock). A role that may not create it gets a clear error: create it as
+above and grant the role SELECT, INSERT and UPDATE on it.
+
+Each request is one statement in autocommit, compared and written atomically
+(a claim is an ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` on the row as it
+was read; a renewal an ``UPDATE ... WHERE token = <ours>``). The sessions
+commit synchronously (``synchronous_commit`` off on the server is raised to on
+for them), so a crash of the server loses none of their writes. The
+incarnation is the postmaster's start time: a restart, a failover to a
+replica or a restore from a backup changes it, and a mark written in another
+is not proven current (:mod:`idmint.coordinate.leases`). A lease ends when the
+server's clock (``statement_timestamp()``) passes ``expires_ms``; one whose
+end lies more than its TTL + 1 s ahead of that clock is taken as lapsed too
+(the clock stepped back).
+
+A process shares one connection per server, user and database among all its
+claims: a fleet costs the server a connection per process, not per claim.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import unquote
+
+from idmint.clock import Clock
+from idmint.coordinate.base import ClaimInfo, ClaimOptions, Coordinator, HighWaterMark
+from idmint.coordinate.leases import (
+    STEP_BACK_SLACK_MS,
+    Free,
+    LeaseClaim,
+    Look,
+    PoolRecord,
+    SharedClients,
+    Take,
+)
+from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
+from idmint.errors import (
+    ConfigurationError,
+    CoordinationError,
+    CoordinatorRefused,
+    CoordinatorUnavailable,
+    needs_extra,
+)
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["PostgresCoordinator", "PostgresStore"]
+
+DEFAULT_SCHEMA = "public"
+DEFAULT_TABLE = "idmint_claims"
+DEFAULT_TTL_S = 10.0
+OPTIONS = (*COMMON_OPTIONS, "schema", "table", "ttl", "timeout")
+SPACES = ("generator", "node", "short60")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+_NOW = "(extract(epoch FROM statement_timestamp()) * 1000)::bigint"
+_INCARNATION = "(extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint::text"
+_LAPSED = (
+    "({row}.expires_ms < {now} OR {row}.expires_ms > {now} + {row}.lease_ms + "
+    f"{STEP_BACK_SLACK_MS})"
+)
+
+_COLUMNS = """
+    space text NOT NULL,
+    cluster smallint NOT NULL,
+    id integer NOT NULL,
+    token text,
+    holder text,
+    since_ms bigint,
+    expires_ms bigint,
+    lease_ms integer,
+    ceiling_ms bigint,
+    renewed_ms bigint,
+    released_ms bigint,
+    mark_holder text,
+    incarnation text,
+    PRIMARY KEY (space, cluster, id)
+"""
+
+_T = TypeVar("_T")
+
+
+def _import_psycopg() -> Any:
+    with needs_extra("postgres", "psycopg", needed_by="postgresql://"):
+        import psycopg
+    return psycopg
+
+
+class _Connection:
+    """One shared connection, made again after it breaks; each request with a time limit."""
+
+    def __init__(self, conninfo: str, description: str, timeout_s: float) -> None:
+        self.conninfo = conninfo
+        self.description = description
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._connection: psycopg.Connection[Any] | None = None
+
+    def run(self, doing: str, request: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        """``request`` on the connection (connecting first if needed), errors translated."""
+        pg = _import_psycopg()
+        with self._lock:
+            try:
+                if self._connection is None or self._connection.closed:
+                    self._connection = self._connect(self.timeout_s)
+                connection = self._connection
+                answer = request(connection)
+            except pg.Error as error:
+                translated = _translate(error, f"{doing} at {self.description}")
+                if isinstance(translated, CoordinatorUnavailable) or _broken(error):
+                    self._drop()
+                raise translated from error
+            return answer
+
+    def _connect(self, timeout_s: float) -> psycopg.Connection[Any]:
+        pg = _import_psycopg()
+        timed = _timed_connection_class()
+        # libpq takes whole seconds per attempt; the connection's requests get ours.
+        connection: Any = timed.connect(
+            self.conninfo, autocommit=True, connect_timeout=max(2, math.ceil(timeout_s))
+        )
+        connection.request_timeout_s = self.timeout_s
+        try:
+            # Our writes must survive a crash of the server: commit them synchronously
+            # even where the server's default does not. No statement runs longer
+            # than a request may take.
+            connection.execute(
+                "SELECT set_config('synchronous_commit', CASE current_setting("
+                "'synchronous_commit') WHEN 'off' THEN 'on' ELSE current_setting("
+                "'synchronous_commit') END, false), set_config('statement_timeout', %s, false)",
+                (str(round(self.timeout_s * 1000)),),
+            )
+        except pg.Error:
+            connection.close()
+            raise
+        return connection  # type: ignore[no-any-return]
+
+    def connect_within(self, seconds: float) -> None:
+        """Connect now, trying again until ``seconds`` have passed (refusals at once)."""
+        pg = _import_psycopg()
+        deadline = time.monotonic() + seconds
+        while True:
+            remaining = deadline - time.monotonic()
+            with self._lock:
+                try:
+                    if self._connection is None or self._connection.closed:
+                        self._connection = self._connect(max(0.5, min(remaining, self.timeout_s)))
+                except pg.Error as error:
+                    if re.search(r"invalid .*value", _first_line(error)):
+                        # libpq checks a parameter's value only when it connects.
+                        raise ConfigurationError(
+                            f"{self.description}: {_first_line(error)}"
+                        ) from None
+                    translated = _translate(error, f"connecting to {self.description}")
+                    if not isinstance(translated, CoordinatorUnavailable) or isinstance(
+                        translated, CoordinatorRefused
+                    ):
+                        raise translated from error
+                    if time.monotonic() + 0.1 >= deadline:
+                        raise CoordinatorUnavailable(
+                            f"could not reach PostgreSQL at {self.description} within "
+                            f"{seconds:g} s ({translated}); check that it is running and the "
+                            "URL's hosts, ports and TLS settings are right, or wait longer "
+                            "with connect_timeout=SECONDS"
+                        ) from error
+                else:
+                    return
+            time.sleep(0.1)  # in the constructor: there is no claim to close yet
+
+    def _drop(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                connection.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    def forsake(self) -> None:
+        """In a child of ``fork()``: let go of the parent's connection without a word.
+
+        Closing it (or its being garbage collected) would send libpq's goodbye on
+        the socket the parent shares, which ends the parent's session: the
+        child's copy of the socket is replaced by /dev/null first.
+        """
+        connection, self._connection = self._connection, None
+        self._lock = threading.Lock()
+        if connection is None:
+            return
+        with contextlib.suppress(Exception):
+            descriptor = connection.pgconn.socket
+            null = os.open(os.devnull, os.O_RDWR)
+            try:
+                os.dup2(null, descriptor)
+            finally:
+                os.close(null)
+        _FORSAKEN.append(connection)
+
+
+_FORSAKEN: list[Any] = []
+"""Connections inherited through fork(): kept, so that nothing closes them early."""
+
+_CONNECTIONS: SharedClients[_Connection] = SharedClients(_Connection.forsake)
+
+
+def _timed_connection_class() -> Any:
+    """psycopg's Connection whose every wait gives up after the request's time limit.
+
+    A server that stops answering (frozen, or cut off without a reset) would
+    otherwise hold a renewal, and the release behind it, for as long as TCP
+    takes to give up.
+    """
+    global _TimedConnection
+    if _TimedConnection is None:
+        pg = _import_psycopg()
+
+        class TimedConnection(pg.Connection):  # type: ignore[misc,name-defined]
+            request_timeout_s: float | None = None
+
+            def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+                limit = timeout if timeout is not None else self.request_timeout_s
+                return super().wait(gen, interval=interval, timeout=limit)
+
+        _TimedConnection = TimedConnection
+    return _TimedConnection
+
+
+_TimedConnection: Any = None
+
+
+class PostgresStore:
+    """The pool's requests, each one statement (see the module docs)."""
+
+    def __init__(self, connection: _Connection, schema: str, table: str, description: str) -> None:
+        self.connection = connection
+        self.schema = schema
+        self.table = table
+        self.description = description
+        self.qualified = f'"{schema}"."{table}"'
+
+    def _run(self, doing: str, request: Callable[[Any], _T]) -> _T:
+        """``request``, creating the table first if it is missing."""
+        pg = _import_psycopg()
+        try:
+            return self.connection.run(doing, request)
+        except CoordinationError as error:
+            if not isinstance(error.__cause__, pg.errors.UndefinedTable):
+                raise
+        try:
+            self.connection.run(f"creating {self.qualified}", self._create)
+        except CoordinatorRefused as refused:
+            raise CoordinatorRefused(
+                f"{refused}. The table is missing and this role may not create it: create it "
+                f"as the postgresql:// driver's documentation shows (CREATE TABLE "
+                f"{self.qualified} ...), then GRANT SELECT, INSERT, UPDATE ON "
+                f"{self.qualified} TO the URL's role"
+            ) from refused.__cause__
+        return self.connection.run(doing, request)
+
+    def _create(self, connection: Any) -> None:
+        # One claimant creates, the others wait for it on the lock and find it
+        # made: 64 processes starting at once must not fail on each other.
+        lock = int.from_bytes(f"idmint {self.qualified}".encode()[:8].ljust(8, b"\0"), "big") >> 1
+        connection.execute(
+            f"""
+            DO $create$ BEGIN
+              PERFORM pg_advisory_xact_lock({lock});
+              IF to_regnamespace('"{self.schema}"') IS NULL THEN
+                CREATE SCHEMA "{self.schema}";
+              END IF;
+              IF to_regclass('{self.qualified}') IS NULL THEN
+                CREATE TABLE {self.qualified} ({_COLUMNS});
+              END IF;
+            END $create$
+            """
+        )
+
+    def look(self, space: str, cluster: int, pool: range, *, start: int, want: int | None) -> Look:
+        query = f"""
+            WITH srv AS (SELECT {_NOW} AS now, {_INCARNATION} AS inc)
+            (SELECT -1 AS id, srv.inc, r.incarnation, r.since_ms, r.lease_ms::bigint,
+                    NULL::bigint, NULL::text
+               FROM srv LEFT JOIN {self.qualified} r
+                 ON r.space = %(space)s AND r.cluster = -1 AND r.id = -1)
+            UNION ALL
+            (SELECT g.id, NULL, c.incarnation, c.ceiling_ms, c.renewed_ms, c.released_ms,
+                    c.mark_holder
+               FROM srv CROSS JOIN generate_series(%(lo)s::int, %(hi)s::int) AS g(id)
+               LEFT JOIN {self.qualified} c
+                 ON c.space = %(space)s AND c.cluster = %(cluster)s AND c.id = g.id
+              WHERE c.token IS NULL OR {_LAPSED.format(row="c", now="srv.now")}
+              ORDER BY (g.id - %(start)s::int + %(size)s::int) %% %(size)s::int
+              LIMIT %(want)s::int)
+        """
+        parameters = {
+            "space": space,
+            "cluster": cluster,
+            "lo": pool.start,
+            "hi": pool.stop - 1,
+            "start": start,
+            "size": len(pool),
+            "want": want,
+        }
+        rows = self._run("looking for a free ID", lambda c: c.execute(query, parameters).fetchall())
+        _, incarnation, record_incarnation, since, ttl, _, _ = rows[0]
+        record = (
+            PoolRecord(record_incarnation, since, ttl)
+            if record_incarnation is not None and since is not None and ttl is not None
+            else None
+        )
+        free = []
+        for number, _, mark_incarnation, ceiling, renewed, released, holder in rows[1:]:
+            mark = (
+                HighWaterMark(ceiling, renewed or 0, released, holder or "")
+                if ceiling is not None
+                else None
+            )
+            free.append(
+                Free(
+                    cluster=cluster,
+                    number=number,
+                    mark=mark,
+                    mark_incarnation=mark_incarnation if mark is not None else None,
+                    version=(ceiling, renewed, released, mark_incarnation),
+                )
+            )
+        return Look(str(incarnation), record, (record_incarnation, since, ttl), free)
+
+    def take(self, space: str, attempt: Take) -> bool:
+        free = attempt.free
+        old_ceiling, old_renewed, old_released, old_incarnation = free.version
+        record = attempt.record
+        old_record = attempt.record_version
+        query = f"""
+            WITH srv AS (SELECT {_NOW} AS now, {_INCARNATION} AS inc),
+            rec AS (
+              INSERT INTO {self.qualified} AS r (space, cluster, id, incarnation, since_ms,
+                                                 lease_ms)
+              SELECT %(space)s, -1, -1, %(rec_inc)s::text, %(rec_since)s::bigint,
+                     %(rec_ttl)s::int
+                FROM srv WHERE %(write_record)s::boolean AND srv.inc = %(inc)s::text
+              ON CONFLICT (space, cluster, id) DO UPDATE
+                 SET incarnation = excluded.incarnation, since_ms = excluded.since_ms,
+                     lease_ms = excluded.lease_ms
+               WHERE (r.incarnation, r.since_ms, r.lease_ms) IS NOT DISTINCT FROM
+                     (%(old_rec_inc)s::text, %(old_rec_since)s::bigint, %(old_rec_ttl)s::int)
+              RETURNING 1
+            )
+            INSERT INTO {self.qualified} AS c (space, cluster, id, token, holder, since_ms,
+                expires_ms, lease_ms, ceiling_ms, renewed_ms, released_ms, mark_holder,
+                incarnation)
+            SELECT %(space)s, %(cluster)s::smallint, %(id)s::int, %(token)s::text,
+                   %(holder)s::text, %(since)s::bigint, srv.now + %(ttl)s::int, %(ttl)s::int,
+                   %(ceiling)s::bigint, %(renewed)s::bigint, NULL, %(holder)s::text, srv.inc
+              FROM srv
+             WHERE srv.inc = %(inc)s::text
+               AND (NOT %(write_record)s::boolean OR EXISTS (SELECT 1 FROM rec)
+                    OR EXISTS (SELECT 1 FROM {self.qualified} o
+                                WHERE o.space = %(space)s AND o.cluster = %(cluster)s::smallint
+                                  AND o.id = %(id)s::int AND o.token = %(token)s::text))
+            ON CONFLICT (space, cluster, id) DO UPDATE
+               SET token = excluded.token, holder = excluded.holder,
+                   since_ms = excluded.since_ms, expires_ms = excluded.expires_ms,
+                   lease_ms = excluded.lease_ms, ceiling_ms = excluded.ceiling_ms,
+                   renewed_ms = excluded.renewed_ms, released_ms = NULL,
+                   mark_holder = excluded.mark_holder, incarnation = excluded.incarnation
+             WHERE c.token = excluded.token
+                OR ((c.token IS NULL OR {
+            _LAPSED.format(row="c", now="(excluded.expires_ms - excluded.lease_ms)")
+        })
+                    AND (c.ceiling_ms, c.renewed_ms, c.released_ms, c.incarnation)
+                        IS NOT DISTINCT FROM (%(old_ceiling)s::bigint, %(old_renewed)s::bigint,
+                                              %(old_released)s::bigint, %(old_inc)s::text))
+            RETURNING 1
+        """
+        parameters = {
+            "space": space,
+            "cluster": free.cluster,
+            "id": free.number,
+            "token": attempt.token,
+            "holder": attempt.holder,
+            "since": attempt.since_ms,
+            "ttl": attempt.ttl_ms,
+            "ceiling": attempt.mark.ceiling_ms,
+            "renewed": attempt.mark.renewed_ms,
+            "inc": attempt.incarnation,
+            "write_record": record is not None,
+            "rec_inc": record.incarnation if record else None,
+            "rec_since": record.since_ms if record else None,
+            "rec_ttl": record.ttl_ms if record else None,
+            "old_rec_inc": old_record[0],
+            "old_rec_since": old_record[1],
+            "old_rec_ttl": old_record[2],
+            "old_ceiling": old_ceiling,
+            "old_renewed": old_renewed,
+            "old_released": old_released,
+            "old_inc": old_incarnation,
+        }
+        row: object = self._run(
+            f"claiming {space} ID {free.number}",
+            lambda c: c.execute(query, parameters).fetchone(),
+        )
+        return row is not None
+
+    def renew(
+        self, space: str, cluster: int, number: int, *, token: str, ttl_ms: int, mark: HighWaterMark
+    ) -> bool:
+        query = f"""
+            UPDATE {self.qualified}
+               SET expires_ms = {_NOW} + %(ttl)s::int, lease_ms = %(ttl)s::int,
+                   ceiling_ms = %(ceiling)s::bigint, renewed_ms = %(renewed)s::bigint,
+                   mark_holder = %(holder)s::text, incarnation = {_INCARNATION}
+             WHERE space = %(space)s AND cluster = %(cluster)s AND id = %(id)s
+               AND token = %(token)s
+        """
+        parameters = {
+            "space": space,
+            "cluster": cluster,
+            "id": number,
+            "token": token,
+            "ttl": ttl_ms,
+            "ceiling": mark.ceiling_ms,
+            "renewed": mark.renewed_ms,
+            "holder": mark.holder,
+        }
+        count: int = self._run(
+            "renewing the claim", lambda c: int(c.execute(query, parameters).rowcount)
+        )
+        return count == 1
+
+    def release(
+        self, space: str, cluster: int, number: int, *, token: str, mark: HighWaterMark | None
+    ) -> None:
+        ends = "token = NULL, holder = NULL, expires_ms = NULL"
+        if mark is not None:
+            ends += (
+                ", ceiling_ms = %(ceiling)s::bigint, renewed_ms = %(renewed)s::bigint,"
+                " released_ms = %(released)s::bigint, mark_holder = %(holder)s::text,"
+                f" incarnation = {_INCARNATION}"
+            )
+        query = f"""
+            UPDATE {self.qualified} SET {ends}
+             WHERE space = %(space)s AND cluster = %(cluster)s AND id = %(id)s
+               AND token = %(token)s
+        """
+        parameters: dict[str, Any] = {"space": space, "cluster": cluster, "id": number}
+        parameters["token"] = token
+        if mark is not None:
+            parameters.update(
+                ceiling=mark.ceiling_ms,
+                renewed=mark.renewed_ms,
+                released=mark.released_ms,
+                holder=mark.holder,
+            )
+        self._run("releasing the claim", lambda c: c.execute(query, parameters))
+
+    def list_claims(self) -> list[ClaimInfo]:
+        query = f"""
+            WITH srv AS (SELECT {_NOW} AS now)
+            SELECT c.space, c.cluster, c.id, c.holder, c.since_ms, c.ceiling_ms
+              FROM {self.qualified} c, srv
+             WHERE c.id >= 0 AND c.token IS NOT NULL AND NOT {
+            _LAPSED.format(row="c", now="srv.now")
+        }
+             ORDER BY c.space, c.cluster, c.id
+        """
+        rows = self._run("listing the claims", lambda c: c.execute(query).fetchall())
+        order = {space: index for index, space in enumerate(SPACES)}
+        return sorted(
+            (
+                ClaimInfo(
+                    cluster=cluster,
+                    generator=number,
+                    holder=holder or "unknown",
+                    since_ms=since,
+                    high_water_mark_ms=ceiling,
+                    space=space,
+                )
+                for space, cluster, number, holder, since, ceiling in rows
+            ),
+            key=lambda row: (order.get(row.space, len(order)), row.cluster, row.generator),
+        )
+
+
+class PostgresCoordinator(Coordinator):
+    """A PostgreSQL table used as a pool of generator IDs (see the module docs)."""
+
+    def __init__(self, url: CoordinatorUrl) -> None:
+        self.url = url.redacted()
+        ours = {name: value for name, value in url.options.items() if name in OPTIONS}
+        libpq = {name: value for name, value in url.options.items() if name not in OPTIONS}
+        self.schema = _identifier(url, "schema", ours.get("schema", DEFAULT_SCHEMA))
+        self.table = _identifier(url, "table", ours.get("table", DEFAULT_TABLE))
+        self.ttl_s = url.number("ttl", DEFAULT_TTL_S, minimum=1)
+        timeout_s = url.number("timeout", 2.0, minimum=0.1)
+        self._options_template = ClaimOptions.from_url(url)
+        conninfo, where = _conninfo(url, libpq)
+        self.description = f"{url.scheme}://{where} {self.schema}.{self.table}"
+        self._connection_key = conninfo
+        self._connection = _CONNECTIONS.take(
+            conninfo, lambda: _Connection(conninfo, self.description, timeout_s)
+        )
+        try:
+            self._connection.connect_within(self._options_template.connect_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+        self.store = PostgresStore(self._connection, self.schema, self.table, self.description)
+
+    def _new_claim(
+        self,
+        options: ClaimOptions,
+        clock: Clock | None,
+        space: str,
+        identity: Mapping[str, int] | None,
+    ) -> LeaseClaim[PostgresStore]:
+        return LeaseClaim(
+            self.store,
+            options,
+            clock,
+            ttl_s=self.ttl_s,
+            space=space,
+            cluster=options.cluster or 0,
+        )
+
+    def list_claims(self) -> list[ClaimInfo]:
+        return self.store.list_claims()
+
+    def close(self) -> None:
+        key, self._connection_key = self._connection_key, ""
+        if key:
+            _CONNECTIONS.give_back(key, _Connection.close)
+
+
+def _identifier(url: CoordinatorUrl, option: str, value: str) -> str:
+    if not _IDENTIFIER.fullmatch(value):
+        raise ConfigurationError(
+            f"{url.scheme}:// option {option} must be a plain identifier (letters, digits, "
+            f"_; at most 63), got {value!r}"
+        )
+    return value
+
+
+def _conninfo(url: CoordinatorUrl, libpq: Mapping[str, str]) -> tuple[str, str]:
+    """libpq's connection string for the URL, checked by libpq; and where it points."""
+    pg = _import_psycopg()
+    parameters: dict[str, Any] = {"application_name": "idmint", **libpq}
+    if url.hosts:
+        parameters["host"] = ",".join(host for host, _ in url.hosts)
+        ports = [str(port) if port else "5432" for _, port in url.hosts]
+        if any(port for _, port in url.hosts):
+            parameters["port"] = ",".join(ports)
+    if url.username:
+        parameters["user"] = url.username
+    if url.password:
+        parameters["password"] = url.password
+    database = unquote(url.path.strip("/"))
+    if database:
+        parameters["dbname"] = database
+    try:
+        conninfo = pg.conninfo.make_conninfo("", **parameters)
+    except pg.ProgrammingError as error:
+        known = ", ".join(sorted(OPTIONS))
+        raise ConfigurationError(
+            f"{url.redacted()}: {_first_line(error)}; idmint takes {known}, and every "
+            "other option must be a libpq parameter"
+        ) from None
+    where = ",".join(f"{host}:{port or 5432}" for host, port in url.hosts) or "(local socket)"
+    return conninfo, f"{where}/{database}" if database else where
+
+
+def _broken(error: BaseException) -> bool:
+    """Whether the connection cannot be trusted after ``error`` (it is then made again)."""
+    pg = _import_psycopg()
+    return isinstance(error, (pg.OperationalError, pg.InterfaceError))
+
+
+_REFUSED_STATES = ("28000", "28P01", "42501")
+"""invalid authorization, invalid password, insufficient privilege."""
+
+_OUTAGE_STATES = ("57P01", "57P02", "57P03", "57014", "25006", "53300")
+"""Admin or crash shutdown, cannot connect now, statement timeout, read-only (a
+standby), too many connections."""
+
+_REFUSED_MESSAGES = (
+    "password authentication failed",
+    "no password supplied",
+    "pg_hba.conf",
+    "certificate",
+    "does not support SSL",
+    "does not exist",
+)
+"""What libpq says, in words only, when it cannot connect because it was refused:
+no SQLSTATE comes with a failed connection."""
+
+
+def _translate(error: BaseException, doing: str) -> CoordinationError:
+    """A psycopg error as the idmint error a caller can act on, by its SQLSTATE.
+
+    Credentials, permissions and TLS are a refusal; a connection that cannot
+    be made or broke, a server shutting down or starting, a statement that
+    took too long, a standby, an outage; anything else a
+    :class:`CoordinationError` carrying the cause.
+    """
+    pg = _import_psycopg()
+    state = getattr(error, "sqlstate", None) or ""
+    message = _first_line(error)
+    if state in _REFUSED_STATES:
+        return CoordinatorRefused(
+            f"{doing}: PostgreSQL refused us ({message}); check the user and password in "
+            "the URL and the role's privileges on the schema and table"
+        )
+    if state in _OUTAGE_STATES or state.startswith("08"):
+        return CoordinatorUnavailable(f"{doing}: {message}")
+    if isinstance(error, pg.OperationalError) and not state:
+        # A connection that failed or broke: libpq says why in words only.
+        if any(word in message for word in _REFUSED_MESSAGES):
+            return CoordinatorRefused(
+                f"{doing}: PostgreSQL refused us ({message}); check the user, password and "
+                "database in the URL, and sslmode/sslrootcert (the CA that signed the "
+                "server's certificate)"
+            )
+        return CoordinatorUnavailable(f"{doing}: {message}")
+    if isinstance(error, pg.InterfaceError):
+        return CoordinatorUnavailable(f"{doing}: {message}")
+    if state == "3D000":
+        return CoordinatorRefused(f"{doing}: {message}; check the database in the URL")
+    return CoordinationError(f"{doing}: PostgreSQL said {message} (SQLSTATE {state or '-'})")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:300]

@@ -1,0 +1,527 @@
+"""Generator IDs claimed as leases in Redis, fenced, and safe when Redis forgets.
+
+URL grammar::
+
+    redis://[[user]:password@]host[:port][/db][?option=value&...]
+    rediss://...           the same over TLS
+
+``user`` is an ACL user (Redis 6 and newer; none: the default user), ``db`` the
+database number (default 0), the port 6379 by default. Needs redis-py (the
+``redis`` extra).
+
+==================== ========= ======================================================
+option               default   meaning
+==================== ========= ======================================================
+``prefix``           ``idmint`` the keys' prefix: ``<prefix>:generator``, ...
+``ttl``              ``10``    s; the lease's TTL (the deadline's basis)
+``timeout``          ``2``     s a request may take before it counts as failed
+``tls``              ``false`` use TLS (``rediss://`` sets it)
+``ca``               system    CA bundle to verify the server with
+``cert``, ``key``    none      client certificate and key (mutual TLS)
+``generators``       all       ``LO-HI``: the generator IDs this client may claim
+``cluster``          ``0``     the uid64 cluster ID to claim in
+``claim_timeout``    ``30``    s to wait for a free generator ID
+``connect_timeout``  ``10``    s to wait for Redis at start
+``wait_timeout``     ``10``    s a generator waits for a lapsed claim to recover
+``margin``           ttl/10    s taken off the TTL for the deadline
+``skew``             ``1``     s of clock-skew allowance in the hold-off
+==================== ========= ======================================================
+
+One hash per identity space holds the whole pool, so a pool is one key: it
+lives in one slot, is evicted or flushed whole, and every request on it is one
+atomic Lua script::
+
+    <prefix>:generator     (and <prefix>:node, <prefix>:short60)
+      pool                 the pool's record: JSON {"incarnation", "since_ms", "ttl_ms"}
+      lease:<cluster>:<n>  "<expires_ms> <ttl_ms> <token> <JSON {holder, since_ms, token}>"
+      mark:<cluster>:<n>   "<incarnation> <JSON high-water mark>"
+
+A lease expires when Redis's clock (``TIME``) passes ``expires_ms``; one whose
+expiry lies more than its TTL + 1 s ahead of that clock is taken as lapsed too
+(the clock stepped back). The incarnation is the server's ``run_id``, which
+every restart changes and a replica has its own of: a mark written under
+another ``run_id`` is not proven current (:mod:`idmint.coordinate.leases`).
+
+Supported: one Redis server, with or without replicas (a failover behind one
+address is a new incarnation). Redis Cluster and Sentinel are refused with a
+clear error (the layout fits Cluster, a pool being one key, but the driver
+speaks to one server).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import ssl
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from idmint.clock import Clock
+from idmint.coordinate.base import (
+    ClaimInfo,
+    ClaimOptions,
+    Coordinator,
+    HighWaterMark,
+    holder_of,
+)
+from idmint.coordinate.leases import (
+    STEP_BACK_SLACK_MS,
+    Free,
+    LeaseClaim,
+    Look,
+    PoolRecord,
+    SharedClients,
+    Take,
+)
+from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
+from idmint.errors import (
+    ConfigurationError,
+    CoordinationError,
+    CoordinatorRefused,
+    CoordinatorUnavailable,
+    needs_extra,
+)
+
+if TYPE_CHECKING:
+    import redis as redis_py
+
+__all__ = ["RedisCoordinator", "RedisStore"]
+
+DEFAULT_PREFIX = "idmint"
+DEFAULT_TTL_S = 10.0
+DEFAULT_PORT = 6379
+OPTIONS = (*COMMON_OPTIONS, "prefix", "ttl", "timeout", "tls", "ca", "cert", "key")
+SPACES = ("generator", "node", "short60")
+
+# Every script starts with the store's clock and incarnation.
+_PRELUDE = f"""
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+local function lapsed(lease)
+  local expires, ttl = string.match(lease, '^(%d+) (%d+) ')
+  expires, ttl = tonumber(expires), tonumber(ttl)
+  return expires < now or expires > now + ttl + {STEP_BACK_SLACK_MS}
+end
+local function token_of(lease)
+  return string.match(lease, '^%d+ %d+ (%x+) ')
+end
+"""
+
+# KEYS: the pool. ARGV: cluster, lo, hi, start, want (0: all).
+# Returns run_id, the record, then (ID, mark) for each free ID from start on.
+_LOOK = (
+    _PRELUDE
+    + """
+local cluster, lo, hi = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local start, want = tonumber(ARGV[4]), tonumber(ARGV[5])
+local size = hi - lo + 1
+local out = {run_id, redis.call('HGET', KEYS[1], 'pool') or ''}
+local found = 0
+for i = 0, size - 1 do
+  local id = lo + (start - lo + i) % size
+  local suffix = cluster .. ':' .. id
+  local lease = redis.call('HGET', KEYS[1], 'lease:' .. suffix)
+  if not lease or lapsed(lease) then
+    out[#out + 1] = string.format('%d', id)
+    out[#out + 1] = redis.call('HGET', KEYS[1], 'mark:' .. suffix) or ''
+    found = found + 1
+    if want > 0 and found >= want then break end
+  end
+end
+return out
+"""
+)
+
+# KEYS: the pool. ARGV: cluster, ID, token, holder JSON, ttl_ms, the incarnation the
+# claimant saw, the mark it saw, its first mark, the record it saw, a record to write.
+# Returns 1 if the lease is ours (taken now, or by an earlier send of the same take).
+_TAKE = (
+    _PRELUDE
+    + """
+if run_id ~= ARGV[6] then return 0 end
+local suffix = ARGV[1] .. ':' .. ARGV[2]
+local lease = redis.call('HGET', KEYS[1], 'lease:' .. suffix)
+if lease then
+  if token_of(lease) == ARGV[3] then return 1 end
+  if not lapsed(lease) then return 0 end
+end
+if (redis.call('HGET', KEYS[1], 'mark:' .. suffix) or '') ~= ARGV[7] then return 0 end
+if ARGV[10] ~= '' then
+  if (redis.call('HGET', KEYS[1], 'pool') or '') ~= ARGV[9] then return 0 end
+  redis.call('HSET', KEYS[1], 'pool', ARGV[10])
+end
+local ttl = tonumber(ARGV[5])
+redis.call('HSET', KEYS[1],
+  'lease:' .. suffix, string.format('%.0f %d %s %s', now + ttl, ttl, ARGV[3], ARGV[4]),
+  'mark:' .. suffix, run_id .. ' ' .. ARGV[8])
+return 1
+"""
+)
+
+# KEYS: the pool. ARGV: cluster, ID, token, ttl_ms, the new mark.
+_RENEW = (
+    _PRELUDE
+    + """
+local suffix = ARGV[1] .. ':' .. ARGV[2]
+local lease = redis.call('HGET', KEYS[1], 'lease:' .. suffix)
+if not lease or token_of(lease) ~= ARGV[3] then return 0 end
+local ttl = tonumber(ARGV[4])
+local holder = string.match(lease, '^%d+ %d+ %x+ (.*)$')
+redis.call('HSET', KEYS[1],
+  'lease:' .. suffix, string.format('%.0f %d %s %s', now + ttl, ttl, ARGV[3], holder),
+  'mark:' .. suffix, run_id .. ' ' .. ARGV[5])
+return 1
+"""
+)
+
+# KEYS: the pool. ARGV: cluster, ID, token, the final mark ('' to keep the last one).
+_RELEASE = (
+    _PRELUDE
+    + """
+local suffix = ARGV[1] .. ':' .. ARGV[2]
+local lease = redis.call('HGET', KEYS[1], 'lease:' .. suffix)
+if not lease or token_of(lease) ~= ARGV[3] then return 0 end
+redis.call('HDEL', KEYS[1], 'lease:' .. suffix)
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'mark:' .. suffix, run_id .. ' ' .. ARGV[4]) end
+return 1
+"""
+)
+
+# KEYS: the pool. Returns the store's clock, then the whole hash.
+_LIST = """
+local t = redis.call('TIME')
+return {tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000),
+        redis.call('HGETALL', KEYS[1])}
+"""
+
+
+def _import_redis() -> Any:
+    with needs_extra("redis", "redis", needed_by="redis://"):
+        import redis
+    return redis
+
+
+class _Client:
+    """redis-py's client with the driver's scripts registered on it."""
+
+    def __init__(self, client: redis_py.Redis) -> None:
+        self.redis = client
+        self.look = client.register_script(_LOOK)
+        self.take = client.register_script(_TAKE)
+        self.renew = client.register_script(_RENEW)
+        self.release = client.register_script(_RELEASE)
+        self.list = client.register_script(_LIST)
+
+    def close(self) -> None:
+        self.redis.close()
+
+
+_CLIENTS: SharedClients[_Client] = SharedClients(lambda client: None)
+"""One client per server, database, user and TLS setting in a process. redis-py's
+connection pool notices a fork by itself: a child opens connections of its own and
+never touches its parent's."""
+
+
+class RedisStore:
+    """The pool's requests, each one Lua script on one hash (see the module docs)."""
+
+    def __init__(self, client: _Client, prefix: str, description: str, timeout_s: float) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.description = description
+        self.timeout_s = timeout_s
+
+    def key(self, space: str) -> str:
+        return f"{self.prefix}:{space}"
+
+    def _call(self, doing: str, script: Any, space: str, args: Sequence[object]) -> Any:
+        try:
+            return script(keys=[self.key(space)], args=list(args))
+        except Exception as error:
+            raise _translate(error, f"{doing} at {self.description}") from error
+
+    def look(self, space: str, cluster: int, pool: range, *, start: int, want: int | None) -> Look:
+        reply = self._call(
+            "looking for a free ID",
+            self.client.look,
+            space,
+            [cluster, pool.start, pool.stop - 1, start, want or 0],
+        )
+        incarnation = _text(reply[0])
+        record_raw = _text(reply[1])
+        free = []
+        for index in range(2, len(reply) - 1, 2):
+            mark_raw = _text(reply[index + 1])
+            incarnation_of_mark, _, mark_json = mark_raw.partition(" ")
+            free.append(
+                Free(
+                    cluster=cluster,
+                    number=int(reply[index]),
+                    mark=HighWaterMark.from_bytes(mark_json.encode()) if mark_raw else None,
+                    mark_incarnation=incarnation_of_mark or None,
+                    version=mark_raw,
+                )
+            )
+        return Look(incarnation, PoolRecord.from_json(record_raw), record_raw, free)
+
+    def take(self, space: str, attempt: Take) -> bool:
+        free = attempt.free
+        holder = json.dumps(
+            {"holder": attempt.holder, "since_ms": attempt.since_ms, "token": attempt.token}
+        )
+        taken = self._call(
+            f"claiming {space} ID {free.number}",
+            self.client.take,
+            space,
+            [
+                free.cluster,
+                free.number,
+                attempt.token,
+                holder,
+                attempt.ttl_ms,
+                attempt.incarnation,
+                free.version,
+                json.dumps(attempt.mark.to_json()),
+                attempt.record_version,
+                attempt.record.to_json() if attempt.record is not None else "",
+            ],
+        )
+        return bool(taken)
+
+    def renew(
+        self, space: str, cluster: int, number: int, *, token: str, ttl_ms: int, mark: HighWaterMark
+    ) -> bool:
+        renewed = self._call(
+            "renewing the claim",
+            self.client.renew,
+            space,
+            [cluster, number, token, ttl_ms, json.dumps(mark.to_json())],
+        )
+        return bool(renewed)
+
+    def release(
+        self, space: str, cluster: int, number: int, *, token: str, mark: HighWaterMark | None
+    ) -> None:
+        final = json.dumps(mark.to_json()) if mark is not None else ""
+        self._call(
+            "releasing the claim", self.client.release, space, [cluster, number, token, final]
+        )
+
+    def list_space(self, space: str) -> list[ClaimInfo]:
+        now_ms, flat = self._call("listing the claims", self.client.list, space, [])
+        fields = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+        rows = []
+        for name, lease in fields.items():
+            kind, _, where = name.partition(":")
+            cluster_text, _, number_text = where.partition(":")
+            if kind != "lease" or not (cluster_text.isdigit() and number_text.isdigit()):
+                continue
+            expires_text, ttl_text, _token, holder_json = [*lease.split(" ", 3), "", "", ""][:4]
+            try:
+                expires, ttl = int(expires_text), int(ttl_text)
+            except ValueError:
+                continue
+            if expires < now_ms or expires > now_ms + ttl + STEP_BACK_SLACK_MS:
+                continue  # lapsed
+            holder, since = holder_of(holder_json.encode())
+            mark_raw = fields.get(f"mark:{where}", "")
+            mark = (
+                HighWaterMark.from_bytes(mark_raw.partition(" ")[2].encode()) if mark_raw else None
+            )
+            rows.append(
+                ClaimInfo(
+                    cluster=int(cluster_text),
+                    generator=int(number_text),
+                    holder=holder,
+                    since_ms=since,
+                    high_water_mark_ms=mark.ceiling_ms if mark else None,
+                    space=space,
+                )
+            )
+        return sorted(rows, key=lambda row: (row.cluster, row.generator))
+
+
+class RedisCoordinator(Coordinator):
+    """A Redis server used as a pool of generator IDs (see the module docs)."""
+
+    def __init__(self, url: CoordinatorUrl) -> None:
+        url.check_known(OPTIONS)
+        self.url = url.redacted()
+        if len(url.hosts) > 1:
+            raise ConfigurationError(
+                f"{self.url}: give one Redis server; Redis Cluster and Sentinel are not "
+                "supported (see docs/coordination.md)"
+            )
+        host, port = url.hosts[0] if url.hosts else ("127.0.0.1", 0)
+        port = port or DEFAULT_PORT
+        database_text = url.path.strip("/") or "0"
+        if not database_text.isdigit():
+            raise ConfigurationError(
+                f"{self.url}: the path is the database number (/0, /1, ...), "
+                f"got {url.path!r}; the keys' prefix is the option prefix="
+            )
+        database = int(database_text)
+        self.prefix = url.options.get("prefix", DEFAULT_PREFIX)
+        if not self.prefix or any(character.isspace() for character in self.prefix):
+            raise ConfigurationError(
+                f"{self.url}: option prefix must be non-empty and without spaces, "
+                f"got {self.prefix!r}"
+            )
+        self.ttl_s = url.number("ttl", DEFAULT_TTL_S, minimum=1)
+        timeout_s = url.number("timeout", 2.0, minimum=0.1)
+        tls = url.flag("tls", url.scheme == "rediss") or bool(url.options.get("ca"))
+        self._options_template = ClaimOptions.from_url(url)
+        self.description = (
+            f"{'rediss' if tls else 'redis'}://{host}:{port}/{database} {self.prefix}"
+        )
+        settings = {
+            "host": host,
+            "port": port,
+            "db": database,
+            "username": url.username or None,
+            "password": url.password or None,
+            "socket_timeout": timeout_s,
+            "socket_connect_timeout": timeout_s,
+        }
+        if tls:
+            settings.update(
+                ssl=True,
+                ssl_ca_certs=url.options.get("ca"),
+                ssl_certfile=url.options.get("cert"),
+                ssl_keyfile=url.options.get("key"),
+            )
+        # The process's client for these settings (the password only as a digest).
+        self._client_key = hashlib.sha256(repr(sorted(settings.items())).encode()).hexdigest()
+        self._client = _CLIENTS.take(self._client_key, lambda: _Client(_new_client(settings)))
+        try:
+            self.store = RedisStore(self._client, self.prefix, self.description, timeout_s)
+            self._check_server()
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_server(self) -> None:
+        """Wait up to ``connect_timeout`` for the server; refuse what is not one Redis."""
+        connect_timeout = self._options_template.connect_timeout_s
+        deadline = time.monotonic() + connect_timeout
+        while True:
+            try:
+                info = self._client.redis.info("server")
+                break
+            except Exception as error:
+                translated = _translate(error, f"connecting to {self.description}")
+                if not isinstance(translated, CoordinatorUnavailable) or isinstance(
+                    translated, CoordinatorRefused
+                ):
+                    raise translated from error
+                if time.monotonic() + 0.1 >= deadline:
+                    raise CoordinatorUnavailable(
+                        f"could not reach Redis at {self.description} within "
+                        f"{connect_timeout:g} s ({translated}); check that it is running and "
+                        "the URL's host, port and TLS settings are right, or wait longer "
+                        "with connect_timeout=SECONDS"
+                    ) from error
+                time.sleep(0.1)  # in the constructor: there is no claim to close yet
+        mode = str(info.get("redis_mode", "standalone"))
+        if mode != "standalone":
+            raise ConfigurationError(
+                f"{self.description} is a Redis {mode.title()} server; idmint's redis:// "
+                "claims need one Redis server (Cluster and Sentinel are not supported: "
+                "see docs/coordination.md)"
+            )
+
+    def _new_claim(
+        self,
+        options: ClaimOptions,
+        clock: Clock | None,
+        space: str,
+        identity: Mapping[str, int] | None,
+    ) -> LeaseClaim[RedisStore]:
+        return LeaseClaim(
+            self.store,
+            options,
+            clock,
+            ttl_s=self.ttl_s,
+            space=space,
+            cluster=options.cluster or 0,
+        )
+
+    def list_claims(self) -> list[ClaimInfo]:
+        rows: list[ClaimInfo] = []
+        for space in SPACES:
+            rows += self.store.list_space(space)
+        return rows
+
+    def close(self) -> None:
+        client_key, self._client_key = self._client_key, ""
+        if client_key:
+            _CLIENTS.give_back(client_key, _Client.close)
+
+
+def _new_client(settings: Mapping[str, Any]) -> redis_py.Redis:
+    redis = _import_redis()
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    # No retries inside redis-py: a claim retries by itself, within its deadline.
+    client: redis_py.Redis = redis.Redis(
+        **settings, retry=Retry(NoBackoff(), 0), health_check_interval=0
+    )
+    return client
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def _translate(error: BaseException, doing: str) -> CoordinationError:
+    """A redis-py error as the idmint error a caller can act on.
+
+    Credentials, permissions and TLS are a refusal (waiting will not help);
+    a connection that cannot be made or breaks, a timeout, a server still
+    loading its data or a replica that will not take writes, an outage;
+    anything else a :class:`CoordinationError` carrying the cause.
+    """
+    redis = _import_redis()
+    errors = redis.exceptions
+    cause = error.__cause__ or error.__context__
+    if isinstance(error, errors.AuthenticationError) or (
+        isinstance(error, errors.ResponseError) and str(error).startswith(("WRONGPASS", "NOAUTH"))
+    ):
+        return CoordinatorRefused(
+            f"{doing}: Redis refused the credentials ({_first_line(error)}); check the "
+            "user:password in the URL"
+        )
+    if isinstance(error, (errors.AuthorizationError, errors.NoPermissionError)):
+        return CoordinatorRefused(
+            f"{doing}: Redis refused us ({_first_line(error)}); check the ACL user's "
+            "permissions on the prefix's keys, EVALSHA and INFO"
+        )
+    if isinstance(error, ssl.SSLError) or isinstance(cause, ssl.SSLError):
+        return CoordinatorRefused(
+            f"{doing}: the TLS handshake failed ({_first_line(cause or error)}); check ca= "
+            "(the CA that signed the server's certificate), and cert=/key= if the server "
+            "wants a client certificate"
+        )
+    if isinstance(
+        error,
+        (errors.ConnectionError, errors.TimeoutError, errors.ReadOnlyError, OSError),
+    ):
+        return CoordinatorUnavailable(f"{doing}: {_first_line(error)}")
+    if isinstance(error, errors.ResponseError) and str(error).startswith("WRONGTYPE"):
+        return CoordinationError(
+            f"{doing}: a key under the prefix is not idmint's ({_first_line(error)}); "
+            "choose another prefix="
+        )
+    if isinstance(error, errors.RedisError):
+        return CoordinationError(f"{doing}: Redis said {_first_line(error)}")
+    return CoordinationError(f"{doing}: {type(error).__name__}: {_first_line(error)}")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:200]

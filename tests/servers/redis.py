@@ -1,0 +1,241 @@
+"""Redis servers for the tests, benchmarks and scripts/coordinators.
+
+:class:`RedisServer` runs Debian's ``redis-server`` (package ``redis-server``) on a
+free port of 127.0.0.1, with its data in a directory of its own::
+
+    server = RedisServer(tmp_path, persistence=True)
+    server.start()
+    client = server.client()          # redis-py, as the superuser
+    server.restart()                  # same port; with persistence, same data
+    server.stop()
+
+``persistence=True`` keeps an append-only file written on every command
+(``appendfsync always``, as a deployment that must not lose a claim runs it);
+``False`` keeps nothing, as a cache does: a restart comes back empty. No RDB
+snapshots either way.
+
+``tls=True`` serves TLS only, from a private CA (``trustme``, :attr:`ca_path`), and
+does not ask for client certificates. ``acl=True`` protects the default user with a
+password (:attr:`admin_password`) and adds the user :data:`USER` with its own password
+(:attr:`user_password`), allowed every command on keys starting with
+:data:`USER_KEYS` only. ``mode="cluster"`` starts a Redis Cluster node (one node, no
+slots: enough to be recognised as one) and ``mode="sentinel"`` a Sentinel.
+
+:meth:`freeze` and :meth:`thaw` send ``SIGSTOP`` and ``SIGCONT``: the server keeps its
+connections but answers nothing, as a stalled VM does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import ServerError, ServerProcess, wait_until
+from .ports import LOOPBACK, free_port
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["USER", "USER_KEYS", "RedisServer"]
+
+USER = "idmint"
+"""The ACL user of an ``acl=True`` server."""
+
+USER_KEYS = "idmint-"
+"""The key prefix :data:`USER` may touch (``~idmint-*``)."""
+
+
+class RedisServer:
+    """One ``redis-server`` on 127.0.0.1; nothing is started by the constructor."""
+
+    def __init__(
+        self,
+        tmpdir: Path | str,
+        *,
+        persistence: bool = True,
+        tls: bool = False,
+        acl: bool = False,
+        mode: str = "standalone",
+        port: int | None = None,
+    ) -> None:
+        if mode not in ("standalone", "cluster", "sentinel"):
+            raise ValueError(f"no Redis mode {mode!r}")
+        self.tmpdir = Path(tmpdir)
+        self.persistence = persistence
+        self.tls = tls
+        self.acl = acl
+        self.mode = mode
+        self.port = port or free_port()
+        self.admin_password = secrets.token_urlsafe(12) if acl else None
+        self.user_password = secrets.token_urlsafe(12) if acl else None
+        self._ca: Any = None
+        self.process = ServerProcess(
+            f"redis-{self.port}", ["redis-server"], log_path=self.tmpdir / "redis.log"
+        )
+
+    def __repr__(self) -> str:
+        return f"<RedisServer {LOOPBACK}:{self.port} {'running' if self.running else 'stopped'}>"
+
+    # -- addresses -----------------------------------------------------------------
+
+    @property
+    def host(self) -> str:
+        return LOOPBACK
+
+    @property
+    def endpoint(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def ca_path(self) -> Path | None:
+        """PEM of the CA that signed the server's certificate (None without TLS)."""
+        return self.tmpdir / "tls" / "ca.pem" if self.tls else None
+
+    def url(self, prefix: str | None = None, *, user: bool = False, **options: object) -> str:
+        """An idmint coordinator URL for this server (``redis://`` or ``rediss://``)."""
+        scheme = "rediss" if self.tls else "redis"
+        userinfo = ""
+        if self.acl:
+            userinfo = f"{USER}:{self.user_password}@" if user else f":{self.admin_password}@"
+        query = dict(options)
+        if prefix is not None:
+            query["prefix"] = prefix
+        if self.tls:
+            query.setdefault("ca", str(self.ca_path))
+        text = f"{scheme}://{userinfo}{self.endpoint}/0"
+        if query:
+            text += "?" + "&".join(f"{key}={value}" for key, value in query.items())
+        return text
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self.process.running
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start the server (same port and data as before) and wait until it answers."""
+        if self.running:
+            return
+        data = self.tmpdir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        argv = ["redis-server"]
+        if self.mode == "sentinel":
+            # A Sentinel rewrites its configuration file: it must have one.
+            config = self.tmpdir / "sentinel.conf"
+            if not config.exists():
+                config.write_text(f"port {self.port}\nbind {LOOPBACK}\n")
+            argv += [str(config), "--sentinel"]
+        port = (
+            ["--port", "0", "--tls-port", str(self.port)]
+            if self.tls
+            else ["--port", str(self.port)]
+        )
+        argv += [*port, "--bind", LOOPBACK, "--dir", str(data)]
+        argv += ["--daemonize", "no", "--logfile", ""]
+        if self.mode != "sentinel":
+            argv += ["--save", "", "--appendonly", "yes" if self.persistence else "no"]
+            argv += ["--appendfsync", "always"]
+        if self.mode == "cluster":
+            argv += ["--cluster-enabled", "yes", "--cluster-config-file", str(data / "nodes.conf")]
+        if self.tls:
+            files = self._tls_files()
+            argv += ["--tls-cert-file", str(files["cert"]), "--tls-key-file", str(files["key"])]
+            argv += ["--tls-ca-cert-file", str(files["ca"]), "--tls-auth-clients", "no"]
+        if self.acl:
+            acl_file = self.tmpdir / "users.acl"
+            acl_file.write_text(
+                f"user default on >{self.admin_password} ~* &* +@all\n"
+                f"user {USER} on >{self.user_password} ~{USER_KEYS}* +@all\n"
+            )
+            argv += ["--aclfile", str(acl_file)]
+        self.process.argv = argv
+        self.process.start()
+        wait_until(
+            self.answers,
+            timeout=timeout,
+            description=f"Redis on {self.endpoint}",
+            check=self.process.check_alive,
+        )
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server (``SIGTERM``: with persistence, its data stays on disk)."""
+        self.thaw()
+        self.process.stop(timeout)
+
+    def kill(self) -> None:
+        """Kill the server at once (``SIGKILL``: a crash)."""
+        self.process.kill()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def freeze(self) -> None:
+        """``SIGSTOP``: the server holds its connections and answers nothing."""
+        self._signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, signum: signal.Signals) -> None:
+        pid = self.process.pid
+        if pid is not None and self.running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signum)
+
+    # -- clients -------------------------------------------------------------------
+
+    def client(self, **options: Any) -> redis.Redis:
+        """A redis-py client as the default user (the superuser)."""
+        import redis
+
+        settings: dict[str, Any] = {
+            "host": LOOPBACK,
+            "port": self.port,
+            "password": self.admin_password,
+            "socket_timeout": 5,
+            "socket_connect_timeout": 5,
+        }
+        if self.tls:
+            settings.update(ssl=True, ssl_ca_certs=str(self.ca_path))
+        settings.update(options)
+        return redis.Redis(**settings)
+
+    def answers(self) -> bool:
+        """Whether the server answers PING."""
+        import redis
+
+        try:
+            with self.client(socket_timeout=1, socket_connect_timeout=1) as client:
+                return bool(client.ping())
+        except (redis.RedisError, OSError):
+            return False
+
+    def info(self, section: str = "server") -> dict[str, Any]:
+        with self.client() as client:
+            found: dict[str, Any] = client.info(section)
+            return found
+
+    def _tls_files(self) -> dict[str, Path]:
+        directory = self.tmpdir / "tls"
+        files = {"ca": directory / "ca.pem", "cert": directory / "server.pem"}
+        files["key"] = directory / "server-key.pem"
+        if files["ca"].exists():
+            return files
+        try:
+            import trustme
+        except ImportError as error:  # pragma: no cover - a test dependency
+            raise ServerError("TLS test servers need trustme (the test extra)") from error
+        directory.mkdir(parents=True, exist_ok=True)
+        ca = trustme.CA(organization_name="idmint tests")
+        server = ca.issue_cert(LOOPBACK, "localhost", common_name="redis")
+        ca.cert_pem.write_to_path(str(files["ca"]))
+        server.private_key_pem.write_to_path(str(files["key"]))
+        files["cert"].write_bytes(b"".join(blob.bytes() for blob in server.cert_chain_pems))
+        files["key"].chmod(0o600)
+        return files
