@@ -106,21 +106,49 @@ def kazoo_module() -> Any:
     return kazoo
 
 
-class _NegotiatedTimeout(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """A logger for kazoo that notes the session timeout the server granted.
+class _GrantedTimeouts:
+    """The session timeout ZooKeeper granted each session of one client, in ms.
 
-    kazoo computes it on every (re)connect but only logs it; the fence must
-    use it, not the timeout we asked for, when the server granted less.
+    Read from the handshake replies themselves, as kazoo's connection receives
+    them (kazoo keeps the value only in a local variable). The fence must use
+    it, not the timeout we asked for, when the server granted less. Should a
+    kazoo release change how it makes the handshake, nothing is recorded and
+    :meth:`of` refuses to go on: a claim then fails loudly instead of fencing
+    with the requested timeout.
     """
 
-    def __init__(self, logger: logging.Logger) -> None:
-        super().__init__(logger, {})
-        self.negotiated_ms: int | None = None
+    def __init__(self, client: Any) -> None:
+        from kazoo.protocol.serialization import Connect
 
-    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
-        if isinstance(msg, str) and msg.startswith("Session created") and len(args) >= 3:
-            self.negotiated_ms = int(args[2])
-        super().log(level, msg, *args, **kwargs)
+        self.by_session: dict[int, int] = {}
+        connection = getattr(client, "_connection", None)
+        if connection is None or not hasattr(connection, "_invoke"):
+            raise ConfigurationError(_UNSUPPORTED_KAZOO)
+        invoke = connection._invoke
+
+        def invoke_and_note(timeout: float, request: Any, xid: int | None = None) -> Any:
+            result = invoke(timeout, request, xid)
+            if isinstance(result, tuple) and result and isinstance(result[0], Connect):
+                reply = result[0]
+                if reply.time_out > 0:
+                    self.by_session[reply.session_id] = reply.time_out
+            return result
+
+        connection._invoke = invoke_and_note
+
+    def of(self, session: int | None) -> int:
+        """The granted timeout (ms) of ``session``, which must be connected."""
+        granted = self.by_session.get(session) if session is not None else None
+        if granted is None:
+            raise CoordinationError(_UNSUPPORTED_KAZOO)
+        return granted
+
+
+_UNSUPPORTED_KAZOO = (
+    "could not learn the session timeout ZooKeeper granted from this kazoo's "
+    "handshake; a claim fenced with the requested timeout could outlive its session. "
+    "Install a kazoo release idmint supports (see pyproject.toml)"
+)
 
 
 class ZooKeeperCoordinator(Coordinator):
@@ -142,8 +170,8 @@ class ZooKeeperCoordinator(Coordinator):
     # -- connections -----------------------------------------------------------------
     def client(
         self, *, listener: Any = None, owner: str | None = None
-    ) -> tuple[Any, _NegotiatedTimeout]:
-        """A started KazooClient (its own session), and its negotiated-timeout spy.
+    ) -> tuple[Any, _GrantedTimeouts]:
+        """A started KazooClient (its own session), and the timeouts its sessions got.
 
         ``owner``: a claim's own digest credential (see :meth:`owned_acl`),
         added to the session's identities.
@@ -153,7 +181,6 @@ class ZooKeeperCoordinator(Coordinator):
         from kazoo.handlers.threading import KazooTimeoutError
         from kazoo.retry import KazooRetry
 
-        spy = _NegotiatedTimeout(logging.getLogger("kazoo.client"))
         client = KazooClient(
             hosts=self.hosts,
             timeout=self.session_timeout_s,
@@ -162,8 +189,8 @@ class ZooKeeperCoordinator(Coordinator):
             # reconnect keeps the session (and the claim) alive.
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0),
             command_retry=KazooRetry(max_tries=3, delay=0.05, max_delay=0.5),
-            logger=spy,
         )
+        granted = _GrantedTimeouts(client)
         if listener is not None:
             client.add_listener(listener)
         timeout = self._options_template.connect_timeout_s
@@ -179,7 +206,7 @@ class ZooKeeperCoordinator(Coordinator):
         except kazoo.exceptions.KazooException as error:
             client.close()
             raise translate_error(error, f"connecting to ZooKeeper at {self.hosts}") from error
-        return client, spy
+        return client, granted
 
     def acls(self) -> dict[str, Any]:
         """ACLs for what we create: open without credentials (java-uniqueid's way)."""
@@ -217,21 +244,31 @@ class ZooKeeperCoordinator(Coordinator):
         return f"idmint-claim-{uuid.uuid4().hex}:{uuid.uuid4().hex}"
 
     def cluster_of(self, client: Any, cluster: int | None, space: str = "generator") -> int:
-        """The pool's cluster ID, making the layout first if the pool is new.
+        """The pool's cluster ID, laying out first what the pool lacks.
 
-        A pool that has its ``cluster-id`` has the rest (it is made last), so a
-        claimant reads one node where a new pool needs a dozen requests.
+        java-uniqueid writes ``cluster-id`` when its generator is built and makes
+        ``queue`` and ``pool`` only at its first claim (and never ``hwm``), so a
+        pool with a ``cluster-id`` may lack the rest. All four are read at once:
+        one round trip when the pool is whole.
         """
         kazoo = kazoo_module()
-        if space == "generator":
-            try:
-                data, _ = client.get(f"{self.root}/cluster-id")
-            except kazoo.exceptions.NoNodeError:
+        base = self.space_root(space)
+        # Answers are awaited in the order sent, so the first request's error (a
+        # server refusing us answers it, then closes) is the one raised.
+        cluster_read = client.get_async(f"{self.root}/cluster-id") if space == "generator" else None
+        parts = ("queue", "pool", "hwm") if space == "generator" else ("pool", "hwm")
+        present = [client.exists_async(f"{base}/{part}") for part in parts]
+        if cluster_read is None:
+            if any(pending.get() is None for pending in present):
                 return self.ensure_layout(client, cluster, space)
-            return self._check_cluster(data, cluster)
-        if client.exists(f"{self.space_root(space)}/pool") is None:
+            return 0
+        try:
+            data, _ = cluster_read.get()
+        except kazoo.exceptions.NoNodeError:
             return self.ensure_layout(client, cluster, space)
-        return 0
+        if any(pending.get() is None for pending in present):
+            return self.ensure_layout(client, cluster, space)
+        return self._check_cluster(data, cluster)
 
     def space_root(self, space: str) -> str:
         """Where a space's ``pool`` and ``hwm`` live: the root itself for generator IDs
@@ -376,7 +413,7 @@ class ZooKeeperClaim(Claim):
         self.space = space
         self._base = coordinator.space_root(space)
         self._client: Any = None
-        self._spy: _NegotiatedTimeout | None = None
+        self._granted: _GrantedTimeouts | None = None
         self._session_id: int | None = None
         self._path: str | None = None
         self._hwm_path: str | None = None
@@ -389,24 +426,26 @@ class ZooKeeperClaim(Claim):
     # -- connection and its events --------------------------------------------------------
     def _ensure_client(self) -> Any:
         if self._client is None:
-            self._client, self._spy = self._coordinator.client(
+            self._client, self._granted = self._coordinator.client(
                 listener=self._on_state, owner=self._owner
             )
             self._connected.set()
-            self._adopt_negotiated_timeout()
         return self._client
 
-    def _adopt_negotiated_timeout(self) -> None:
-        negotiated = self._spy.negotiated_ms if self._spy else None
-        if negotiated is not None and negotiated / 1000 < self.ttl_s:
+    def _fence_with_granted_timeout(self, client: Any) -> None:
+        """Fence with the session timeout the server granted our session, when it is
+        less than we asked for (or than an earlier session got)."""
+        assert self._granted is not None
+        granted_ms = self._granted.of(_session_of(client))
+        if granted_ms / 1000 < self.ttl_s:
             log.warning(
                 "%s: ZooKeeper granted a %d ms session timeout, less than the %g s asked "
                 "for; fencing with what was granted",
                 self,
-                negotiated,
+                granted_ms,
                 self.ttl_s,
             )
-            self.ttl_s = negotiated / 1000
+            self.ttl_s = granted_ms / 1000
             self.margin_s = min(self.margin_s, self.ttl_s / 4)
             self.renew_every_s = (self.ttl_s - self.margin_s) / 3
 
@@ -432,6 +471,7 @@ class ZooKeeperClaim(Claim):
             raise CoordinatorUnavailable(
                 f"{self.description}: not reconnected to ZooKeeper within {timeout:g} s"
             )
+        self._fence_with_granted_timeout(client)
         return client
 
     def _acquire(self) -> tuple[Mapping[str, int], int]:
@@ -441,21 +481,32 @@ class ZooKeeperClaim(Claim):
         if client.client_id is None or client.client_id[0] != self._session_id:
             self._session_id = _session_of(client)
         deadline = time.monotonic() + self.options.claim_timeout_s
+        cluster: int | None = None
         try:
-            cluster = coordinator.cluster_of(client, self.options.cluster, self.space)
             while True:
-                # The queue lock is held for one look at the pool, never while
-                # waiting: a claimant waiting for its narrow range to free up
-                # must not hold up claimants whose ranges have room.
-                with self._queue_lock(client, deadline) as pool_children:
-                    self.soonest_holdoff_end_s = math.inf
-                    found = self._try_claim(client, pool_children)
-                    if found is not None:
-                        number, floor = found
-                        if self.space == "generator":
-                            return {"generator": number, "cluster": cluster}, floor
-                        return {"node": number}, floor
-                    pool_changed = self._watch_pool(client)
+                try:
+                    if cluster is None:
+                        cluster = coordinator.cluster_of(client, self.options.cluster, self.space)
+                    # The queue lock is held for one look at the pool, never while
+                    # waiting: a claimant waiting for its narrow range to free up
+                    # must not hold up claimants whose ranges have room.
+                    with self._queue_lock(client, deadline) as pool_children:
+                        self.soonest_holdoff_end_s = math.inf
+                        found = self._try_claim(client, pool_children)
+                        if found is not None:
+                            number, floor = found
+                            if self.space == "generator":
+                                return {"generator": number, "cluster": cluster}, floor
+                            return {"node": number}, floor
+                        pool_changed = self._watch_pool(client)
+                except kazoo.exceptions.ConnectionLoss:
+                    # The connection dropped during the look, and the lock's release
+                    # has removed what it may have left in the queue. The session
+                    # lives on while kazoo reconnects: look again (the next request
+                    # waits for the connection), for as long as the claim may take.
+                    if time.monotonic() >= deadline:
+                        raise
+                    continue
                 if time.monotonic() >= deadline:
                     raise self._pool_exhausted(
                         f"cluster {cluster}", f"zk://{coordinator.hosts}{self._base}"
@@ -555,7 +606,7 @@ class ZooKeeperClaim(Claim):
         if lock is not None:
             # The transaction landed (now or on an earlier attempt), lock delete
             # and all: a delete of our own now would take the next holder's.
-            lock.held = False
+            lock.lock_deleted()
         self._path = path
         self._hwm_path = hwm_path
         # Ours now: nobody else writes the mark while our node exists.
@@ -604,13 +655,15 @@ class ZooKeeperClaim(Claim):
             self._coordinator.acls(),
             f"{self._base}/pool",
         )
-        lock.acquire(deadline)
-        self._queue_lock_held = lock
         try:
+            lock.acquire(deadline)
+            self._queue_lock_held = lock
             yield lock.pool_children
         finally:
             self._queue_lock_held = None
-            lock.release()
+            # Whatever ended the look, nothing of ours may stay in the queue: the
+            # session lives on, and every claimant behind would wait on it.
+            lock.release(within_s=self.ttl_s)
 
     def _renew(self, ceiling_ms: int) -> bool:
         kazoo = kazoo_module()
@@ -619,6 +672,7 @@ class ZooKeeperClaim(Claim):
         assert self._hwm_path is not None
         if not self._connected.is_set():
             raise CoordinatorUnavailable("not connected to ZooKeeper")
+        self._fence_with_granted_timeout(client)
         mark = HighWaterMark(
             ceiling_ms=ceiling_ms,
             renewed_ms=self.clock.time_ns() // 1_000_000,
@@ -687,6 +741,13 @@ class _JavaQueueLock:
 
     Not needed for safety (creating ``pool/<n>`` is atomic) but it keeps Java
     and Python claimants from stampeding the pool together.
+
+    A request whose connection drops may or may not have been applied: a ticket
+    or the lock node may then exist, made by our session, which lives on while
+    kazoo reconnects, and every claimant behind it (Java's too) would wait for
+    it. So the lock remembers every node it may have made until it knows the
+    node is gone, and :meth:`release` removes what remains, once the connection
+    is back, by the node's owner (our session) rather than by what we believe.
     """
 
     def __init__(self, client: Any, path: str, acls: dict[str, Any], pool_path: str) -> None:
@@ -700,19 +761,25 @@ class _JavaQueueLock:
         self.ticket: str | None = None
         self.held = False
         self.session: int | None = None
-        """The session that took the lock: the lock node is ephemeral to it."""
+        """The session that takes the lock: what it makes is ephemeral to it."""
+        self._maybe_made: set[str] = set()
+        """Paths of nodes we made or may have made, and have not seen go."""
 
     def _take_ticket(self) -> str:
         kazoo = kazoo_module()
         while True:
             name = f"nr-{int(time.time() * 1000):014d}-{random.randrange(10000):04d}"
+            path = f"{self.path}/{name}"
+            self._maybe_made.add(path)
             try:
-                self.client.create(f"{self.path}/{name}", b"", acl=self.acl, ephemeral=True)
+                self.client.create(path, b"", acl=self.acl, ephemeral=True)
             except kazoo.exceptions.NodeExistsError:
+                self._maybe_made.discard(path)  # someone else's
                 continue
             return name
 
     def acquire(self, deadline: float) -> None:
+        self.session = _session_of(self.client)
         self.ticket = self._take_ticket()
         first_in_line = False
         while True:
@@ -740,22 +807,29 @@ class _JavaQueueLock:
             else:
                 predecessor = children[position - 1]
             moved = threading.Event()
-            if self.client.exists(f"{self.path}/{predecessor}", watch=_setter(moved)):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not moved.wait(remaining):
-                    self._drop_ticket()
-                    raise PoolExhausted(
-                        f"timed out waiting in the claim queue at {self.path} behind "
-                        f"{predecessor}; another claimant may be stuck"
-                    )
+            stat = self.client.exists(f"{self.path}/{predecessor}", watch=_setter(moved))
+            if stat is None:
+                continue
+            if stat.ephemeralOwner == self.session:
+                # Ours, left by a look whose connection dropped before it knew
+                # what it had made: waiting on it would wait for ever.
+                self._remove_if_ours(f"{self.path}/{predecessor}", deadline)
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not moved.wait(remaining):
+                raise PoolExhausted(
+                    f"timed out waiting in the claim queue at {self.path} behind "
+                    f"{predecessor}; another claimant may be stuck"
+                )
 
     def _take_lock(self) -> bool:
         """Create the lock node and drop our ticket, in one transaction; False if held."""
         kazoo = kazoo_module()
-        lock_path = self.lock_path
+        ticket_path = f"{self.path}/{self.ticket}"
         transaction = self.client.transaction()
-        transaction.create(lock_path, b"", acl=self.acl, ephemeral=True)
-        transaction.delete(f"{self.path}/{self.ticket}")
+        transaction.create(self.lock_path, b"", acl=self.acl, ephemeral=True)
+        transaction.delete(ticket_path)
+        self._maybe_made.add(self.lock_path)
         pending = transaction.commit_async()
         # Sent behind the transaction on the same session, so it reads the pool
         # as it is once we hold the lock: the holder's first look costs no
@@ -764,27 +838,17 @@ class _JavaQueueLock:
         results = pending.get()
         if not any(isinstance(result, Exception) for result in results):
             self.held, self.ticket = True, None
-            self.session = _session_of(self.client)
+            self._maybe_made.discard(ticket_path)
             return True
-        # A retry of our own transaction (after a lost reply) finds the lock
-        # node made, by our session.
-        stat = self.client.exists(lock_path)
-        if stat is not None and stat.ephemeralOwner == _session_of(self.client):
-            self.held = True
-            self.session = _session_of(self.client)
-            self._drop_ticket()
-            return True
+        self._maybe_made.discard(self.lock_path)  # the transaction made nothing
         if isinstance(results[0], kazoo.exceptions.NodeExistsError):
             return False
         raise results[0] if isinstance(results[0], Exception) else results[1]
 
-    def _drop_ticket(self) -> None:
-        # Not waited for: the session sends its requests in order, so nothing
-        # this claimant does next can overtake the delete, and a claimant
-        # waiting on the node hears of it from its watch.
-        if self.ticket is not None:
-            self.client.delete_async(f"{self.path}/{self.ticket}")
-            self.ticket = None
+    def lock_deleted(self) -> None:
+        """The lock node was deleted on our behalf (with the claim, in its transaction)."""
+        self.held = False
+        self._maybe_made.discard(self.lock_path)
 
     @property
     def still_ours(self) -> bool:
@@ -792,11 +856,72 @@ class _JavaQueueLock:
         node went with it, and the node now at its path is another claimant's."""
         return self.held and _session_of(self.client) == self.session
 
-    def release(self) -> None:
-        self._drop_ticket()
+    def release(self, within_s: float) -> None:
+        """Delete our ticket and the lock, if we made them and they are still there.
+
+        Each delete is checked. A lost connection is waited out for up to
+        ``within_s`` (the session timeout: by then the session, and with it
+        every node it made, is gone anyway).
+        """
+        kazoo = kazoo_module()
         if self.still_ours:
-            self.client.delete_async(self.lock_path)
+            # Known to be ours: one request, unless the connection drops under it
+            # (then it is looked for below).
+            try:
+                self.client.delete(self.lock_path)
+                self._maybe_made.discard(self.lock_path)
+            except kazoo.exceptions.NoNodeError:
+                self._maybe_made.discard(self.lock_path)
+            except kazoo.exceptions.KazooException:
+                pass
         self.held = False
+        self.ticket = None
+        deadline = time.monotonic() + within_s
+        for path in sorted(self._maybe_made):
+            try:
+                self._remove_if_ours(path, deadline)
+            except Exception as error:  # the claim's own error, if any, matters more
+                log.warning("could not remove %s from the claim queue: %s", path, error)
+        self._maybe_made.clear()
+
+    def _remove_if_ours(self, path: str, deadline: float) -> None:
+        """Delete ``path`` if the session that takes the lock made it and still lives.
+
+        The node's owner says whose it is: while the connection is down kazoo
+        cannot tell us our session's ID, and after the session ended another
+        claimant's node may stand at the path.
+        """
+        kazoo = kazoo_module()
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _not_removed(path)
+            try:
+                # Asked, not assumed; a request sent while the connection is down
+                # waits for it to come back.
+                stat = self.client.exists_async(path).get(timeout=remaining)
+                if stat is None or stat.ephemeralOwner != self.session:
+                    break  # gone, or not ours
+                if _session_of(self.client) != self.session:
+                    break  # our session ended, and its nodes with it
+                self.client.delete_async(path, version=stat.version).get(timeout=remaining)
+                break
+            except (kazoo.exceptions.NoNodeError, kazoo.exceptions.SessionExpiredError):
+                break  # gone, or our session (and the node with it) is
+            except kazoo.exceptions.ConnectionLoss:
+                continue  # look again once reconnected
+            except KazooTimeoutError:
+                raise _not_removed(path) from None
+        self._maybe_made.discard(path)
+
+
+def _not_removed(path: str) -> CoordinatorUnavailable:
+    return CoordinatorUnavailable(
+        f"could not remove {path}, which our session made, from the claim queue: "
+        "ZooKeeper did not answer in time"
+    )
 
 
 def _session_of(client: Any) -> int | None:
