@@ -90,6 +90,13 @@ class _QueuedClaimant:
         self._thread.join(timeout=60)
 
 
+def _someone_at_the_back_of_the_queue(client: KazooClient, root: str) -> None:
+    """A ticket that sorts after every other: with the queue not empty, a claimant
+    queues and takes the lock (with it empty, the claim's own transaction takes and
+    lets go of the lock, and no lock message can be lost alone)."""
+    client.create(f"{root}/queue/nr-99999999999999-9999", makepath=True)
+
+
 def _lock_owner(client: KazooClient, root: str) -> int | None:
     stat = client.exists(f"{root}/queue/{LOCK_TICKET}")
     return None if stat is None else int(stat.ephemeralOwner)
@@ -127,6 +134,7 @@ def test_a_lost_lock_transaction_stalls_nobody(
     claimant's) or is itself lost (the claimant's ticket stays ahead in the queue)."""
     root = unique_root()
     lose = proxy.lose_reply if lost == "reply" else proxy.swallow_request
+    _someone_at_the_back_of_the_queue(direct, root)
     fault = lose(MULTI, _lock_transaction(root), hold=True)
     with ThreadPoolExecutor(1) as executor, contextlib.ExitStack() as stack:
         first = _claim_through(executor, proxy, root, generators="0-7")
@@ -153,6 +161,7 @@ def test_a_swallowed_lock_delete_stalls_nobody(
     holder = connect(f"zk://{zk.hosts}{root}?session_timeout=3&generators=0-0").claim()
     with ThreadPoolExecutor(1) as executor, contextlib.ExitStack() as stack:
         stack.callback(holder.close)
+        _someone_at_the_back_of_the_queue(direct, root)
         fault = proxy.swallow_request(DELETE, _lock_delete(root), hold=True)
         # A short session: the freed ID's hold-off (the holder's ceiling + TTL) is short.
         first = _claim_through(

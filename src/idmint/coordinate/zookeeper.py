@@ -61,6 +61,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from typing import Any
 
 from idmint.clock import Clock
@@ -243,30 +244,24 @@ class ZooKeeperCoordinator(Coordinator):
             return None
         return f"idmint-claim-{uuid.uuid4().hex}:{uuid.uuid4().hex}"
 
-    def cluster_of(self, client: Any, cluster: int | None, space: str = "generator") -> int:
-        """The pool's cluster ID, laying out first what the pool lacks.
+    def cluster_from(
+        self, client: Any, cluster_read: Any, cluster: int | None, space: str = "generator"
+    ) -> int:
+        """The pool's cluster ID from ``cluster_read`` (a read of ``cluster-id`` sent
+        earlier; None outside the generator space, which has no cluster), laying the
+        pool out first when it is new.
 
-        java-uniqueid writes ``cluster-id`` when its generator is built and makes
-        ``queue`` and ``pool`` only at its first claim (and never ``hwm``), so a
-        pool with a ``cluster-id`` may lack the rest. All four are read at once:
-        one round trip when the pool is whole.
+        Nothing else is checked here: the first look at the pool finds what else
+        is missing (java-uniqueid writes ``cluster-id`` when its generator is
+        built and makes ``queue`` and ``pool`` only at its first claim, never
+        ``hwm``), and the claimant then lays it out and looks again.
         """
         kazoo = kazoo_module()
-        base = self.space_root(space)
-        # Answers are awaited in the order sent, so the first request's error (a
-        # server refusing us answers it, then closes) is the one raised.
-        cluster_read = client.get_async(f"{self.root}/cluster-id") if space == "generator" else None
-        parts = ("queue", "pool", "hwm") if space == "generator" else ("pool", "hwm")
-        present = [client.exists_async(f"{base}/{part}") for part in parts]
         if cluster_read is None:
-            if any(pending.get() is None for pending in present):
-                return self.ensure_layout(client, cluster, space)
             return 0
         try:
             data, _ = cluster_read.get()
         except kazoo.exceptions.NoNodeError:
-            return self.ensure_layout(client, cluster, space)
-        if any(pending.get() is None for pending in present):
             return self.ensure_layout(client, cluster, space)
         return self._check_cluster(data, cluster)
 
@@ -482,23 +477,35 @@ class ZooKeeperClaim(Claim):
             self._session_id = _session_of(client)
         deadline = time.monotonic() + self.options.claim_timeout_s
         cluster: int | None = None
+        queued = self._coordinator.use_queue and self.space == "generator"
         try:
             while True:
                 try:
+                    # One round trip for the first look: the cluster, the pool, the
+                    # queue and a few marks are read together.
+                    cluster_read = None
+                    if cluster is None and self.space == "generator":
+                        cluster_read = client.get_async(f"{coordinator.root}/cluster-id")
+                    look = self._send_look(client, queue=queued)
                     if cluster is None:
-                        cluster = coordinator.cluster_of(client, self.options.cluster, self.space)
-                    # The queue lock is held for one look at the pool, never while
-                    # waiting: a claimant waiting for its narrow range to free up
-                    # must not hold up claimants whose ranges have room.
-                    with self._queue_lock(client, deadline) as pool_children:
-                        self.soonest_holdoff_end_s = math.inf
-                        found = self._try_claim(client, pool_children)
-                        if found is not None:
-                            number, floor = found
-                            if self.space == "generator":
-                                return {"generator": number, "cluster": cluster}, floor
-                            return {"node": number}, floor
-                        pool_changed = self._watch_pool(client)
+                        cluster = coordinator.cluster_from(
+                            client, cluster_read, self.options.cluster, self.space
+                        )
+                    self.soonest_holdoff_end_s = math.inf
+                    found = self._look_and_claim(client, look, deadline)
+                    if found is not None:
+                        number, floor = found
+                        if self.space == "generator":
+                            return {"generator": number, "cluster": cluster}, floor
+                        return {"node": number}, floor
+                    pool_changed = self._watch_pool(client)
+                except kazoo.exceptions.NoNodeError:
+                    # The pool lacks a part (a pool made by java-uniqueid, which makes
+                    # queue and pool at its first claim and never hwm): lay it out.
+                    if time.monotonic() >= deadline:
+                        raise
+                    coordinator.ensure_layout(client, self.options.cluster, self.space)
+                    continue
                 except kazoo.exceptions.ConnectionLoss:
                     # The connection dropped during the look, and the lock's release
                     # has removed what it may have left in the queue. The session
@@ -519,44 +526,102 @@ class ZooKeeperClaim(Claim):
         except kazoo.exceptions.KazooException as error:
             raise translate_error(error, "claiming a generator ID") from error
 
-    def _try_claim(self, client: Any, pool_children: Any = None) -> tuple[int, int] | None:
+    def _send_look(self, client: Any, *, queue: bool) -> _Look:
+        """Send the reads of one look at the pool: its claims, the marks of a few IDs
+        picked at random, and the queue (``queue``: whether it is to be honoured)."""
+        root = self._base
+        pool = self.options.pool
+        return _Look(
+            queue_children=(
+                client.get_children_async(f"{self._coordinator.root}/queue") if queue else None
+            ),
+            pool_children=client.get_children_async(f"{root}/pool"),
+            marks={
+                number: client.get_async(f"{root}/hwm/{number}")
+                for number in random.sample(pool, min(_CANDIDATES, len(pool)))
+            },
+        )
+
+    def _look_and_claim(self, client: Any, look: _Look, deadline: float) -> tuple[int, int] | None:
+        """Claim from ``look`` without queueing when java-uniqueid's queue is empty (or
+        not honoured); otherwise queue for the lock and look again holding it."""
+        if look.queue_children is None:
+            return self._try_claim(client, look)
+        if not look.queue_children.get():
+            # Nobody queues and nobody holds the lock: the claim takes and lets go
+            # of the lock in its own transaction, which lands only if the lock is
+            # still free then. Claimants that meet there serialise nothing.
+            try:
+                return self._try_claim(client, look, lock_free_if_unlocked=True)
+            except _LockTaken:
+                pass  # a claimant (a Java one, say) has the lock: queue behind it
+        # The queue lock is held for one look at the pool, never while waiting:
+        # a claimant waiting for its narrow range to free up must not hold up
+        # claimants whose ranges have room.
+        with self._queue_lock(client, deadline) as pool_children:
+            return self._try_claim(client, _Look(None, pool_children, {}))
+
+    def _try_claim(
+        self, client: Any, look: _Look, *, lock_free_if_unlocked: bool = False
+    ) -> tuple[int, int] | None:
         """One look at the pool: claim a free ID that is not held off, if there is one.
 
-        Three round trips when it works: the pool's children (unless read
-        already, ``pool_children``), the mark of the first free ID (of a few
-        at once after that), and one transaction that creates the claim node
-        only if the ID's mark is still the one read.
+        One transaction when it works and one of the IDs whose marks the look
+        read is free; a round trip more for each batch of marks read after that.
+        The transaction creates the claim node only if the ID's mark is still
+        the one read. Claimants that do not hold the queue lock start at a
+        random free ID (racing for the lowest would only fail each other's
+        transactions); the lock's holder takes the lowest, as Java does.
+
+        ``lock_free_if_unlocked``: the transaction also requires the queue lock
+        to be free (:class:`_LockTaken` if it is not).
         """
         root = self._base
-        if pool_children is None:
-            pool_children = client.get_children_async(f"{root}/pool")
-        taken = set(pool_children.get())
+        taken = set(look.pool_children.get())
         free = [number for number in self.options.pool if str(number) not in taken]
-        if not self._coordinator.use_queue or self.space != "generator":
-            # No queue orders claimants: racing for the lowest free ID would
-            # only fail each other's transactions, so start anywhere.
+        if self._queue_lock_held is None:
             start = random.randrange(len(free)) if free else 0
-            free = free[start:] + free[:start]
-        # The first free ID's mark alone (usually it is claimable), then a few
-        # at once: one round trip passes several held-off IDs.
-        starts = [0, *range(1, len(free), _MARKS_PER_LOOK)]
+            rotated = free[start:] + free[:start]
+            known = [number for number in look.marks if str(number) not in taken]
+            free = known + [number for number in rotated if number not in look.marks]
+        # The marks the look read first, then a few at once: one round trip
+        # passes several held-off IDs.
+        first = max(1, sum(1 for number in free[: len(look.marks)] if number in look.marks))
+        starts = [0, *range(first, len(free), _MARKS_PER_LOOK)]
         for batch_start, batch_end in zip(starts, [*starts[1:], len(free)], strict=True):
             batch = free[batch_start:batch_end]
-            reads = [(n, client.get_async(f"{root}/hwm/{n}")) for n in batch]
+            reads = [
+                (n, look.marks[n] if n in look.marks else client.get_async(f"{root}/hwm/{n}"))
+                for n in batch
+            ]
             now_ms = self.clock.time_ns() // 1_000_000
             for number, pending in reads:
                 mark, version = _mark_of(pending)
                 if self._held_off(number, mark, now_ms):
                     continue
-                if self._create_claim_node(client, number, mark, version, now_ms):
+                if self._create_claim_node(
+                    client, number, mark, version, now_ms, unlocked=lock_free_if_unlocked
+                ):
                     return number, mark.ceiling_ms if mark else -1
         return None
 
     def _create_claim_node(
-        self, client: Any, number: int, mark: HighWaterMark | None, version: int, now_ms: int
+        self,
+        client: Any,
+        number: int,
+        mark: HighWaterMark | None,
+        version: int,
+        now_ms: int,
+        *,
+        unlocked: bool = False,
     ) -> bool:
         """Create ``pool/<number>``, in one transaction with a check that the ID's mark is
-        still at ``version`` (or with the mark itself, when there is none yet)."""
+        still at ``version`` (or with the mark itself, when there is none yet).
+
+        ``unlocked``: and with java-uniqueid's queue lock taken and let go, so the
+        transaction lands only while nobody holds the lock (:class:`_LockTaken`
+        otherwise); nobody sees it held.
+        """
         kazoo = kazoo_module()
         root = self._base
         path, hwm_path = f"{root}/pool/{number}", f"{root}/hwm/{number}"
@@ -570,6 +635,10 @@ class ZooKeeperClaim(Claim):
         first = HighWaterMark(ceiling_ms=ceiling, renewed_ms=now_ms, holder=holder_description())
         first_data = json.dumps(first.to_json()).encode()
         transaction = client.transaction()
+        lock_path = f"{self._coordinator.root}/queue/{LOCK_TICKET}"
+        if unlocked:
+            transaction.create(lock_path, b"", acl=self._coordinator.acls()["tree"], ephemeral=True)
+            transaction.delete(lock_path)
         transaction.create(path, data, acl=self.owned_acl, ephemeral=True)
         if mark is None:
             transaction.create(hwm_path, first_data, acl=self._coordinator.acls()["tree"])
@@ -590,6 +659,8 @@ class ZooKeeperClaim(Claim):
             if not self._is_ours(client, path):
                 raise
             results = []
+        if unlocked and results and isinstance(results[0], kazoo.exceptions.NodeExistsError):
+            raise _LockTaken
         failures = [result for result in results if isinstance(result, Exception)]
         if any(isinstance(f, kazoo.exceptions.NoNodeError) for f in failures):
             self._coordinator.ensure_layout(client, self.options.cluster, self.space)
@@ -934,6 +1005,25 @@ def _setter(event: threading.Event) -> Any:
 
 _MARKS_PER_LOOK = 8
 """Marks of free IDs read at once: enough to pass a few held-off IDs in one round trip."""
+
+_CANDIDATES = 2
+"""IDs picked at random whose marks a look reads with the pool's claims: in a pool
+with room, one of them is free and claimable, and the claim needs no other read."""
+
+
+@dataclass(frozen=True)
+class _Look:
+    """The reads of one look at the pool, as sent (kazoo async results)."""
+
+    queue_children: Any
+    """java-uniqueid's queue, when it is honoured and not held by us (else None)."""
+    pool_children: Any
+    marks: dict[int, Any]
+    """Marks of IDs read with the pool's claims, by ID."""
+
+
+class _LockTaken(Exception):
+    """A claim meant to land only while the queue lock is free found it held."""
 
 
 def _mark_of(pending: Any) -> tuple[HighWaterMark | None, int]:
