@@ -52,6 +52,7 @@ readable and writable by that user only.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -577,19 +578,20 @@ class ZooKeeperClaim(Claim):
         to be free (:class:`_LockTaken` if it is not).
         """
         root = self._base
-        taken = set(look.pool_children.get())
-        free = [number for number in self.options.pool if str(number) not in taken]
+        pool = self.options.pool
+        taken = {int(name) for name in look.pool_children.get() if name.isdigit()}
+        # Walked lazily: a pool of thousands is not listed to claim one ID.
+        known = [number for number in look.marks if number not in taken]
         if self._queue_lock_held is None:
-            start = random.randrange(len(free)) if free else 0
-            rotated = free[start:] + free[:start]
-            known = [number for number in look.marks if str(number) not in taken]
-            free = known + [number for number in rotated if number not in look.marks]
+            start = random.randrange(len(pool))
+            rest: Iterator[int] = itertools.chain(pool[start:], pool[:start])
+        else:
+            rest = iter(pool)
+        others = (n for n in rest if n not in taken and n not in look.marks)
         # The marks the look read first, then a few at once: one round trip
         # passes several held-off IDs.
-        first = max(1, sum(1 for number in free[: len(look.marks)] if number in look.marks))
-        starts = [0, *range(first, len(free), _MARKS_PER_LOOK)]
-        for batch_start, batch_end in zip(starts, [*starts[1:], len(free)], strict=True):
-            batch = free[batch_start:batch_end]
+        batch = known or list(itertools.islice(others, 1))
+        while batch:
             reads = [
                 (n, look.marks[n] if n in look.marks else client.get_async(f"{root}/hwm/{n}"))
                 for n in batch
@@ -603,6 +605,7 @@ class ZooKeeperClaim(Claim):
                     client, number, mark, version, now_ms, unlocked=lock_free_if_unlocked
                 ):
                     return number, mark.ceiling_ms if mark else -1
+            batch = list(itertools.islice(others, _MARKS_PER_LOOK))
         return None
 
     def _create_claim_node(
