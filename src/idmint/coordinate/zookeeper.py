@@ -13,9 +13,12 @@ option               default   meaning
 ==================== ========= ======================================================
 ``session_timeout``  ``10``    s; the ZooKeeper session timeout (the server may
                                lower it; the negotiated value is what fences)
-``queue``            ``true``  take java-uniqueid's queue lock around each look at
-                               the pool, so Java and Python claimants queue fairly
-                               together (not held while waiting for a free ID)
+``queue``            ``true``  honour java-uniqueid's queue lock, so Java and Python
+                               claimants queue fairly together: with the queue
+                               empty the claim's transaction takes and lets go of
+                               the lock (it lands only while the lock is free);
+                               otherwise queue and look once holding the lock
+                               (not held while waiting for a free ID)
 ``generators``       all       ``LO-HI``: the generator IDs this client may claim
 ``cluster``          node      expected cluster ID; written to ``cluster-id`` if
                                that node does not exist yet (default 0)
@@ -247,10 +250,10 @@ class ZooKeeperCoordinator(Coordinator):
 
     def cluster_from(
         self, client: Any, cluster_read: Any, cluster: int | None, space: str = "generator"
-    ) -> int:
+    ) -> tuple[int, bool]:
         """The pool's cluster ID from ``cluster_read`` (a read of ``cluster-id`` sent
         earlier; None outside the generator space, which has no cluster), laying the
-        pool out first when it is new.
+        pool out first when it is new; and whether it did.
 
         Nothing else is checked here: the first look at the pool finds what else
         is missing (java-uniqueid writes ``cluster-id`` when its generator is
@@ -259,12 +262,12 @@ class ZooKeeperCoordinator(Coordinator):
         """
         kazoo = kazoo_module()
         if cluster_read is None:
-            return 0
+            return 0, False
         try:
             data, _ = cluster_read.get()
         except kazoo.exceptions.NoNodeError:
-            return self.ensure_layout(client, cluster, space)
-        return self._check_cluster(data, cluster)
+            return self.ensure_layout(client, cluster, space), True
+        return self._check_cluster(data, cluster), False
 
     def space_root(self, space: str) -> str:
         """Where a space's ``pool`` and ``hwm`` live: the root itself for generator IDs
@@ -274,41 +277,46 @@ class ZooKeeperCoordinator(Coordinator):
     def ensure_layout(self, client: Any, cluster: int | None, space: str = "generator") -> int:
         """Create root, queue, pool, hwm and cluster-id as needed; return the cluster ID.
 
+        Two round trips, however much is missing: what exists is read at once,
+        then what is missing is created at once (one session's requests are
+        applied in order, so a parent is made before its children). Claimants
+        racing to do the same, Java's included, all go on.
+
         Spaces other than ``generator`` have a pool and marks of their own and no
         cluster (0).
         """
         kazoo = kazoo_module()
         acls = self.acls()
-        if space != "generator":
-            base = self.space_root(space)
-            try:
-                for path, acl in (
-                    (base, acls["tree"]),
-                    (f"{base}/pool", acls["pool"]),
-                    (f"{base}/hwm", acls["tree"]),
-                ):
-                    if client.exists(path) is None:
-                        with suppress(kazoo.exceptions.NodeExistsError):
-                            client.create(path, b"", acl=acl, makepath=True)
-            except kazoo.exceptions.KazooException as error:
-                raise translate_error(error, f"preparing {base} in ZooKeeper") from error
-            return 0
+        base = self.space_root(space)
+        parts = [(base, acls["tree"])]
+        if space == "generator":
+            parts.append((f"{base}/queue", acls["tree"]))
+        parts += [(f"{base}/pool", acls["pool"]), (f"{base}/hwm", acls["tree"])]
+        cluster_path = f"{self.root}/cluster-id"
         try:
-            for path, acl in (
-                (self.root, acls["tree"]),
-                (f"{self.root}/queue", acls["tree"]),
-                (f"{self.root}/pool", acls["pool"]),
-                (f"{self.root}/hwm", acls["tree"]),
-            ):
-                if client.exists(path) is None:
-                    with suppress(kazoo.exceptions.NodeExistsError):
-                        client.create(path, b"", acl=acl, makepath=True)
-            cluster_path = f"{self.root}/cluster-id"
-            with suppress(kazoo.exceptions.NodeExistsError):
-                client.create(cluster_path, str(cluster or 0).encode(), acl=acls["tree"])
-            data, _ = client.get(cluster_path)
+            present = [client.exists_async(path) for path, _ in parts]
+            cluster_present = client.exists_async(cluster_path) if space == "generator" else None
+            missing = [
+                part for part, pending in zip(parts, present, strict=True) if pending.get() is None
+            ]
+            if missing and missing[0][0] == base:
+                # The root's own parents may be missing too.
+                with suppress(kazoo.exceptions.NodeExistsError):
+                    client.create(base, b"", acl=missing.pop(0)[1], makepath=True)
+            creating = [client.create_async(path, b"", acl=acl) for path, acl in missing]
+            if cluster_present is not None and cluster_present.get() is None:
+                creating.append(
+                    client.create_async(cluster_path, str(cluster or 0).encode(), acl=acls["tree"])
+                )
+            reading = client.get_async(cluster_path) if space == "generator" else None
+            for pending in creating:
+                with suppress(kazoo.exceptions.NodeExistsError):
+                    pending.get()
+            if reading is None:
+                return 0
+            data, _ = reading.get()
         except kazoo.exceptions.KazooException as error:
-            raise translate_error(error, f"preparing {self.root} in ZooKeeper") from error
+            raise translate_error(error, f"preparing {base} in ZooKeeper") from error
         return self._check_cluster(data, cluster)
 
     def _check_cluster(self, data: bytes, cluster: int | None) -> int:
@@ -489,9 +497,11 @@ class ZooKeeperClaim(Claim):
                         cluster_read = client.get_async(f"{coordinator.root}/cluster-id")
                     look = self._send_look(client, queue=queued)
                     if cluster is None:
-                        cluster = coordinator.cluster_from(
+                        cluster, laid_out = coordinator.cluster_from(
                             client, cluster_read, self.options.cluster, self.space
                         )
+                        if laid_out:  # the look went out before: it found nothing there
+                            look = self._send_look(client, queue=queued)
                     self.soonest_holdoff_end_s = math.inf
                     found = self._look_and_claim(client, look, deadline)
                     if found is not None:
