@@ -104,13 +104,20 @@ PRELOAD = [
 
 LATENCY_CASES: dict[str, tuple[str, str, dict[str, object]]] = {
     "zk-queue": ("ZooKeeper queue=true", "zk", {"queue": "true"}),
+    "zk-queued": ("ZooKeeper queue=true, a ticket queued", "zk", {"queue": "true"}),
     "zk-lockfree": ("ZooKeeper queue=false", "zk", {"queue": "false"}),
     "etcd": ("etcd", "etcd", {}),
 }
-"""The claim-latency cases by the name ``--cases`` gives them."""
+"""The claim-latency cases by the name ``--cases`` gives them. ``zk-queued`` (not run
+by default) starts with a ticket in java-uniqueid's queue that sorts after every
+claimant's, as a Java claimant waiting its turn leaves it: every claimant then queues
+and takes the lock in turn, so the run times the protocol's hand-overs in series."""
 
-# (monotonic start, monotonic end, generator or None, error or None)
-Sample = tuple[float, float, int | None, str | None]
+QUEUED_TICKET = "nr-99999999999999-9999"
+
+Sample = tuple[float, float, int | None, str | None, float]
+"""(monotonic start, monotonic end, generator or None, error or None, CPU seconds the
+claimant's process spent on the claim, all its threads)."""
 
 
 # -- what runs in the claimant processes ---------------------------------------------------
@@ -142,14 +149,15 @@ def _timed_claim(url: str) -> tuple[Sample, Any]:
     """``new_generator("uid64", coordinator=url)`` and its first ID, timed; the generator."""
     from idmint import new_generator
 
-    start = time.monotonic()
+    start, cpu = time.monotonic(), time.process_time()
     try:
         generator = new_generator("uid64", coordinator=url)
         generator.generate()
     except Exception as error:
-        return (start, time.monotonic(), None, f"{type(error).__name__}: {error}"), None
+        failed = f"{type(error).__name__}: {error}"
+        return (start, time.monotonic(), None, failed, time.process_time() - cpu), None
     end = time.monotonic()
-    return (start, end, generator.generator, None), generator
+    return (start, end, generator.generator, None, time.process_time() - cpu), generator
 
 
 def _report_losses(results: Queue[Any], claims: Sequence[Any]) -> None:
@@ -325,11 +333,14 @@ class LatencyRow:
     errors: list[str] = field(default_factory=list)
     run_p99s: list[float] = field(default_factory=list)
     """Each run's own p99, for targets that every run must meet."""
+    cpu: list[float] = field(default_factory=list)
+    """CPU seconds each claim cost its process (all threads)."""
 
     def add(self, run: Run, expected: int) -> None:
         good = run.good
         self.errors += run.problems(expected)
-        latencies = [end - start for start, end, _, _ in good[self.skip :]]
+        latencies = [end - start for start, end, *_ in good[self.skip :]]
+        self.cpu += [sample[4] for sample in good[self.skip :]]
         self.latencies += latencies
         if latencies:
             self.run_p99s.append(percentile(latencies, 99))
@@ -406,6 +417,18 @@ class Servers:
         return sum(
             float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix)
         )
+
+    def queue_ticket(self, root: str) -> None:
+        """Leave a ticket at the back of ``root``'s queue (see ``zk-queued``)."""
+        from kazoo.client import KazooClient
+
+        client = KazooClient(hosts=self.zk_hosts)
+        client.start(timeout=10)
+        try:
+            client.create(f"{root}/queue/{QUEUED_TICKET}", makepath=True)
+        finally:
+            client.stop()
+            client.close()
 
     def url(self, kind: str, root: str, **options: object) -> str:
         query = "&".join(f"{key}={value}" for key, value in options.items())
@@ -552,12 +575,16 @@ class Bench:
         self, runs: int, claimants: int, cases: Sequence[str], *, threads: bool = True
     ) -> list[LatencyRow]:
         rows: list[LatencyRow] = []
-        for label, kind, options in (LATENCY_CASES[name] for name in cases):
+        for name in cases:
+            label, kind, options = LATENCY_CASES[name]
             for as_threads in (False, True) if threads else (False,):
                 how = f"{claimants} threads, 1 process" if as_threads else f"{claimants} processes"
                 row = LatencyRow(label, how)
                 for _ in range(runs):
-                    url = self.servers.url(kind, fresh_root(), **options)
+                    root = fresh_root()
+                    if name == "zk-queued":
+                        self.servers.queue_ticket(root)
+                    url = self.servers.url(kind, root, **options)
                     if as_threads:
                         workers: list[tuple[Any, tuple[Any, ...]]] = [
                             (_claimant_threads, (claimants,))
@@ -570,7 +597,10 @@ class Bench:
                 rows.append(row)
             # The floor: one claimant alone, claims one after the other (all held).
             row = LatencyRow(label, "1 process, alone", skip=2)  # 2 warm-up claims
-            url = self.servers.url(kind, fresh_root(), **options)
+            root = fresh_root()
+            if name == "zk-queued":
+                self.servers.queue_ticket(root)
+            url = self.servers.url(kind, root, **options)
             alone = [(_filler, (22, self.ctx.Barrier(1)))]
             row.add(self._run(kind, url, alone, expected=22, limit_s=60), 22)
             rows.append(row)
@@ -758,9 +788,9 @@ def print_latency(rows: list[LatencyRow], runs: int) -> None:
     )
     print(
         "| coordinator | claimants | n | p50 ms | p99 ms | max ms | all claimed s "
-        "| server requests per claim | p99 of each run ms |"
+        "| server requests per claim | client CPU ms per claim | p99 of each run ms |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for row in rows:
         values = row.latencies
         span = f"{statistics.median(row.spans):.2f}" if row.spans else "-"
@@ -771,9 +801,11 @@ def print_latency(rows: list[LatencyRow], runs: int) -> None:
             cells = "- | - | -"
         requests = f"{statistics.mean(row.requests):.1f}" if row.requests else "-"
         each = ", ".join(ms(p99) for p99 in row.run_p99s) if len(row.run_p99s) > 1 else "-"
+        threads = "threads" in row.claimants  # one process's CPU is every claim's
+        cpu = f"{statistics.mean(row.cpu) * 1000:.1f}" if row.cpu and not threads else "-"
         print(
             f"| {row.coordinator} | {row.claimants} | {len(values)} | {cells} | {span} "
-            f"| {requests} | {each} |"
+            f"| {requests} | {cpu} | {each} |"
         )
     _print_errors((row.coordinator, row.claimants, row.errors) for row in rows)
 
@@ -868,7 +900,7 @@ def main(argv: list[str] | None = None) -> int:
         "--cases",
         nargs="+",
         choices=sorted(LATENCY_CASES),
-        default=list(LATENCY_CASES),
+        default=[name for name in LATENCY_CASES if name != "zk-queued"],
         help="claim-latency cases to run (default: all)",
     )
     parser.add_argument("--runs", type=int, help="claim-latency runs per row (default 2; 1 quick)")
