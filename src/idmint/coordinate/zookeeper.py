@@ -64,7 +64,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -277,10 +277,10 @@ class ZooKeeperCoordinator(Coordinator):
     def ensure_layout(self, client: Any, cluster: int | None, space: str = "generator") -> int:
         """Create root, queue, pool, hwm and cluster-id as needed; return the cluster ID.
 
-        Two round trips, however much is missing: what exists is read at once,
-        then what is missing is created at once (one session's requests are
-        applied in order, so a parent is made before its children). Claimants
-        racing to do the same, Java's included, all go on.
+        What exists is read at once, then what is missing is created in one
+        transaction (which lands whole or not at all: if someone, a Java
+        claimant say, made a part meanwhile, what is still missing is read
+        again). Claimants racing to do the same all go on.
 
         Spaces other than ``generator`` have a pool and marks of their own and no
         cluster (0).
@@ -293,28 +293,49 @@ class ZooKeeperCoordinator(Coordinator):
             parts.append((f"{base}/queue", acls["tree"]))
         parts += [(f"{base}/pool", acls["pool"]), (f"{base}/hwm", acls["tree"])]
         cluster_path = f"{self.root}/cluster-id"
+        if space == "generator":
+            parts.append((cluster_path, acls["tree"]))
         try:
-            present = [client.exists_async(path) for path, _ in parts]
-            cluster_present = client.exists_async(cluster_path) if space == "generator" else None
-            missing = [
-                part for part, pending in zip(parts, present, strict=True) if pending.get() is None
-            ]
-            if missing and missing[0][0] == base:
-                # The root's own parents may be missing too.
-                with suppress(kazoo.exceptions.NodeExistsError):
-                    client.create(base, b"", acl=missing.pop(0)[1], makepath=True)
-            creating = [client.create_async(path, b"", acl=acl) for path, acl in missing]
-            if cluster_present is not None and cluster_present.get() is None:
-                creating.append(
-                    client.create_async(cluster_path, str(cluster or 0).encode(), acl=acls["tree"])
-                )
-            reading = client.get_async(cluster_path) if space == "generator" else None
-            for pending in creating:
-                with suppress(kazoo.exceptions.NodeExistsError):
-                    pending.get()
-            if reading is None:
+            while True:
+                present = [client.exists_async(path) for path, _ in parts]
+                missing = [
+                    part
+                    for part, pending in zip(parts, present, strict=True)
+                    if pending.get() is None
+                ]
+                if not missing:
+                    break
+                if missing[0][0] == base and base.rpartition("/")[0]:
+                    client.ensure_path(base.rpartition("/")[0])  # the root's own parents
+                # All at once, in one request: claimants racing here (a fresh pool's
+                # first stampede) each send one, one lands, the others fail at once.
+                transaction = client.transaction()
+                for path, acl in missing:
+                    data = str(cluster or 0).encode() if path == cluster_path else b""
+                    transaction.create(path, data, acl=acl)
+                exceptions = kazoo.exceptions
+                results = transaction.commit()
+                if not any(isinstance(result, Exception) for result in results):
+                    break
+                refused = [
+                    result
+                    for result in results
+                    if isinstance(result, Exception)
+                    and not isinstance(
+                        result,
+                        (
+                            exceptions.NodeExistsError,
+                            exceptions.RolledBackError,
+                            exceptions.RuntimeInconsistency,
+                        ),
+                    )
+                ]
+                if refused:
+                    raise refused[0]
+                # A part exists now (someone else's transaction landed): look again.
+            if space != "generator":
                 return 0
-            data, _ = reading.get()
+            data, _ = client.get(cluster_path)
         except kazoo.exceptions.KazooException as error:
             raise translate_error(error, f"preparing {base} in ZooKeeper") from error
         return self._check_cluster(data, cluster)
@@ -1019,9 +1040,10 @@ def _setter(event: threading.Event) -> Any:
 _MARKS_PER_LOOK = 8
 """Marks of free IDs read at once: enough to pass a few held-off IDs in one round trip."""
 
-_CANDIDATES = 2
+_CANDIDATES = 1
 """IDs picked at random whose marks a look reads with the pool's claims: in a pool
-with room, one of them is free and claimable, and the claim needs no other read."""
+with room, such an ID is most likely free and claimable, and the claim needs no
+other read (one more read each would cost every claim a request)."""
 
 
 @dataclass(frozen=True)
