@@ -61,8 +61,8 @@ import ssl
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from idmint.clock import Clock
 from idmint.coordinate.base import (
@@ -541,26 +541,20 @@ class EtcdClaim(Claim):
 
     def _acquire(self) -> tuple[Mapping[str, int], int]:
         self._lease_sent_mono = self.clock.monotonic_ns()
-        # The lease is granted while the claimant looks at the pool: the look
-        # does not need it, and the grant's disk write is then off the claim's path.
-        granting = _InThread(lambda: self._gateway.grant(int(self.ttl_s)))
+        lease = self._gateway.grant(int(self.ttl_s))
         try:
-            return self._acquire_with(granting)
+            return self._acquire_with(lease)
         except BaseException:
-            with contextlib.suppress(CoordinationError):
-                lease = granting.result()
-                if self._lease != lease:
-                    try:
-                        self._gateway.revoke(lease)
-                    except CoordinationError as error:
-                        log.info(
-                            "%s: could not revoke an unused lease (%s); it expires", self, error
-                        )
+            if self._lease != lease:
+                try:
+                    self._gateway.revoke(lease)
+                except CoordinationError as error:
+                    log.info("%s: could not revoke an unused lease (%s); it expires", self, error)
             raise
 
-    def _acquire_with(self, granting: _InThread[int]) -> tuple[Mapping[str, int], int]:
+    def _acquire_with(self, lease: int) -> tuple[Mapping[str, int], int]:
         """Claim a free ID: a look at a few random IDs (the whole pool when they are
-        taken), then one transaction, with the lease ``granting`` gives."""
+        taken), then one transaction."""
         coordinator = self._coordinator
         # Only generator IDs belong to clusters; other spaces are one pool (0).
         clusters = coordinator.clusters() if self.space == "generator" else [0]
@@ -570,7 +564,6 @@ class EtcdClaim(Claim):
         while True:
             self.soonest_holdoff_end_s = math.inf
             for cluster, number, mark, revision in self._candidates(pairs, taken):
-                lease = granting.result()
                 if self._try_claim(lease, cluster, number, mark, revision):
                     self._lease = lease
                     identity = (
@@ -585,7 +578,7 @@ class EtcdClaim(Claim):
             # Keep the lease alive while we wait for an ID to come free: a
             # key may go at any moment, a hold-off ends when it ends.
             self._lease_sent_mono = self.clock.monotonic_ns()
-            self._gateway.keepalive(granting.result())
+            self._gateway.keepalive(lease)
             taken.clear()
             if self._sleep(self._next_look_s(deadline, every_s=0.25)):
                 raise ClaimLost(f"{self.description}: closed while claiming")
@@ -603,7 +596,7 @@ class EtcdClaim(Claim):
         # A few picked at random (retried picks are cheap; listing a pool of
         # thousands to pick four is not).
         probes: list[tuple[int, int]] = []
-        for _ in range(_PROBES * 4):
+        for _ in range(_PROBES * 4 if pairs else 0):
             if len(probes) == _PROBES:
                 break
             picked = pairs[random.randrange(len(pairs))]
@@ -855,31 +848,3 @@ def _translate(error: Exception, doing: str) -> CoordinationError:
             "that of an etcd cluster's client port (etcd 3.4 or newer)?"
         )
     return CoordinationError(f"{doing}: etcd said {_message(error)}")
-
-
-_T = TypeVar("_T")
-
-
-class _InThread(Generic[_T]):
-    """A call made in a thread of its own; :meth:`result` waits for it."""
-
-    def __init__(self, call: Callable[[], _T]) -> None:
-        self._call = call
-        self._done = threading.Event()
-        self._value: _T | None = None
-        self._error: BaseException | None = None
-        threading.Thread(target=self._run, name="idmint-etcd-call", daemon=True).start()
-
-    def _run(self) -> None:
-        try:
-            self._value = self._call()
-        except BaseException as error:  # handed to whoever waits for the result
-            self._error = error
-        finally:
-            self._done.set()
-
-    def result(self) -> _T:
-        self._done.wait()
-        if self._error is not None:
-            raise self._error
-        return self._value  # type: ignore[return-value]
