@@ -178,3 +178,22 @@ def test_a_swallowed_lock_delete_stalls_nobody(
         stack.callback(claim.close)
         assert claim.identity == {"generator": 0, "cluster": 0}
     assert _lock_owner(direct, root) is None
+
+
+def test_a_lost_reply_to_a_claim_made_with_the_queue_empty_leaves_nothing_held(
+    proxy: ZooKeeperFaultProxy, direct: KazooClient
+) -> None:
+    """With nobody queued the claim's own transaction takes and lets go of the lock.
+    Its reply lost, the claimant finds its claim by what only it wrote and keeps it:
+    no lock, no ticket, and no second claim."""
+    root = unique_root()
+    lock = f"{root}/queue/{LOCK_TICKET}".encode()
+    fault = proxy.lose_reply(MULTI, lambda body: lock in body and b"/pool/" in body)
+    with ThreadPoolExecutor(1) as executor, contextlib.ExitStack() as stack:
+        first = _claim_through(executor, proxy, root, generators="0-7")
+        assert fault.fired.wait(15), "the claim's transaction was never sent"
+        claim = first.result(timeout=30)
+        stack.callback(claim.close)
+        assert claim.identity is not None
+        assert direct.get_children(f"{root}/queue") == []
+        assert direct.get_children(f"{root}/pool") == [str(claim.identity["generator"])]
