@@ -145,7 +145,7 @@ def serve_hello(*, stock: bool = False) -> int:
     def announce(port: int) -> None:
         print(f"hello server: open http://127.0.0.1:{port}/", flush=True)
 
-    run.create_app = lambda **_: HelloApp()  # type: ignore[attr-defined,assignment]
+    run.create_app = lambda *_, **__: HelloApp()  # type: ignore[attr-defined,assignment]
     if stock:
         run.limited_http_protocol = lambda limits: "auto"  # type: ignore[assignment,return-value]
     return run.serve(host="127.0.0.1", port=0, announce=announce)

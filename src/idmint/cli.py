@@ -118,15 +118,6 @@ def _integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
 
 
-def _workers(text: str) -> int:
-    from idmint.server.settings import parse_workers
-
-    try:
-        return parse_workers(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
 def _positive_count(text: str) -> int:
     value = _integer(text)
     if value < 0:
@@ -217,6 +208,42 @@ class _HelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+def _add_serve_settings(serve: argparse.ArgumentParser) -> None:
+    """A flag per setting of the server's configuration, from its table.
+
+    Defaults are applied by ``ServerConfig.from_sources`` (flag, else
+    environment, else default), so every flag's own default is None: "not given".
+    """
+    from idmint.server.config import SERVE_SETTINGS
+
+    for setting in SERVE_SETTINGS:
+        if setting.switch:
+            serve.add_argument(
+                setting.flag, action=argparse.BooleanOptionalAction, help=setting.help_text()
+            )
+            continue
+        serve.add_argument(
+            setting.flag,
+            type=_read_with(setting.parse),
+            choices=setting.choices,
+            metavar=setting.metavar,
+            help=setting.help_text(),
+        )
+
+
+def _read_with(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type from a setting's parser: its ValueError is argparse's usage error."""
+
+    def read(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    read.__name__ = parse.__name__.strip("_")
+    return read
+
+
 def _add_fleet_commands(commands: Any) -> None:
     """serve, claims, discovery: the server and what is held in ZooKeeper or etcd."""
     serve = commands.add_parser(
@@ -226,70 +253,8 @@ def _add_fleet_commands(commands: Any) -> None:
         "requests and release claims. Each option can also be set by the environment "
         "variable named in its help; the option wins.",
     )
-    # Defaults are applied by idmint.server.settings (flag, else environment, else
-    # default), so every flag's own default is None: "not given".
-    serve.add_argument("--host", help="address to bind (default 127.0.0.1; IDMINT_HOST)")
-    serve.add_argument(
-        "--port", type=_integer, help="0 picks a free port (default 8000; IDMINT_PORT)"
-    )
-    serve.add_argument(
-        "--scheme", choices=list(SCHEMES), help="ID scheme (default uid64; IDMINT_SCHEME)"
-    )
-    serve.add_argument("--coordinator", metavar="URL", help="as for generate (IDMINT_COORDINATOR)")
-    serve.add_argument(
-        "--generators",
-        type=_integer,
-        metavar="K",
-        help="hold K generator IDs (default 1; IDMINT_GENERATORS)",
-    )
-    serve.add_argument(
-        "--workers",
-        type=_workers,
-        metavar="N",
-        help="serve from N worker processes on the port, each with its own --generators K "
-        "claims; auto: one per available core (default 1; IDMINT_WORKERS)",
-    )
-    serve.add_argument(
-        "--token-file", metavar="F", help="require this bearer token on /v1/* (IDMINT_TOKEN_FILE)"
-    )
-    serve.add_argument(
-        "--max-count", type=_integer, help="limit of /v1/ids (default 10000; IDMINT_MAX_COUNT)"
-    )
-    serve.add_argument(
-        "--discovery",
-        metavar="URL",
-        help="register the server in this zk:// discovery tree (IDMINT_DISCOVERY)",
-    )
+    _add_serve_settings(serve)
     serve.add_argument("--mode", choices=["spread", "time-sequential"], help="uid64 mode")
-    serve.add_argument(
-        "--log-level",
-        choices=["debug", "info", "warning", "error", "critical"],
-        help="stderr log level (default info; IDMINT_LOG_LEVEL)",
-    )
-    serve.add_argument(
-        "--log-format",
-        choices=["text", "json"],
-        help="text lines or one JSON object per line (default text; IDMINT_LOG_FORMAT)",
-    )
-    serve.add_argument(
-        "--access-log",
-        action=argparse.BooleanOptionalAction,
-        help="log one line per request (default off; IDMINT_ACCESS_LOG)",
-    )
-    serve.add_argument(
-        "--request-timeout",
-        type=float,
-        metavar="S",
-        help="close a connection whose request has not fully arrived after S seconds "
-        "(default 10; IDMINT_REQUEST_TIMEOUT)",
-    )
-    serve.add_argument(
-        "--worker-timeout",
-        type=float,
-        metavar="S",
-        help="with --workers: kill and replace a worker whose event loop has not turned "
-        "for S seconds; 0: never (default 30; IDMINT_WORKER_TIMEOUT)",
-    )
     # The server logs on stderr (waits for a coordinator included) and needs no stdout.
     serve.set_defaults(handler=_cmd_serve, keeps_a_log=True)
 
@@ -620,28 +585,24 @@ def _options(names: Iterable[str]) -> str:
 
 def _cmd_serve(args: argparse.Namespace, out: _Output) -> int:
     from idmint.errors import ConfigurationError
+    from idmint.server.config import ServerConfig
     from idmint.server.run import serve, startup_line
-    from idmint.server.settings import resolve_serve_settings
 
     try:
-        settings = resolve_serve_settings(vars(args), os.environ)
+        config = ServerConfig.from_sources(
+            vars(args), os.environ, options={"mode": args.mode} if args.mode else {}
+        )
     except ConfigurationError as error:
         raise UsageError(str(error)) from None
-    token = _token(args.token_file, settings.pop("token_file"))
 
     def announce(port: int) -> None:
-        line = startup_line(settings["scheme"], settings["host"], port, settings["workers"])
+        line = startup_line(config.scheme, config.host, port, config.workers)
         # The server's work is serving: a closed or full stdout costs only this line.
         with contextlib.suppress(OutputError, BrokenPipeError):
             out.write(line + "\n")
             out.flush()
 
-    return serve(
-        **settings,
-        token=token,
-        options={"mode": args.mode} if args.mode else None,
-        announce=announce,
-    )
+    return serve(config, announce=announce)
 
 
 def _token(flag: str | None, path: str | None) -> str | None:

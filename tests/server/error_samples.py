@@ -34,11 +34,14 @@ def sample(kind: type[errors.IdmintError]) -> errors.IdmintError:
         return kind(f"a sample {kind.__name__}")
     hints = typing.get_type_hints(init)
     arguments: list[object] = []
+    keywords: dict[str, object] = {}
     for parameter in list(inspect.signature(init).parameters.values())[1:]:
-        if parameter.kind is not parameter.POSITIONAL_OR_KEYWORD:
-            continue
         if parameter.default is not parameter.empty:
             continue
         numeric = hints.get(parameter.name) in (float, int)
-        arguments.append(12.5 if numeric else f"sample {parameter.name}")
-    return kind(*arguments)
+        value = 12.5 if numeric else f"sample {parameter.name}"
+        if parameter.kind is parameter.POSITIONAL_OR_KEYWORD:
+            arguments.append(value)
+        elif parameter.kind is parameter.KEYWORD_ONLY:
+            keywords[parameter.name] = value
+    return kind(*arguments, **keywords)

@@ -22,7 +22,7 @@ from tests.server.server_helpers import running_server
 from idmint import ConfigurationError, new_generator
 from idmint.coordinate.static import POD_INDEX_VARIABLE, pod_index
 from idmint.factory import new_generators
-from idmint.server.settings import SERVE_SETTINGS
+from idmint.server.config import SERVE_SETTINGS
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 READ_BY_IDMINT = {setting.variable for setting in SERVE_SETTINGS} | {POD_INDEX_VARIABLE}
@@ -91,9 +91,13 @@ def test_the_statefulset_takes_each_pods_index_from_the_downward_api() -> None:
 
 
 def test_the_statefulsets_pods_and_workers_hold_distinct_identities(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Every worker of every pod, as ``idmint serve --workers`` makes them (offsets)."""
+    """Every worker of every pod, as ``idmint serve --workers`` makes them (offsets).
+
+    In a pool of its own: the session's ID servers hold free identities in theirs.
+    """
+    monkeypatch.setenv("IDMINT_LOCAL_DIR", str(tmp_path / "pool"))
     statefulset = _workload("statefulset.yaml")
     env = _env(_container(statefulset))
     workers, per_worker = int(env["IDMINT_WORKERS"]), int(env["IDMINT_GENERATORS"])

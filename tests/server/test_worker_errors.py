@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVE = [sys.executable, "-m", "idmint", "serve", "--host", LOOPBACK, "--port", "0"]
 SITECUSTOMIZE = """
 import os
+import pickle
 
 if os.environ.get("IDMINT_TEST_RAISE"):
     import idmint.factory
@@ -40,7 +41,13 @@ if os.environ.get("IDMINT_TEST_RAISE"):
     from tests.server.error_samples import sample
 
     def refuse(*args, **kwargs):
-        raise sample(getattr(errors, os.environ["IDMINT_TEST_RAISE"]))
+        error = sample(getattr(errors, os.environ["IDMINT_TEST_RAISE"]))
+        # What was raised, as the worker made it: a message may depend on the
+        # process (MissingExtra's install line on where idmint was found).
+        sent = os.path.join(os.environ["IDMINT_TEST_SENT"], str(os.getpid()))
+        with open(sent, "wb") as file:
+            pickle.dump(error, file)
+        raise error
 
     idmint.factory.new_generators = refuse
 """
@@ -52,7 +59,17 @@ def raising_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> pytest.M
     (tmp_path / "sitecustomize.py").write_text(SITECUSTOMIZE)
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{ROOT}")
     monkeypatch.setenv("IDMINT_LOCAL_DIR", str(tmp_path / "pool"))
+    (tmp_path / "sent").mkdir()
+    monkeypatch.setenv("IDMINT_TEST_SENT", str(tmp_path / "sent"))
     return monkeypatch
+
+
+def sent_by_a_worker(tmp_path: Path) -> errors.IdmintError:
+    """One of the errors the workers raised (the samples are alike but for the process)."""
+    sent = sorted((tmp_path / "sent").iterdir())
+    assert sent, "no worker raised"
+    error: errors.IdmintError = pickle.loads(sent[0].read_bytes())
+    return error
 
 
 def assert_same_error(got: BaseException, sent: errors.IdmintError, prefix: str = "") -> None:
@@ -65,14 +82,14 @@ def assert_same_error(got: BaseException, sent: errors.IdmintError, prefix: str 
 
 @pytest.mark.parametrize("kind", error_classes(), ids=lambda kind: kind.__name__)
 def test_every_error_crosses_from_a_worker_whole(
-    kind: type[errors.IdmintError], raising_workers: pytest.MonkeyPatch
+    kind: type[errors.IdmintError], raising_workers: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     raising_workers.setenv("IDMINT_TEST_RAISE", kind.__name__)
     with pytest.raises(errors.IdmintError) as raised:
         serve(host=LOOPBACK, port=0, workers=2)
     index = re.match(r"worker (\d): ", str(raised.value))
     assert index is not None, raised.value
-    assert_same_error(raised.value, sample(kind), prefix=index.group(0))
+    assert_same_error(raised.value, sent_by_a_worker(tmp_path), prefix=index.group(0))
 
 
 @pytest.mark.parametrize("kind", [errors.ClockMovedBackwards, errors.InvalidId])

@@ -67,6 +67,7 @@ from idmint.errors import (
 from idmint.factory import coordinator_for, new_generators
 from idmint.generate.core import TickGenerator
 from idmint.schemes import SCHEMES, parse_id
+from idmint.server.config import ServerConfig, given_config
 from idmint.server.metrics import Family, Metrics, Samples
 from idmint.server.openapi import openapi_document
 from idmint.server.siblings import Siblings
@@ -80,7 +81,6 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 Handler = Callable[[Scope], Awaitable[tuple[int, list[Any], bytes]]]
 
-DEFAULT_MAX_COUNT = 10_000
 ISSUING_CHECK_S = 0.1
 """How often the server looks whether it can issue IDs, to log when that changes."""
 MAX_ID_LENGTH = 64  # longer than any scheme's text form, dashed muids included
@@ -114,36 +114,27 @@ class HttpError(Exception):
 
 
 def create_app(
+    config: ServerConfig | None = None,
     *,
-    scheme: str = "uid64",
-    coordinator: str | None = None,
-    generators: int = 1,
-    token: str | None = None,
-    max_count: int = DEFAULT_MAX_COUNT,
-    discovery: str | None = None,
     advertise: tuple[str, int] | None = None,
-    options: dict[str, Any] | None = None,
     identity_offset: int = 0,
+    **settings: Any,
 ) -> IdServer:
-    """The ASGI app. Nothing is claimed until the app starts (ASGI lifespan).
+    """The ASGI app for ``config``, or for a :class:`ServerConfig` made of ``settings``.
 
-    So each worker process of an ASGI server (``uvicorn --workers N``, gunicorn,
-    with or without ``--preload``) claims its own identities from this host's
-    pool when it starts, never the parent before a fork. A configured identity
+    ``create_app(scheme="muid", generators=4, token="...")`` takes any field of
+    :class:`~idmint.server.config.ServerConfig` as a keyword. Nothing is
+    claimed until the app starts (ASGI lifespan). So each worker process of an
+    ASGI server (``uvicorn --workers N``, gunicorn, with or without
+    ``--preload``) claims its own identities from this host's pool when it
+    starts, never the parent before a fork. A configured identity
     (``static://?generator=G``) would be the same in every worker and refused
     in all but one: ``identity_offset`` (for worker i of K generators each:
-    i x K) makes each take its own block.
+    i x K) makes each take its own block. ``advertise``: the address to
+    register in discovery.
     """
     return IdServer(
-        scheme=scheme,
-        coordinator=coordinator,
-        generators=generators,
-        token=token,
-        max_count=max_count,
-        discovery=discovery,
-        advertise=advertise,
-        options=options or {},
-        identity_offset=identity_offset,
+        given_config(config, settings), advertise=advertise, identity_offset=identity_offset
     )
 
 
@@ -152,35 +143,20 @@ class IdServer:
 
     def __init__(
         self,
+        config: ServerConfig,
         *,
-        scheme: str,
-        coordinator: str | None,
-        generators: int,
-        token: str | None,
-        max_count: int,
-        discovery: str | None,
-        advertise: tuple[str, int] | None,
-        options: dict[str, Any],
+        advertise: tuple[str, int] | None = None,
         identity_offset: int = 0,
     ) -> None:
-        if scheme not in SCHEMES:
-            raise ConfigurationError(
-                f"unknown scheme {scheme!r}; expected one of {', '.join(SCHEMES)}"
-            )
-        if not isinstance(generators, int) or not 1 <= generators <= 64:
-            raise ConfigurationError(f"generators must be 1..64, got {generators!r}")
-        if not isinstance(max_count, int) or not 1 <= max_count <= 1_000_000:
-            raise ConfigurationError(f"max_count must be 1..1000000, got {max_count!r}")
-        if token is not None and not token.strip():
-            raise ConfigurationError("the bearer token is empty")
-        self.scheme = scheme
-        self.coordinator = coordinator
-        self.generator_count = generators
-        self.max_count = max_count
-        self._token = token.strip().encode() if token else None
-        self._discovery_url = discovery
+        self.config = config
+        self.scheme = config.scheme
+        self.coordinator = config.coordinator
+        self.generator_count = config.generators
+        self.max_count = config.max_count
+        self._token = _read_token(config)
+        self._discovery_url = config.discovery
         self._advertise = advertise
-        self._options = options
+        self._options = config.options
         self.identity_offset = identity_offset
         self.siblings: Siblings | None = None
         """Set in a worker of ``idmint serve --workers N``: the whole server's view."""
@@ -195,7 +171,9 @@ class IdServer:
         """What the last :meth:`shutdown` gave back, for people."""
         self.metrics = Metrics(version=_version())
         self.metrics.families.extend(self._generator_families())
-        self._openapi = json.dumps(openapi_document(max_count, token=token is not None)).encode()
+        self._openapi = json.dumps(
+            openapi_document(self.max_count, token=self._token is not None)
+        ).encode()
         self._static_files: dict[str, tuple[bytes, bytes]] = {}
         self._routes: dict[str, Handler] = {
             "/v1/id": self._one_id,
@@ -757,6 +735,24 @@ class IdServer:
                 per_claim(lambda claim: claim.losses),
             ),
         ]
+
+
+def _read_token(config: ServerConfig) -> bytes | None:
+    """The bearer token: the config's own, or the one in its token file."""
+    if config.token is not None:
+        return config.token.strip().encode()
+    if config.token_file is None:
+        return None
+    source = config.source("token_file")
+    try:
+        with open(config.token_file, encoding="utf-8") as handle:
+            token = handle.read().strip()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+        raise ConfigurationError(f"{source}: cannot read {config.token_file}: {reason}") from None
+    if not token:
+        raise ConfigurationError(f"{source}: {config.token_file} is empty")
+    return token.encode()
 
 
 def _claim_of(generator: TickGenerator[Any]) -> Claim | None:

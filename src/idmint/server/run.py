@@ -15,15 +15,10 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
-from idmint.errors import ConfigurationError, needs_extra
+from idmint.errors import needs_extra
 from idmint.server.app import create_app
-from idmint.server.limits import (
-    GRACEFUL_SHUTDOWN_S,
-    REQUEST_TIMEOUT_S,
-    WORKER_TIMEOUT_S,
-    RequestLimits,
-    limited_http_protocol,
-)
+from idmint.server.config import ServerConfig, given_config
+from idmint.server.limits import GRACEFUL_SHUTDOWN_S, limited_http_protocol
 from idmint.server.logs import held_until_started, server_logging
 from idmint.server.sockets import listen_socket
 
@@ -44,116 +39,48 @@ KEEP_ALIVE_S = 5
 
 
 def serve(
+    config: ServerConfig | None = None,
     *,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    scheme: str = "uid64",
-    coordinator: str | None = None,
-    generators: int = 1,
-    token: str | None = None,
-    max_count: int = 10_000,
-    discovery: str | None = None,
-    options: dict[str, Any] | None = None,
-    announce: Any = None,
-    log_level: str = "info",
-    log_format: str = "text",
-    access_log: bool = False,
-    request_timeout: float = REQUEST_TIMEOUT_S,
-    workers: int = 1,
-    worker_timeout: float = WORKER_TIMEOUT_S,
+    announce: Callable[[int], None] | None = None,
+    **settings: Any,
 ) -> int:
-    """Serve until SIGTERM/SIGINT: finish in-flight requests, release claims, return 0.
+    """Serve ``config`` (or a :class:`ServerConfig` of ``settings``) until SIGTERM/SIGINT.
+
+    Then finish in-flight requests, release claims, return 0. ``settings`` are
+    :class:`~idmint.server.config.ServerConfig`'s fields as keywords
+    (``serve(port=0, generators=4)``). ``announce(port)`` is called once the
+    socket listens (with workers: once every worker serves).
 
     While it serves, the ``idmint`` logger (claim events, unexpected errors) and
-    uvicorn's go to stderr at ``log_level`` (debug, info, warning, error) as
-    ``log_format`` (``text`` or ``json``, one object per line); ``access_log``
+    uvicorn's go to stderr at ``log_level`` as ``log_format``; ``access_log``
     adds a line per request. A request must arrive in full within
     ``request_timeout`` seconds and hold at most
     :data:`~idmint.server.limits.MAX_REQUEST_BYTES` (see :mod:`idmint.server.limits`).
-    ``announce(port)`` is called once the socket listens.
 
     ``workers`` above 1 runs that many worker processes on the port, each with
     its own ``generators`` claims, under a supervisor (this process, which
     claims nothing) that replaces a worker that dies, or whose event loop has
-    not turned for ``worker_timeout`` seconds (0: never); ``announce`` is called
-    once every worker serves. ``options`` must then be plain JSON values, and
-    this must run in the main thread (the supervisor handles SIGCHLD).
+    not turned for ``worker_timeout`` seconds (0: never). This must then run in
+    the main thread (the supervisor handles SIGCHLD).
     """
-    limits = RequestLimits(request_timeout_s=request_timeout)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ConfigurationError(f"workers must be a whole number from 1, got {workers!r}")
-    if workers > 1:
-        from idmint.server.supervisor import WorkerSettings, serve_workers
+    config = given_config(config, settings)
+    with server_logging(
+        level=config.log_level, format=config.log_format, access_log=config.access_log
+    ):
+        if config.workers > 1:
+            from idmint.server.supervisor import serve_workers
 
-        settings = WorkerSettings(
-            host=host,
-            scheme=scheme,
-            coordinator=coordinator,
-            generators=generators,
-            token=token,
-            max_count=max_count,
-            discovery=discovery,
-            options=options or {},
-            log_level=log_level,
-            log_format=log_format,
-            access_log=access_log,
-            request_timeout=limits.request_timeout_s,
-        )
-        with server_logging(level=log_level, format=log_format, access_log=access_log):
-            return serve_workers(
-                settings,
-                workers=workers,
-                port=port,
-                announce=announce,
-                worker_timeout=worker_timeout,
-            )
-    with server_logging(level=log_level, format=log_format, access_log=access_log):
-        return _serve(
-            host=host,
-            port=port,
-            scheme=scheme,
-            coordinator=coordinator,
-            generators=generators,
-            token=token,
-            max_count=max_count,
-            discovery=discovery,
-            options=options,
-            announce=announce,
-            access_log=access_log,
-            limits=limits,
-        )
+            return serve_workers(config, announce=announce)
+        return _serve(config, announce)
 
 
-def _serve(
-    *,
-    host: str,
-    port: int,
-    scheme: str,
-    coordinator: str | None,
-    generators: int,
-    token: str | None,
-    max_count: int,
-    discovery: str | None,
-    options: dict[str, Any] | None,
-    announce: Any,
-    access_log: bool,
-    limits: RequestLimits,
-) -> int:
+def _serve(config: ServerConfig, announce: Callable[[int], None] | None) -> int:
     with needs_extra("server", "uvicorn", needed_by="the ID server"):
         import uvicorn
-    listener = listen_socket(host, port)
+    listener = listen_socket(config.host, config.port)
     bound_port = listener.getsockname()[1]
-    app = create_app(
-        scheme=scheme,
-        coordinator=coordinator,
-        generators=generators,
-        token=token,
-        max_count=max_count,
-        discovery=discovery,
-        advertise=(host, bound_port),
-        options=options,
-    )
     try:
+        app = create_app(config, advertise=(config.host, bound_port))
         # Claims before serving: a coordinator that cannot be reached is one
         # clear error, not a failed ASGI lifespan.
         with held_until_started():
@@ -161,7 +88,7 @@ def _serve(
     except BaseException:
         listener.close()
         raise
-    server = uvicorn.Server(uvicorn_config(app, host, bound_port, limits, access_log=access_log))
+    server = uvicorn.Server(uvicorn_config(app, config, bound_port))
     stopped_by: list[int] = []
 
     def stop(signum: int, frame: FrameType | None) -> None:
@@ -183,22 +110,21 @@ def _serve(
     return 0
 
 
-def uvicorn_config(
-    app: Any, host: str, port: int, limits: RequestLimits, *, access_log: bool
-) -> Any:
+def uvicorn_config(app: Any, config: ServerConfig, port: int) -> Any:
     """uvicorn's settings for the ID server (one process, or each worker)."""
     import uvicorn
 
+    limits = config.limits
     return uvicorn.Config(
         app,
-        host=host,
+        host=config.host,
         port=port,
         lifespan="on",
         # uvicorn's parser, with the request size limit and timeout it lacks.
         http=limited_http_protocol(limits),
         # The app serves no WebSocket: an upgrade request is an ordinary request.
         ws="none",
-        access_log=access_log,
+        access_log=config.access_log,
         # server_logging() has set the loggers up: uvicorn must not reconfigure them.
         log_config=None,
         log_level=None,

@@ -9,7 +9,7 @@ serves nothing; it
   same user that also sets ``SO_REUSEPORT`` could, as for any such server);
 * starts each worker as a new interpreter (``python -m idmint.server.worker``,
   never a fork of itself, so nothing the supervisor holds is inherited) and
-  hands it its settings over a private socket pair, where the worker answers
+  hands it the server's configuration, whole, over a private socket pair, where the worker answers
   ``ready`` or why it could not start;
 * prints the startup line once every worker serves; if one cannot start, stops
   the others and fails with its error (one line, the CLI's exit status);
@@ -64,10 +64,11 @@ from typing import Any
 
 import idmint
 from idmint.errors import ConfigurationError, IdmintError, error_from_json
-from idmint.server.limits import GRACEFUL_SHUTDOWN_S, WORKER_TIMEOUT_S
+from idmint.server.config import ServerConfig
+from idmint.server.limits import GRACEFUL_SHUTDOWN_S
 from idmint.server.sockets import bound_socket
 
-__all__ = ["WorkerSettings", "serve_workers"]
+__all__ = ["serve_workers"]
 
 log = logging.getLogger("idmint.server")
 
@@ -81,24 +82,6 @@ died sooner (or never started) after a pause that doubles each time."""
 
 FIRST_PAUSE_S = 0.5
 MAX_PAUSE_S = 30.0
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerSettings:
-    """What every worker is given: ``idmint serve``'s settings but the port and count."""
-
-    host: str
-    scheme: str
-    coordinator: str | None
-    generators: int
-    token: str | None
-    max_count: int
-    discovery: str | None
-    options: dict[str, Any]
-    log_level: str
-    log_format: str
-    access_log: bool
-    request_timeout: float
 
 
 @dataclasses.dataclass
@@ -124,18 +107,10 @@ class _WorkerFailed(Exception):
     """A worker could not start; ``args[0]`` is the error to raise."""
 
 
-def serve_workers(
-    settings: WorkerSettings,
-    *,
-    workers: int,
-    port: int,
-    announce: Callable[[int], None] | None,
-    worker_timeout: float = WORKER_TIMEOUT_S,
-) -> int:
-    """Run ``workers`` workers on ``settings.host:port`` until SIGTERM/SIGINT; see the module.
+def serve_workers(config: ServerConfig, *, announce: Callable[[int], None] | None) -> int:
+    """Run ``config.workers`` workers on ``config.host:config.port`` until SIGTERM/SIGINT.
 
-    ``worker_timeout``: seconds a serving worker may go unheard before it is
-    killed and replaced; 0 for never.
+    See the module. Each worker is handed ``config`` whole.
     """
     if not sys.platform.startswith("linux"):
         # BSD's and macOS's SO_REUSEPORT lets every worker bind, then gives one of
@@ -150,21 +125,12 @@ def serve_workers(
             "idmint serve with workers must run in the main thread: its supervisor "
             "handles SIGTERM, SIGINT and SIGCHLD"
         )
-    try:
-        json.dumps(settings.options)
-    except (TypeError, ValueError):
-        raise ConfigurationError(
-            "with workers, generator options must be plain values (each worker is a new "
-            f"process that is sent them): {settings.options!r}"
-        ) from None
     if not sys.executable:
         raise ConfigurationError("cannot start workers: the Python interpreter's path is unknown")
-    reservation = _reserve_port(settings.host, port)
+    reservation = _reserve_port(config.host, config.port)
     run_dir = Path(tempfile.mkdtemp(prefix="idmint-serve-"))
     try:
-        supervisor = _Supervisor(
-            settings, workers, reservation.getsockname()[1], run_dir, worker_timeout
-        )
+        supervisor = _Supervisor(config, reservation.getsockname()[1], run_dir)
         return supervisor.run(announce)
     finally:
         reservation.close()
@@ -184,19 +150,12 @@ def _reserve_port(host: str, port: int) -> socket.socket:
 
 
 class _Supervisor:
-    def __init__(
-        self,
-        settings: WorkerSettings,
-        count: int,
-        port: int,
-        run_dir: Path,
-        worker_timeout: float = WORKER_TIMEOUT_S,
-    ) -> None:
-        self.settings = settings
-        self.worker_timeout = worker_timeout
+    def __init__(self, config: ServerConfig, port: int, run_dir: Path) -> None:
+        self.config = config
+        self.worker_timeout = config.worker_timeout
         self.port = port
         self.run_dir = run_dir
-        self.workers = [_Worker(index) for index in range(count)]
+        self.workers = [_Worker(index) for index in range(config.workers)]
         self.selector = selectors.DefaultSelector()
         self.stop_signal: int | None = None
         self.forced = False
@@ -385,7 +344,7 @@ class _Supervisor:
             "generation": worker.generation,
             "port": self.port,
             "run_dir": str(self.run_dir),
-            "settings": dataclasses.asdict(self.settings),
+            "config": self.config.to_json(),
         }
         env = dict(os.environ)
         # The workers import the idmint this process runs, wherever it was imported from.

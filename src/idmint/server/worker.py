@@ -2,7 +2,8 @@
 
 Started by the supervisor (:mod:`idmint.server.supervisor`), never by hand.
 ``FD`` is this worker's end of a socket pair: the supervisor writes the
-settings as one JSON line; the worker answers ``{"ready": pid}`` once uvicorn
+server's configuration (:class:`~idmint.server.config.ServerConfig`) and this
+worker's place as one JSON line; the worker answers ``{"ready": pid}`` once uvicorn
 serves, or ``{"failed": ...}`` (:func:`idmint.errors.error_to_json`) if it cannot
 start. The
 supervisor answers ``{"go": true}`` once the server is up (every worker ready,
@@ -36,7 +37,8 @@ from typing import Any
 
 from idmint.errors import IdmintError, error_to_json
 from idmint.server.app import IdServer, create_app
-from idmint.server.limits import HEARTBEAT_S, RequestLimits
+from idmint.server.config import ServerConfig
+from idmint.server.limits import HEARTBEAT_S
 from idmint.server.logs import LogHold, server_logging
 from idmint.server.run import stop_signals_handled_by, uvicorn_config
 from idmint.server.siblings import Siblings
@@ -110,13 +112,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger().addHandler(logging.NullHandler())
     control = socket.socket(fileno=int(arguments[0]))
     place = json.loads(_read_line(control))
-    settings = place["settings"]
+    config = ServerConfig.from_json(place["config"])
     stop = _Stop()
     with (
         server_logging(
-            level=settings["log_level"],
-            format=settings["log_format"],
-            access_log=settings["access_log"],
+            level=config.log_level,
+            format=config.log_format,
+            access_log=config.access_log,
             worker=place["index"],
         ),
         stop_signals_handled_by(stop),
@@ -125,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hold = LogHold() if place["index"] == 0 else LogHold(passing=())
         hold.start()
         try:
-            return _run(control, place, settings, stop, hold)
+            return _run(control, place, config, stop, hold)
         finally:
             hold.drop()  # never told to go: the server did not start
 
@@ -133,26 +135,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(
     control: socket.socket,
     place: dict[str, Any],
-    settings: dict[str, Any],
+    config: ServerConfig,
     stop: _Stop,
     hold: LogHold,
 ) -> int:
     import uvicorn
 
-    host: str = settings["host"]
+    host = config.host
     port: int = place["port"]
     try:
-        limits = RequestLimits(request_timeout_s=settings["request_timeout"])
         app = create_app(
-            scheme=settings["scheme"],
-            coordinator=settings["coordinator"],
-            generators=settings["generators"],
-            token=settings["token"],
-            max_count=settings["max_count"],
-            discovery=settings["discovery"],
+            config,
             advertise=(host, port),
-            options=settings["options"],
-            identity_offset=place["index"] * settings["generators"],
+            identity_offset=place["index"] * config.generators,
         )
         app.siblings = Siblings(
             index=place["index"],
@@ -191,9 +186,7 @@ def _run(
                 self.heartbeat.cancel()
             await super().shutdown(sockets=sockets)
 
-    server = ReportingServer(
-        uvicorn_config(app, host, port, limits, access_log=settings["access_log"])
-    )
+    server = ReportingServer(uvicorn_config(app, config, port))
     stop.server = server
     if stop.requested:  # a signal between the check above and now
         server.should_exit = True
