@@ -7,6 +7,7 @@
     .venv/bin/python benchmarks/bench_server.py --limits-only  # the limits' CPU cost (~3 s)
     .venv/bin/python benchmarks/bench_server.py --workers-only --duration 5 --rounds 3  # ~2 min
     .venv/bin/python benchmarks/bench_server.py --cpu-only --duration 5 --rounds 3  # ~1.5 min
+    .venv/bin/python benchmarks/bench_server.py --tls-only --duration 5 --rounds 3  # ~1.5 min
 
 Four servers run side by side for the whole benchmark, each in its own process:
 
@@ -56,6 +57,14 @@ later at every reading, so each take opens a fresh tick. Both open the same 16 t
 per 1,000 IDs and render the same text; only the waiting differs. The servers' CPU
 time comes from ``/proc/<pid>/stat`` before and after each wrk run; reported per ID
 served, and the ratio to the floor with as many generators.
+
+http against https (also alone with ``--tls-only``; certificates made by trustme, of
+the test extra): ``idmint serve`` and ``idmint serve --tls-cert ... --tls-key ...``
+side by side, ``/v1/id`` and ``/v1/ids?count=1000`` over keep-alive connections, and
+``/v1/id`` with ``Connection: close`` (wrk connects again for every request: a TLS
+handshake each), alternating for ``--rounds`` rounds. The servers' CPU per request comes
+from ``/proc/<pid>/stat``; the new-connection rows' difference is what a handshake
+costs the server.
 
 Last, the request limits' cost is measured without wrk, in CPU time, which other load
 on the machine moves far less than requests/s: one process serves keep-alive requests
@@ -812,6 +821,137 @@ def report_cpu(runs: dict[str, list[CpuRun]]) -> None:
     print(f"\n(Target: at most {CPU_TARGET:g} times the floor's CPU per ID.)")
 
 
+# -- TLS ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TlsTarget:
+    label: str
+    path: str
+    ids_per_request: int
+    new_connection: bool = False
+
+
+TLS_TARGETS = [
+    TlsTarget("`/v1/id`, keep-alive", "/v1/id", 1),
+    TlsTarget(f"`/v1/ids?count={BATCH}`, keep-alive", f"/v1/ids?count={BATCH}", BATCH),
+    TlsTarget("`/v1/id`, a new connection per request", "/v1/id", 1, new_connection=True),
+]
+
+
+@dataclass
+class TlsRun:
+    result: WrkResult
+    cpu_s: float
+    seconds: float
+
+
+def _certificates(directory: Path) -> list[str]:
+    """``--tls-cert F --tls-key F`` for 127.0.0.1, made by trustme (the test extra)."""
+    import trustme
+
+    leaf = trustme.CA().issue_cert("127.0.0.1")
+    cert, key = directory / "server.pem", directory / "server.key"
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    leaf.private_key_pem.write_to_path(str(key))
+    key.chmod(0o600)
+    return ["--tls-cert", str(cert), "--tls-key", str(key)]
+
+
+def run_wrk_tls(
+    wrk: str, server: Server, target: TlsTarget, duration: float
+) -> tuple[WrkResult, float]:
+    """One wrk run against ``server`` and the server's CPU seconds meanwhile."""
+    argv = [wrk, "-t1", f"-c{CONNECTIONS}", f"-d{duration:g}s"]
+    if target.new_connection:
+        argv += ["-H", "Connection: close"]  # wrk connects again after each answer
+    before = process_cpu_s(server.process.pid)
+    completed = subprocess.run(
+        [*argv, server.url + target.path],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=duration + 60,
+    )
+    return parse_wrk(completed.stdout), process_cpu_s(server.process.pid) - before
+
+
+def measure_tls(wrk: str, duration: float, rounds: int) -> dict[tuple[str, str], list[TlsRun]]:
+    """Each TLS target against ``idmint serve`` over http and over https, alternating."""
+    python = sys.executable
+    servers: dict[str, Server] = {}
+    runs: dict[tuple[str, str], list[TlsRun]] = {}
+    with tempfile.TemporaryDirectory(prefix="idmint-bench-tls-") as directory:
+        try:
+            base = [python, "-m", "idmint", "serve", "--port", "0"]
+            servers["http"] = start_server("idmint serve", base)
+            servers["https"] = start_server(
+                "idmint serve --tls-cert",
+                [*base, *_certificates(Path(directory))],
+                announce=r"open (https://\S+?)/?(?:\s|$)",
+            )
+            for target in TLS_TARGETS:
+                for server in servers.values():
+                    run_wrk_tls(wrk, server, target, 1)  # warm-up
+            for _ in range(rounds):
+                for target in TLS_TARGETS:
+                    for name, server in servers.items():
+                        result, cpu_s = run_wrk_tls(wrk, server, target, duration)
+                        runs.setdefault((target.label, name), []).append(
+                            TlsRun(result, cpu_s, duration)
+                        )
+        finally:
+            for server in servers.values():
+                server.stop()
+    return runs
+
+
+def report_tls(runs: dict[tuple[str, str], list[TlsRun]]) -> None:
+    print(
+        f"\n`idmint serve` over http and over https (TLS 1.3), wrk -t1 -c{CONNECTIONS}; "
+        "the server's CPU from /proc/<pid>/stat; medians of the rounds\n"
+    )
+    print(
+        "| target | over | requests/s | IDs/s | server CPU per request | "
+        "https vs http (requests/s) | non-2xx / socket errors |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|")
+    cpu_per_request: dict[tuple[str, str], float] = {}
+    for target in TLS_TARGETS:
+        plain = [run.result.requests_per_s for run in runs[target.label, "http"]]
+        for name in ("http", "https"):
+            results = runs[target.label, name]
+            rate = statistics.median(run.result.requests_per_s for run in results)
+            per_request = statistics.median(
+                run.cpu_s / max(1, run.result.requests) for run in results
+            )
+            cpu_per_request[target.label, name] = per_request
+            errors = sum(run.result.non_2xx for run in results)
+            socket_errors = sum(run.result.socket_errors for run in results)
+            if name == "https":
+                ratios = [
+                    run.result.requests_per_s / base
+                    for run, base in zip(results, plain, strict=True)
+                ]
+                versus = (
+                    f"**{statistics.median(ratios):.2f}** ({', '.join(f'{r:.2f}' for r in ratios)})"
+                )
+            else:
+                versus = "1.00"
+            print(
+                f"| {target.label} | {name} | {rate:,.0f} | "
+                f"{rate * target.ids_per_request:,.0f} | {per_request * 1e6:,.0f} us | "
+                f"{versus} | {errors} / {socket_errors} |"
+            )
+    new = next(target for target in TLS_TARGETS if target.new_connection)
+    handshake = cpu_per_request[new.label, "https"] - cpu_per_request[new.label, "http"]
+    print(
+        f"\nA TLS handshake (and the connection's teardown) costs the server about "
+        f"{handshake * 1e6:,.0f} us of CPU more than a plain connection (the difference of "
+        "the new-connection rows' CPU per request)."
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per wrk run")
@@ -833,6 +973,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--schemes-only", action="store_true", help="only short60 against uid64 batches"
+    )
+    parser.add_argument(
+        "--tls-only", action="store_true", help="only http against https, and the handshake"
     )
     args = parser.parse_args(argv)
     if args.serve_hello or args.serve_hello_stock:
@@ -858,6 +1001,10 @@ def main(argv: list[str] | None = None) -> int:
         report_cpu(measure_cpu(wrk, duration, rounds))
         print(f"Load average after: {load_average()}")
         return 0
+    if args.tls_only:
+        report_tls(measure_tls(wrk, duration, rounds))
+        print(f"Load average after: {load_average()}")
+        return 0
     if not args.workers_only:
         throughput, latency = measure(wrk, duration, rounds)
         report(throughput, latency)
@@ -865,6 +1012,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.workers_only:
         report_schemes(measure_schemes(wrk, duration, rounds))
         report_cpu(measure_cpu(wrk, duration, rounds))
+        report_tls(measure_tls(wrk, duration, rounds))
         limits_cost()
     print(f"Load average after: {load_average()}")
     return 0

@@ -359,7 +359,23 @@ def _add_fetch(commands: Any) -> None:
     )
     fetch.add_argument("--node-bits", type=_integer, help="elastic64: the node-ID width 8..16")
     fetch.add_argument(
-        "--token-file", metavar="F", help="the servers' bearer token (IDMINT_TOKEN_FILE)"
+        "--token-file",
+        metavar="F",
+        help="the servers' bearer token, read again when a server refuses it (IDMINT_TOKEN_FILE)",
+    )
+    fetch.add_argument(
+        "--tls-ca",
+        metavar="F",
+        help="check https servers' certificates against the CA certificates in this PEM file "
+        "(default: the system's)",
+    )
+    fetch.add_argument(
+        "--tls-cert",
+        metavar="F",
+        help="a client certificate (PEM) for servers that ask for one (mutual TLS)",
+    )
+    fetch.add_argument(
+        "--tls-key", metavar="F", help="its private key (default: in the --tls-cert file)"
     )
     fetch.add_argument(
         "--timeout",
@@ -596,7 +612,9 @@ def _cmd_serve(args: argparse.Namespace, out: _Output) -> int:
         raise UsageError(str(error)) from None
 
     def announce(port: int) -> None:
-        line = startup_line(config.scheme, config.host, port, config.workers)
+        line = startup_line(
+            config.scheme, config.host, port, config.workers, tls=config.tls_cert is not None
+        )
         # The server's work is serving: a closed or full stdout costs only this line.
         with contextlib.suppress(OutputError, BrokenPipeError):
             out.write(line + "\n")
@@ -605,37 +623,35 @@ def _cmd_serve(args: argparse.Namespace, out: _Output) -> int:
     return serve(config, announce=announce)
 
 
-def _token(flag: str | None, path: str | None) -> str | None:
-    """The bearer token in ``path`` (from --token-file, else IDMINT_TOKEN_FILE)."""
-    if path is None:
-        return None
-    source = "--token-file" if flag is not None else "IDMINT_TOKEN_FILE"
-    try:
-        with open(path, encoding="utf-8") as handle:
-            token = handle.read().strip()
-    except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"cannot read {source}: {error}") from None
-    if not token:
-        raise UsageError(f"{source} {path} is empty")
-    return token
-
-
 def _cmd_fetch(args: argparse.Namespace, out: _Output) -> int:
     from idmint.client import IdClient
     from idmint.errors import ConfigurationError
 
-    token_file = args.token_file or os.environ.get("IDMINT_TOKEN_FILE") or None
+    sources = {
+        "token_file": "--token-file" if args.token_file else "IDMINT_TOKEN_FILE",
+        "tls_ca": "--tls-ca",
+        "tls_cert": "--tls-cert",
+        "tls_key": "--tls-key",
+    }
     try:
         client = IdClient(
             args.server,
             discovery=args.discovery,
             scheme=args.scheme,
             node_bits=args.node_bits,
-            token=_token(args.token_file, token_file),
+            token_file=args.token_file or os.environ.get("IDMINT_TOKEN_FILE") or None,
+            tls_ca=args.tls_ca,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
             timeout=args.timeout,
         )
     except ConfigurationError as error:
-        raise UsageError(str(error)) from None
+        # The client names its keywords; here they were given as flags.
+        message = str(error)
+        for keyword, source in sources.items():
+            if message.startswith((keyword + ":", keyword + " ")):
+                message = source + message[len(keyword) :]
+        raise UsageError(message) from None
     render: Callable[[list[IdValue]], str] = (
         _json_lines if args.format == "json" else lambda values: "".join(f"{v}\n" for v in values)
     )

@@ -42,7 +42,15 @@ BAD_TEXT: dict[str, list[str]] = {
 }
 """Text refused from a flag or a variable, for every setting that can refuse text."""
 
-ANY_TEXT = {"host", "coordinator", "token_file", "discovery"}
+ANY_TEXT = {
+    "host",
+    "coordinator",
+    "token_file",
+    "discovery",
+    "tls_cert",
+    "tls_key",
+    "tls_client_ca",
+}
 """Settings any text is a value of (what it names is checked when the server starts)."""
 
 GOOD_TEXT: dict[str, tuple[str, Any]] = {
@@ -53,6 +61,9 @@ GOOD_TEXT: dict[str, tuple[str, Any]] = {
     "generators": ("64", 64),
     "workers": ("3", 3),
     "token_file": ("/etc/idmint/token", "/etc/idmint/token"),
+    "tls_cert": ("/etc/idmint/server.pem", "/etc/idmint/server.pem"),
+    "tls_key": ("/etc/idmint/server.key", "/etc/idmint/server.key"),
+    "tls_client_ca": ("/etc/idmint/fleet-ca.pem", "/etc/idmint/fleet-ca.pem"),
     "max_count": ("1000000", 1_000_000),
     "discovery": ("zk://zk1:2181/d", "zk://zk1:2181/d"),
     "log_level": ("debug", "debug"),
@@ -63,6 +74,12 @@ GOOD_TEXT: dict[str, tuple[str, Any]] = {
 }
 """A text each setting takes, and the value it becomes."""
 
+NEEDS = {
+    "tls_key": {"IDMINT_TLS_CERT": "/etc/idmint/server.pem"},
+    "tls_client_ca": {"IDMINT_TLS_CERT": "/etc/idmint/server.pem"},
+}
+"""The settings that are set only with another (a key needs its certificate)."""
+
 BAD_VALUES: dict[str, list[Any]] = {
     "host": [None, 8000],
     "port": [65536, "8000", True],
@@ -71,6 +88,9 @@ BAD_VALUES: dict[str, list[Any]] = {
     "generators": [0, 65, 2.0, "4"],
     "workers": [0, 1025, None],
     "token_file": [b"/etc/token"],
+    "tls_cert": [Path("/etc/idmint/server.pem")],
+    "tls_key": [3],
+    "tls_client_ca": [True],
     "max_count": [0, 1_000_001],
     "discovery": [["zk://a/b"]],
     "log_level": ["INFO", "loud"],
@@ -175,13 +195,18 @@ def test_a_bad_keyword_is_refused_naming_it(name: str, value: Any) -> None:
 def test_a_variable_sets_its_field_and_the_flag_wins(setting: Setting) -> None:
     text, value = GOOD_TEXT[setting.name]
     variable = str(setting.variable)
-    from_variable = ServerConfig.from_sources({}, {variable: text})
+    companions = NEEDS.get(setting.name, {})
+    from_variable = ServerConfig.from_sources({}, {variable: text, **companions})
     assert getattr(from_variable, setting.name) == value
     assert from_variable.source(setting.name) == f"environment variable {variable}"
-    others = {s.name: getattr(ServerConfig(), s.name) for s in SETTINGS if s is not setting}
+    others = {
+        s.name: getattr(ServerConfig(), s.name)
+        for s in SETTINGS
+        if s is not setting and s.variable not in companions
+    }
     assert {s: getattr(from_variable, s) for s in others} == others  # nothing else changed
     flagged = setting.default if setting.default is not None else "given by its flag"
-    from_flag = ServerConfig.from_sources({setting.name: flagged}, {variable: text})
+    from_flag = ServerConfig.from_sources({setting.name: flagged}, {variable: text, **companions})
     assert getattr(from_flag, setting.name) == flagged
     assert from_flag.source(setting.name) == setting.flag
     # An empty variable is unset.
@@ -251,6 +276,15 @@ def test_options_must_be_plain_values_with_workers() -> None:
     with pytest.raises(ConfigurationError, match="plain values"):
         ServerConfig(workers=2, options={"clock": object()})
     ServerConfig(workers=1, options={"clock": object()})  # one process: sent nowhere
+
+
+@pytest.mark.parametrize("name", ["tls_key", "tls_client_ca"])
+def test_tls_files_need_a_certificate(name: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        ServerConfig.from_sources({}, {f"IDMINT_{name.upper()}": "/etc/idmint/file.pem"})
+    assert str(refused.value) == (
+        f"environment variable IDMINT_{name.upper()} needs a certificate (--tls-cert)"
+    )
 
 
 def test_a_token_and_a_token_file_are_not_both_given() -> None:

@@ -173,6 +173,10 @@ def _options(value: Any) -> None:
 # -- the table -----------------------------------------------------------------------------------
 
 
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 @dataclasses.dataclass(frozen=True)
 class Setting:
     """How one :class:`ServerConfig` field is set from outside ``Python``.
@@ -196,7 +200,7 @@ class Setting:
 
     @property
     def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        return _flag(self.name)
 
     @property
     def from_outside(self) -> bool:
@@ -296,10 +300,31 @@ class ServerConfig:
     )
     token_file: str | None = _setting(
         None,
-        "require the bearer token in this file on /v1/*",
+        "require one of the bearer tokens in this file (one a line) on /v1/*; re-read on SIGHUP",
         _is(str, optional=True, what="a file name"),
         metavar="F",
         default_text="none",
+    )
+    tls_cert: str | None = _setting(
+        None,
+        "serve HTTPS with the certificate (then its chain) in this PEM file; re-read on SIGHUP",
+        _is(str, optional=True, what="a file name"),
+        metavar="F",
+        default_text="none: plain HTTP",
+    )
+    tls_key: str | None = _setting(
+        None,
+        "the certificate's private key, a PEM file without a passphrase",
+        _is(str, optional=True, what="a file name"),
+        metavar="F",
+        default_text="in the --tls-cert file",
+    )
+    tls_client_ca: str | None = _setting(
+        None,
+        "mutual TLS: every client must present a certificate signed by a CA in this PEM file",
+        _is(str, optional=True, what="a file name"),
+        metavar="F",
+        default_text="none: no client certificate asked for",
     )
     max_count: int = _setting(
         10_000,
@@ -361,6 +386,11 @@ class ServerConfig:
                 raise ConfigurationError(f"{self.source(setting.name)} {error}") from None
         if self.token is not None and self.token_file is not None:
             raise ConfigurationError(f"give the token or {self.source('token_file')}, not both")
+        for needing in ("tls_key", "tls_client_ca"):
+            if getattr(self, needing) is not None and self.tls_cert is None:
+                raise ConfigurationError(
+                    f"{self.source(needing)} needs a certificate ({_flag('tls_cert')})"
+                )
         if self.workers > 1:
             try:
                 json.dumps(self.options)

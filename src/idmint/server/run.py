@@ -6,17 +6,20 @@ worker processes on one port (:mod:`idmint.server.supervisor`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import logging
 import signal
+import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
 from idmint.errors import needs_extra
-from idmint.server.app import create_app
+from idmint.server.app import IdServer, create_app
 from idmint.server.config import ServerConfig, given_config
 from idmint.server.limits import GRACEFUL_SHUTDOWN_S, limited_http_protocol
 from idmint.server.logs import held_until_started, server_logging
@@ -24,9 +27,13 @@ from idmint.server.sockets import listen_socket
 
 __all__ = [
     "GRACEFUL_SHUTDOWN_S",
+    "Hangups",
     "browser_url",
     "listen_socket",
+    "new_server",
+    "reloads_on_hangup",
     "serve",
+    "server_class",
     "startup_line",
     "stop_signals_handled_by",
     "uvicorn_config",
@@ -55,7 +62,9 @@ def serve(
     uvicorn's go to stderr at ``log_level`` as ``log_format``; ``access_log``
     adds a line per request. A request must arrive in full within
     ``request_timeout`` seconds and hold at most
-    :data:`~idmint.server.limits.MAX_REQUEST_BYTES` (see :mod:`idmint.server.limits`).
+    :data:`~idmint.server.limits.MAX_REQUEST_BYTES` (see :mod:`idmint.server.limits`);
+    with TLS (``tls_cert``), so must the handshake. In the main thread, SIGHUP
+    re-reads the token file and the TLS files (:mod:`idmint.server.credentials`).
 
     ``workers`` above 1 runs that many worker processes on the port, each with
     its own ``generators`` claims, under a supervisor (this process, which
@@ -64,23 +73,27 @@ def serve(
     the main thread (the supervisor handles SIGCHLD).
     """
     config = given_config(config, settings)
-    with server_logging(
-        level=config.log_level, format=config.log_format, access_log=config.access_log
+    with (
+        server_logging(
+            level=config.log_level, format=config.log_format, access_log=config.access_log
+        ),
+        reloads_on_hangup() as hangups,
     ):
         if config.workers > 1:
             from idmint.server.supervisor import serve_workers
 
             return serve_workers(config, announce=announce)
-        return _serve(config, announce)
+        return _serve(config, announce, hangups)
 
 
-def _serve(config: ServerConfig, announce: Callable[[int], None] | None) -> int:
+def _serve(config: ServerConfig, announce: Callable[[int], None] | None, hangups: Hangups) -> int:
     with needs_extra("server", "uvicorn", needed_by="the ID server"):
-        import uvicorn
+        import uvicorn  # noqa: F401 - here, so that a missing extra is said first
     listener = listen_socket(config.host, config.port)
     bound_port = listener.getsockname()[1]
     try:
         app = create_app(config, advertise=(config.host, bound_port))
+        hangups.serve(app)
         # Claims before serving: a coordinator that cannot be reached is one
         # clear error, not a failed ASGI lifespan.
         with held_until_started():
@@ -88,7 +101,7 @@ def _serve(config: ServerConfig, announce: Callable[[int], None] | None) -> int:
     except BaseException:
         listener.close()
         raise
-    server = uvicorn.Server(uvicorn_config(app, config, bound_port))
+    server = new_server(app, config, bound_port)
     stopped_by: list[int] = []
 
     def stop(signum: int, frame: FrameType | None) -> None:
@@ -135,6 +148,108 @@ def uvicorn_config(app: Any, config: ServerConfig, port: int) -> Any:
     )
 
 
+def new_server(
+    app: IdServer, config: ServerConfig, port: int, kind: type[Any] | None = None
+) -> Any:
+    """The uvicorn server for ``app`` on ``port``: ``kind`` (a :func:`server_class`), or that."""
+    server = (kind or server_class())(uvicorn_config(app, config, port))
+    server.tls = app.credentials.context
+    server.handshake_timeout = config.request_timeout
+    return server
+
+
+def server_class() -> type[Any]:
+    """uvicorn's ``Server``, listening with the app's TLS context when it has one.
+
+    uvicorn creates its listening servers without a handshake timeout, so
+    asyncio's default (60 s) would let a connection that never finishes its
+    TLS handshake hold a file descriptor that long, untouched by the request
+    timeout (which starts once the handshake is done). With TLS, this class
+    creates them itself, the handshake limited to the request timeout, the
+    protocol made as uvicorn makes it.
+    """
+    global _server_class
+    if _server_class is not None:
+        return _server_class
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        tls: ssl.SSLContext | None = None
+        handshake_timeout: float | None = None
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            if self.tls is None or sockets is None:
+                await super().startup(sockets=sockets)
+                return
+            await super().startup(sockets=[])  # the lifespan, and no listener yet
+            config = self.config
+
+            def create_protocol(_loop: asyncio.AbstractEventLoop | None = None) -> Any:
+                return config.http_protocol_class(  # type: ignore[call-arg]
+                    config=config,
+                    server_state=self.server_state,
+                    app_state=self.lifespan.state,
+                    _loop=_loop,
+                )
+
+            loop = asyncio.get_running_loop()
+            for sock in sockets:
+                self.servers.append(
+                    await loop.create_server(
+                        create_protocol,
+                        sock=sock,
+                        ssl=self.tls,
+                        backlog=config.backlog,
+                        ssl_handshake_timeout=self.handshake_timeout,
+                    )
+                )
+
+    _server_class = Server
+    return Server
+
+
+_server_class: type[Any] | None = None
+
+
+class Hangups:
+    """SIGHUP: the app re-reads its credentials (token file, TLS files).
+
+    Before the app exists there is nothing to re-read: it reads the files when
+    it is made. One that arrives while it is being made is passed on once it
+    is, in case the files were read before the signal.
+    """
+
+    def __init__(self) -> None:
+        self.app: IdServer | None = None
+        self.missed = False
+
+    def __call__(self, signum: int = signal.SIGHUP, frame: FrameType | None = None) -> None:
+        app = self.app
+        if app is None:
+            self.missed = True
+        else:
+            app.request_reload()
+
+    def serve(self, app: IdServer) -> None:
+        self.app = app
+        if self.missed:
+            app.request_reload()
+
+
+@contextlib.contextmanager
+def reloads_on_hangup() -> Iterator[Hangups]:
+    """SIGHUP handled by a :class:`Hangups` while inside (its default would end the process)."""
+    hangups = Hangups()
+    if threading.current_thread() is not threading.main_thread():
+        yield hangups
+        return
+    previous = signal.signal(signal.SIGHUP, hangups)
+    try:
+        yield hangups
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
 @contextlib.contextmanager
 def stop_signals_handled_by(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
     """Send SIGTERM/SIGINT to uvicorn's own handler, also before and after it runs.
@@ -158,27 +273,29 @@ def stop_signals_handled_by(handler: Callable[[int, FrameType | None], None]) ->
             signal.signal(signum, old)
 
 
-def browser_url(host: str, port: int) -> str:
+def browser_url(host: str, port: int, *, tls: bool = False) -> str:
     """A URL a browser on this host can open for a server bound to ``host``.
 
     IPv6 addresses go in brackets; the wildcard addresses (``0.0.0.0``, ``::``)
     are not addresses one can connect to, so the loopback of the same family is
-    given instead.
+    given instead. ``tls``: https.
     """
+    scheme = "https" if tls else "http"
     try:
         address = ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
-        return f"http://{host}:{port}/"  # a host name
+        return f"{scheme}://{host}:{port}/"  # a host name
     if address.is_unspecified:
-        return f"http://[::1]:{port}/" if address.version == 6 else f"http://127.0.0.1:{port}/"
+        loopback = "[::1]" if address.version == 6 else "127.0.0.1"
+        return f"{scheme}://{loopback}:{port}/"
     if address.version == 6:
-        return f"http://[{host.replace('%', '%25')}]:{port}/"
-    return f"http://{host}:{port}/"
+        return f"{scheme}://[{host.replace('%', '%25')}]:{port}/"
+    return f"{scheme}://{host}:{port}/"
 
 
-def startup_line(scheme: str, host: str, port: int, workers: int = 1) -> str:
+def startup_line(scheme: str, host: str, port: int, workers: int = 1, *, tls: bool = False) -> str:
     """What ``idmint serve`` prints once it listens (starts with ``... open URL``)."""
-    line = f"idmint server for {scheme} IDs: open {browser_url(host, port)}"
+    line = f"idmint server for {scheme} IDs: open {browser_url(host, port, tls=tls)}"
     try:
         unspecified = ipaddress.ip_address(host).is_unspecified
     except ValueError:

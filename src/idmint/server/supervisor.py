@@ -20,6 +20,8 @@ serves nothing; it
   for ``worker_timeout`` seconds would otherwise keep its share of new
   connections and answer none. Messages that arrived while the supervisor
   itself was stopped are read before anyone is judged silent;
+* on SIGHUP tells each worker (over its control socket) to re-read its
+  token and TLS files;
 * on SIGTERM/SIGINT sends each worker SIGTERM, waits while they finish their
   in-flight requests and release their claims, and returns 0 (1 if one had to
   be killed). A second SIGINT is passed on: uvicorn then stops at once.
@@ -300,7 +302,7 @@ class _Supervisor:
         def note(signum: int, frame: FrameType | None) -> None:
             self._signals.append(signum)
 
-        handled = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
+        handled = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP)
         previous_fd = signal.set_wakeup_fd(wake.fileno(), warn_on_full_buffer=False)
         previous = {signum: signal.signal(signum, note) for signum in handled}
         try:
@@ -314,8 +316,10 @@ class _Supervisor:
 
     def _handle_signals(self) -> None:
         signals, self._signals = self._signals, []
+        if signal.SIGHUP in signals and self.stop_signal is None:
+            self._reload_all()  # once for however many arrived since the last look
         for signum in signals:
-            if signum == signal.SIGCHLD:
+            if signum in (signal.SIGCHLD, signal.SIGHUP):
                 continue  # _reap looks at every worker
             if self.stop_signal is None:
                 self.stop_signal = signum
@@ -328,6 +332,23 @@ class _Supervisor:
                 # A second Ctrl-C: uvicorn stops at once without waiting for requests.
                 self.forced = True
                 self._signal_all(signal.SIGINT)
+
+    def _reload_all(self) -> None:
+        """SIGHUP, passed on: each worker re-reads its token and TLS files.
+
+        Over the control socket rather than as a signal: a worker that has not
+        yet set its handler up would be ended by SIGHUP's default. One that is
+        still starting reads the message once it serves (and read the files
+        when it started anyway); a replacement started later reads the files
+        as they are then.
+        """
+        told = 0
+        for worker in self.workers:
+            if worker.control is not None:
+                with contextlib.suppress(OSError):  # gone: its replacement reads the files
+                    worker.control.sendall(b'{"reload": true}\n')
+                    told += 1
+        log.info("SIGHUP: %d workers re-read their credentials", told)
 
     # -- workers ---------------------------------------------------------------------------
     def _spawn(self, worker: _Worker) -> None:
