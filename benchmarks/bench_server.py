@@ -62,9 +62,11 @@ http against https (also alone with ``--tls-only``; certificates made by trustme
 the test extra): ``idmint serve`` and ``idmint serve --tls-cert ... --tls-key ...``
 side by side, ``/v1/id`` and ``/v1/ids?count=1000`` over keep-alive connections, and
 ``/v1/id`` with ``Connection: close`` (wrk connects again for every request: a TLS
-handshake each), alternating for ``--rounds`` rounds. The servers' CPU per request comes
-from ``/proc/<pid>/stat``; the new-connection rows' difference is what a handshake
-costs the server.
+handshake each), alternating for ``--rounds`` rounds; as the peer, the hello app on
+uvicorn's own TLS (``uvicorn --ssl-certfile``) against plain uvicorn, keep-alive and a
+new connection per request: what TLS costs the stack itself. The servers' CPU per
+request comes from ``/proc/<pid>/stat``; the new-connection rows' difference is what a
+handshake costs the server.
 
 Last, the request limits' cost is measured without wrk, in CPU time, which other load
 on the machine moves far less than requests/s: one process serves keep-alive requests
@@ -827,15 +829,19 @@ def report_cpu(runs: dict[str, list[CpuRun]]) -> None:
 @dataclass(frozen=True)
 class TlsTarget:
     label: str
+    server: str
+    """``idmint`` (``idmint serve``) or ``hello`` (the peer: uvicorn's own TLS)."""
     path: str
     ids_per_request: int
     new_connection: bool = False
 
 
 TLS_TARGETS = [
-    TlsTarget("`/v1/id`, keep-alive", "/v1/id", 1),
-    TlsTarget(f"`/v1/ids?count={BATCH}`, keep-alive", f"/v1/ids?count={BATCH}", BATCH),
-    TlsTarget("`/v1/id`, a new connection per request", "/v1/id", 1, new_connection=True),
+    TlsTarget("`/v1/id`, keep-alive", "idmint", "/v1/id", 1),
+    TlsTarget(f"`/v1/ids?count={BATCH}`, keep-alive", "idmint", f"/v1/ids?count={BATCH}", BATCH),
+    TlsTarget("`/v1/id`, a new connection per request", "idmint", "/v1/id", 1, True),
+    TlsTarget("hello on uvicorn's own TLS, keep-alive", "hello", "/", 0),
+    TlsTarget("hello on uvicorn's own TLS, a new connection per request", "hello", "/", 0, True),
 ]
 
 
@@ -843,11 +849,10 @@ TLS_TARGETS = [
 class TlsRun:
     result: WrkResult
     cpu_s: float
-    seconds: float
 
 
-def _certificates(directory: Path) -> list[str]:
-    """``--tls-cert F --tls-key F`` for 127.0.0.1, made by trustme (the test extra)."""
+def _certificates(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, made by trustme (the test extra)."""
     import trustme
 
     leaf = trustme.CA().issue_cert("127.0.0.1")
@@ -855,7 +860,7 @@ def _certificates(directory: Path) -> list[str]:
     leaf.cert_chain_pems[0].write_to_path(str(cert))
     leaf.private_key_pem.write_to_path(str(key))
     key.chmod(0o600)
-    return ["--tls-cert", str(cert), "--tls-key", str(key)]
+    return cert, key
 
 
 def run_wrk_tls(
@@ -876,30 +881,54 @@ def run_wrk_tls(
     return parse_wrk(completed.stdout), process_cpu_s(server.process.pid) - before
 
 
-def measure_tls(wrk: str, duration: float, rounds: int) -> dict[tuple[str, str], list[TlsRun]]:
-    """Each TLS target against ``idmint serve`` over http and over https, alternating."""
+def _tls_servers(directory: Path) -> dict[tuple[str, str], Server]:
+    """``idmint serve`` and the hello app on uvicorn, each over http and over https."""
     python = sys.executable
-    servers: dict[str, Server] = {}
+    cert, key = _certificates(directory)
+    idmint = [python, "-m", "idmint", "serve", "--port", "0"]
+    hello = [python, "-m", "uvicorn", "--factory", "bench_server:HelloApp", "--port", "0"]
+    hello += ["--app-dir", str(Path(__file__).resolve().parent), "--no-access-log"]
+    uvicorn_says = r"Uvicorn running on (https?://\S+?) "
+    servers: dict[tuple[str, str], Server] = {}
+    try:
+        servers["idmint", "http"] = start_server("idmint serve", idmint)
+        servers["idmint", "https"] = start_server(
+            "idmint serve --tls-cert",
+            [*idmint, "--tls-cert", str(cert), "--tls-key", str(key)],
+            announce=r"open (https://\S+?)/?(?:\s|$)",
+        )
+        servers["hello", "http"] = start_server(
+            "uvicorn hello", hello, announce=uvicorn_says, merged=True
+        )
+        servers["hello", "https"] = start_server(
+            "uvicorn hello --ssl-certfile",
+            [*hello, "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)],
+            announce=uvicorn_says,
+            merged=True,
+        )
+    except BaseException:
+        for server in servers.values():
+            server.stop()
+        raise
+    return servers
+
+
+def measure_tls(wrk: str, duration: float, rounds: int) -> dict[tuple[str, str], list[TlsRun]]:
+    """Each TLS target over http and over https, alternating, with the server's CPU."""
     runs: dict[tuple[str, str], list[TlsRun]] = {}
     with tempfile.TemporaryDirectory(prefix="idmint-bench-tls-") as directory:
+        servers = _tls_servers(Path(directory))
         try:
-            base = [python, "-m", "idmint", "serve", "--port", "0"]
-            servers["http"] = start_server("idmint serve", base)
-            servers["https"] = start_server(
-                "idmint serve --tls-cert",
-                [*base, *_certificates(Path(directory))],
-                announce=r"open (https://\S+?)/?(?:\s|$)",
-            )
             for target in TLS_TARGETS:
-                for server in servers.values():
-                    run_wrk_tls(wrk, server, target, 1)  # warm-up
+                for over in ("http", "https"):
+                    run_wrk_tls(wrk, servers[target.server, over], target, 1)  # warm-up
             for _ in range(rounds):
                 for target in TLS_TARGETS:
-                    for name, server in servers.items():
-                        result, cpu_s = run_wrk_tls(wrk, server, target, duration)
-                        runs.setdefault((target.label, name), []).append(
-                            TlsRun(result, cpu_s, duration)
+                    for over in ("http", "https"):
+                        result, cpu_s = run_wrk_tls(
+                            wrk, servers[target.server, over], target, duration
                         )
+                        runs.setdefault((target.label, over), []).append(TlsRun(result, cpu_s))
         finally:
             for server in servers.values():
                 server.stop()
@@ -908,27 +937,28 @@ def measure_tls(wrk: str, duration: float, rounds: int) -> dict[tuple[str, str],
 
 def report_tls(runs: dict[tuple[str, str], list[TlsRun]]) -> None:
     print(
-        f"\n`idmint serve` over http and over https (TLS 1.3), wrk -t1 -c{CONNECTIONS}; "
-        "the server's CPU from /proc/<pid>/stat; medians of the rounds\n"
+        f"\nhttp against https (TLS 1.3), wrk -t1 -c{CONNECTIONS}; the server's CPU from "
+        "/proc/<pid>/stat; medians of the rounds\n"
     )
     print(
         "| target | over | requests/s | IDs/s | server CPU per request | "
-        "https vs http (requests/s) | non-2xx / socket errors |"
+        "https vs http, requests/s (rounds) | non-2xx / socket errors |"
     )
     print("|---|---|---:|---:|---:|---:|---:|")
     cpu_per_request: dict[tuple[str, str], float] = {}
     for target in TLS_TARGETS:
         plain = [run.result.requests_per_s for run in runs[target.label, "http"]]
-        for name in ("http", "https"):
-            results = runs[target.label, name]
+        for over in ("http", "https"):
+            results = runs[target.label, over]
             rate = statistics.median(run.result.requests_per_s for run in results)
             per_request = statistics.median(
                 run.cpu_s / max(1, run.result.requests) for run in results
             )
-            cpu_per_request[target.label, name] = per_request
+            cpu_per_request[target.label, over] = per_request
             errors = sum(run.result.non_2xx for run in results)
             socket_errors = sum(run.result.socket_errors for run in results)
-            if name == "https":
+            versus = "1.00"
+            if over == "https":
                 ratios = [
                     run.result.requests_per_s / base
                     for run, base in zip(results, plain, strict=True)
@@ -936,20 +966,18 @@ def report_tls(runs: dict[tuple[str, str], list[TlsRun]]) -> None:
                 versus = (
                     f"**{statistics.median(ratios):.2f}** ({', '.join(f'{r:.2f}' for r in ratios)})"
                 )
-            else:
-                versus = "1.00"
+            ids = f"{rate * target.ids_per_request:,.0f}" if target.ids_per_request else "-"
             print(
-                f"| {target.label} | {name} | {rate:,.0f} | "
-                f"{rate * target.ids_per_request:,.0f} | {per_request * 1e6:,.0f} us | "
-                f"{versus} | {errors} / {socket_errors} |"
+                f"| {target.label} | {over} | {rate:,.0f} | {ids} | {per_request * 1e6:,.0f} us "
+                f"| {versus} | {errors} / {socket_errors} |"
             )
-    new = next(target for target in TLS_TARGETS if target.new_connection)
-    handshake = cpu_per_request[new.label, "https"] - cpu_per_request[new.label, "http"]
-    print(
-        f"\nA TLS handshake (and the connection's teardown) costs the server about "
-        f"{handshake * 1e6:,.0f} us of CPU more than a plain connection (the difference of "
-        "the new-connection rows' CPU per request)."
-    )
+    for server in ("idmint", "hello"):
+        new = next(t for t in TLS_TARGETS if t.new_connection and t.server == server)
+        handshake = cpu_per_request[new.label, "https"] - cpu_per_request[new.label, "http"]
+        print(
+            f"\nA new TLS connection costs the {server} server about {handshake * 1e6:,.0f} us "
+            "of CPU more than a plain one (the difference of its new-connection rows)."
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -281,6 +281,10 @@ BAD_FILES: dict[str, tuple[Callable[[Pki], dict[str, str]], str]] = {
         lambda p: {"token_file": str(_empty(p))},
         "--token-file: .*empty.tokens is empty",
     ),
+    "a token file that is not one": (
+        lambda p: {"token_file": str(_written(p, "huge.tokens", "a-token\n" * 10_000))},
+        "--token-file: .*huge.tokens is longer than 65,536 characters",
+    ),
     "a token with a space": (
         lambda p: {"token_file": str(_written(p, "spaced.tokens", "two words\n"))},
         "--token-file: line 1 of .*spaced.tokens is not one token",
@@ -322,6 +326,7 @@ def test_an_expired_certificate_stops_idmint_serve_with_status_2(pki: Pki) -> No
     for args, named in (
         (tls_args(pki.expired), "--tls-cert"),
         ([], "environment variable IDMINT_TLS_CERT"),
+        (["--workers", "2", *tls_args(pki.expired)], "worker 0: --tls-cert"),
     ):
         done = subprocess.run(
             [sys.executable, "-m", "idmint", "serve", "--host", LOOPBACK, "--port", "0", *args],
@@ -333,7 +338,7 @@ def test_an_expired_certificate_stops_idmint_serve_with_status_2(pki: Pki) -> No
         )
         assert done.returncode == 2, done.stderr
         assert done.stdout == ""
-        line = assert_one_error_line(done.stderr)
+        line = assert_one_error_line(done.stderr).replace("worker 1:", "worker 0:")
         assert line.startswith(f"idmint: error: {named}: the certificate in "), line
         assert "expired on" in line
 

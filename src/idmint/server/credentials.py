@@ -61,6 +61,10 @@ log = logging.getLogger("idmint.server")
 EXPIRY_WARNING_S = 14 * 86400
 """A certificate that expires sooner than this (14 days) is warned about."""
 
+MAX_TOKEN_FILE_CHARS = 64 * 1024
+"""A token file longer than this is refused: it is not a list of tokens (and each
+request would compare its token with all of them)."""
+
 
 def _warn_if_everyone_reads(path: str, source: str, what: str) -> None:
     try:
@@ -89,9 +93,14 @@ def read_tokens(path: str, source: str) -> tuple[bytes, ...]:
     """
     try:
         with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+            text = handle.read(MAX_TOKEN_FILE_CHARS + 1)
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigurationError(f"{source}: cannot read {path}: {reason_of(error)}") from None
+    if len(text) > MAX_TOKEN_FILE_CHARS:
+        raise ConfigurationError(
+            f"{source}: {path} is longer than {MAX_TOKEN_FILE_CHARS:,} characters: a token "
+            "file holds a few tokens, one a line (is it the right file?)"
+        )
     tokens = []
     for number, line in enumerate(text.splitlines(), 1):
         token = line.strip()
@@ -372,8 +381,9 @@ class Credentials:
         log.error("credentials not re-read: %s; keeping %s", error, kept)
 
     def _count(self, what: str, result: str) -> None:
+        # A new dict, swapped in whole: a scrape on the event loop reads it meanwhile.
         key = (what, result)
-        self.reloads[key] = self.reloads.get(key, 0) + 1
+        self.reloads = {**self.reloads, key: self.reloads.get(key, 0) + 1}
 
     def check_expiry(self) -> None:
         """Warn once when the certificate served comes within the warning time."""
