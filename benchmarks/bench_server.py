@@ -115,14 +115,26 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 # -- the hello app ----------------------------------------------------------------------
 
 
+class _NoCredentials:
+    context = None  # plain HTTP
+
+
 class HelloApp:
     """The smallest useful ASGI app: ``hello`` as text/plain, with lifespan support.
 
-    ``start_now`` is the hook :func:`idmint.server.run.serve` calls before serving
-    (the ID server claims its generator IDs there); the hello app has nothing to do.
+    ``start_now``, ``credentials``, ``request_reload`` and ``released`` are what
+    :func:`idmint.server.run.serve` uses of the ID server besides ASGI (it claims
+    its generator IDs in ``start_now``, listens with ``credentials.context``);
+    the hello app has nothing to do, no TLS and nothing to release.
     """
 
+    credentials = _NoCredentials()
+    released: list[str] = []  # noqa: RUF012 - never changed
+
     def start_now(self) -> None:
+        pass
+
+    def request_reload(self) -> None:
         pass
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

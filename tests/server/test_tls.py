@@ -193,11 +193,12 @@ def test_https_serves_the_api_and_the_page(pki: Pki) -> None:
             http.get(f"{server.url}/livez")
 
 
-def test_the_server_context_offers_tls_1_2_and_newer_only(pki: Pki) -> None:
+def test_the_server_context_offers_tls_1_2_and_newer_without_renegotiation(pki: Pki) -> None:
     config = ServerConfig(tls_cert=str(pki.server.cert), tls_key=str(pki.server.key))
     context = Credentials(config).context
     assert context is not None
     assert context.current.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert context.current.options & ssl.OP_NO_RENEGOTIATION
     assert context.current.verify_mode == ssl.CERT_NONE  # no client CA: nothing asked
 
 

@@ -266,6 +266,8 @@ def _server_context(config: ServerConfig) -> tuple[ssl.SSLContext, Certificate]:
         ) from None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    # A TLS 1.2 client could otherwise make the server redo handshakes at will.
+    context.options |= ssl.OP_NO_RENEGOTIATION
     context.set_alpn_protocols(["http/1.1"])  # the only protocol served
     try:
         context.load_cert_chain(config.tls_cert, key_file, password=_no_password)
