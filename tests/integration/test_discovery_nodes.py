@@ -501,7 +501,9 @@ def test_a_wider_node_starts_after_the_ids_a_departed_narrower_node_minted(
     256, whose twin would be the reserved node 0, does not wait for node 8."""
     root = unique_root()
     url = zk_url(zk, root, session_timeout=4, group_size=16)
-    ahead = OffsetClock(1_500)
+    # Far enough ahead that node 256 mints before node 8's last millisecond
+    # however long a loaded machine takes to get there; node 264 waits it out.
+    ahead = OffsetClock(5_000)
     with raw_client(zk) as others:
         make_layout(others, root, range(1))
         first = coordinator_for(url).claim(clock=ahead)

@@ -125,7 +125,12 @@ def _one_line(error: BaseException) -> str:
     return text
 
 
-@pytest.mark.parametrize(("setting", "text"), _bad_text(), ids=repr)
+def _case_id(value: object) -> str:
+    """A test ID that is the same in every process (pytest-xdist compares them)."""
+    return value.name if isinstance(value, Setting) else repr(value)
+
+
+@pytest.mark.parametrize(("setting", "text"), _bad_text(), ids=_case_id)
 def test_a_bad_variable_is_refused_naming_it(setting: Setting, text: str) -> None:
     with pytest.raises(ConfigurationError) as refused:
         ServerConfig.from_sources({}, {str(setting.variable): text})
@@ -151,7 +156,7 @@ def _bad_flags() -> list[tuple[Setting, str]]:
     return [(setting, text) for setting, text in _bad_text() if not setting.switch]
 
 
-@pytest.mark.parametrize(("setting", "text"), _bad_flags(), ids=repr)
+@pytest.mark.parametrize(("setting", "text"), _bad_flags(), ids=_case_id)
 @pytest.mark.usefixtures("no_server")
 def test_a_bad_flag_is_one_line_and_status_2(
     setting: Setting, text: str, capsys: pytest.CaptureFixture[str]
@@ -164,7 +169,7 @@ def test_a_bad_flag_is_one_line_and_status_2(
     assert setting.flag in line, line
 
 
-@pytest.mark.parametrize(("setting", "text"), _bad_text(), ids=repr)
+@pytest.mark.parametrize(("setting", "text"), _bad_text(), ids=_case_id)
 @pytest.mark.usefixtures("no_server")
 def test_a_bad_variable_stops_the_cli_with_status_2(
     setting: Setting,
@@ -182,7 +187,7 @@ def _bad_values() -> list[tuple[str, Any]]:
     return [(name, value) for name, values in BAD_VALUES.items() for value in values]
 
 
-@pytest.mark.parametrize(("name", "value"), _bad_values(), ids=repr)
+@pytest.mark.parametrize(("name", "value"), _bad_values(), ids=_case_id)
 def test_a_bad_keyword_is_refused_naming_it(name: str, value: Any) -> None:
     for make in (ServerConfig, create_app, serve):
         with pytest.raises(ConfigurationError) as refused:

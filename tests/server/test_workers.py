@@ -185,6 +185,24 @@ def test_one_worker_is_the_single_process_server(tmp_path: Path) -> None:
         assert get_alone(server.port, "/readyz") == (200, b'{"status":"ok"}')
 
 
+def test_workers_start_under_a_temporary_directory_too_deep_for_a_socket(
+    tmp_path: Path,
+) -> None:
+    """A ``TMPDIR`` whose path is too long for the workers' unix sockets (108 bytes at
+    most, as a job runner's or a test's can be): the run directory goes to /tmp instead."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    env = {**private_pool(tmp_path), "TMPDIR": str(deep)}
+    before = set(Path("/tmp").glob("idmint-serve-*"))
+    with running_server("--workers", "2", env=env) as server:
+        ids = ids_from(server.port, 8, 10)
+        assert_distinct(ids)
+        assert all(w["answering"] for w in claims_of(server.port)["workers"])
+        [run_dir] = set(Path("/tmp").glob("idmint-serve-*")) - before
+        assert run_dir.stat().st_mode & 0o777 == 0o700
+    assert not run_dir.exists()
+
+
 def test_configured_identities_give_each_worker_its_own_block(tmp_path: Path) -> None:
     """``static://?generator=7`` with 2 workers of 2: worker 0 holds 7 and 8, worker 1 9 and 10,
     and a third process asking for 9 is refused while the server holds it."""

@@ -130,13 +130,33 @@ def serve_workers(config: ServerConfig, *, announce: Callable[[int], None] | Non
     if not sys.executable:
         raise ConfigurationError("cannot start workers: the Python interpreter's path is unknown")
     reservation = _reserve_port(config.host, config.port)
-    run_dir = Path(tempfile.mkdtemp(prefix="idmint-serve-"))
+    run_dir = _make_run_dir()
     try:
         supervisor = _Supervisor(config, reservation.getsockname()[1], run_dir)
         return supervisor.run(announce)
     finally:
         reservation.close()
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+_SOCKET_PATH_MAX = 107
+"""Longest path a unix socket can be bound to on Linux (``sun_path`` less its NUL)."""
+
+_LONGEST_SOCKET_NAME = "idmint-serve-XXXXXXXX/worker-1023.sock"
+"""The longest name under the temporary directory the workers bind a socket to."""
+
+
+def _make_run_dir() -> Path:
+    """The supervisor's private directory (mode 0700) for the workers' sockets and files.
+
+    In the temporary directory (``TMPDIR``), unless its path is too long for a
+    unix socket inside it (as a job runner's or a test's deep ``TMPDIR`` can
+    be): then in ``/tmp``, private to this supervisor all the same.
+    """
+    parent = tempfile.gettempdir()
+    if len(os.fsencode(os.path.join(parent, _LONGEST_SOCKET_NAME))) > _SOCKET_PATH_MAX:
+        parent = "/tmp"
+    return Path(tempfile.mkdtemp(prefix="idmint-serve-", dir=parent))
 
 
 def _reserve_port(host: str, port: int) -> socket.socket:
