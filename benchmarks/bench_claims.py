@@ -1352,6 +1352,140 @@ def _via(at: str, *, direct: str, where: str) -> str:
     return direct.replace(where, at, 1)
 
 
+def _cpu_claimant(
+    url: str, barrier: Barrier, cpu: Queue[Any], results: Queue[Any], release: Connection
+) -> None:
+    """A claimant that also reports the CPU time its claim took (all its threads)."""
+    _worker_setup()
+    barrier.wait(60)
+    start = time.process_time()
+    sample, claim = _timed_claim(url)
+    cpu.put(time.process_time() - start)
+    results.put([sample])
+    release.poll(300)
+    _report_losses(results, [claim])
+    if claim is not None:
+        claim.close()
+
+
+def _server_cpu_s(pgid: int) -> float:
+    """CPU seconds the processes of group ``pgid`` used (those they waited for included)."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[2]) == pgid:
+            total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _etcd_pid(endpoint: str) -> int:
+    """The etcd process serving ``endpoint`` (host:port), by its command line."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith(b"etcd") and any(endpoint.encode() in arg for arg in argv):
+            return int(entry)
+    raise RuntimeError(f"no etcd process serves {endpoint}")
+
+
+@dataclass
+class CpuRow:
+    coordinator: str
+    claims: int = 0
+    client_s: list[float] = field(default_factory=list)
+    server_s: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def cpu_rows(bench: Bench, store_bench: Bench, runs: int, claimants: int) -> list[CpuRow]:
+    """CPU time per claim, the claimant's and the server's, of 64 processes claiming at
+    once (settled pools): what the latency of many claimants on few cores comes from,
+    and less sensitive than the latency to what else the machine runs."""
+    stores: StoreServers = store_bench.servers  # type: ignore[assignment]
+    cases = [
+        (
+            bench,
+            "etcd",
+            "etcd",
+            lambda: bench.servers.url("etcd", fresh_root()),
+            _etcd_pid(bench.servers.etcd_endpoint),
+        ),
+        *(
+            (
+                store_bench,
+                label,
+                kind,
+                partial(_settled_url, stores, kind),
+                (stores.postgres if kind == "postgres" else stores.redis).process.pid,
+            )
+            for label, kind in STORE_KINDS
+        ),
+    ]
+    rows = []
+    for on, label, kind, new_url, pgid in cases:
+        row = CpuRow(label)
+        for _ in range(runs):
+            cpu: Queue[Any] = on.ctx.Queue()
+            barrier = on.ctx.Barrier(claimants)
+            before = _server_cpu_s(pgid)
+            after: list[float] = []
+            run = on._run(
+                kind,
+                new_url(),
+                [(_cpu_claimant, (barrier, cpu))] * claimants,
+                expected=claimants,
+                limit_s=60,
+                while_held=lambda: after.append(_server_cpu_s(pgid)),  # noqa: B023
+            )
+            row.errors += run.problems(claimants)
+            row.claims += len(run.good)
+            row.latencies += [end - start for start, end, _, _ in run.good]
+            row.client_s += [cpu.get(timeout=10) for _ in run.good]
+            row.server_s += after[0] - before if after else math.nan
+        rows.append(row)
+    return rows
+
+
+def _settled_url(stores: StoreServers, kind: str) -> str:
+    return stores.url(kind, stores.settled_pool(kind))
+
+
+def print_cpu(rows: list[CpuRow], claimants: int) -> None:
+    print(
+        f"\n### CPU per claim: {claimants} processes claiming at once (settled pools), "
+        "the claimant's from `new_generator` to its first ID, the server's over the claims\n"
+    )
+    print(
+        "| coordinator | claims | claimant ms (median) | claimant ms (mean) "
+        "| server ms (mean) | claimant + server ms | p99 latency ms |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        if not row.claims:
+            print(f"| {row.coordinator} | 0 | - | - | - | - | - |")
+            continue
+        client = statistics.mean(row.client_s) * 1000
+        server = row.server_s / row.claims * 1000
+        print(
+            f"| {row.coordinator} | {row.claims} | {statistics.median(row.client_s) * 1000:.1f} "
+            f"| {client:.1f} | {server:.1f} | {client + server:.1f} "
+            f"| {ms(percentile(row.latencies, 99))} |"
+        )
+    _print_errors((row.coordinator, "CPU", row.errors) for row in rows)
+
+
 def print_round_trips(rows: list[RoundTripRow]) -> None:
     print(
         "\n### Round trips of one claim alone (settled pool), counted by a relay in front of "
@@ -1423,8 +1557,13 @@ def add_store_arguments(parser: argparse.ArgumentParser) -> None:
 def store_sections(
     parts: set[str], bench: Bench, store_bench: Bench, args: argparse.Namespace, ttls: Sequence[int]
 ) -> None:
-    """Round trips of a claim, the renewal load (every server) and what a store that
-    forgets costs."""
+    """CPU and round trips of a claim, the renewal load (every server) and what a
+    store that forgets costs."""
+    if "cpu" in parts:
+        section = time.monotonic()
+        runs = 1 if args.quick else 2
+        print_cpu(cpu_rows(bench, store_bench, runs, 64), 64)
+        print(f"\n({time.monotonic() - section:.0f} s)")
     if "round-trips" in parts:
         section = time.monotonic()
         print_round_trips(round_trip_rows(bench, store_bench))
@@ -1447,7 +1586,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only",
-        choices=("latency", "fill", "handover", "load", "forgetting", "round-trips"),
+        choices=("latency", "cpu", "fill", "handover", "load", "forgetting", "round-trips"),
         action="append",
         help="parts to run",
     )
