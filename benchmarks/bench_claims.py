@@ -857,7 +857,8 @@ class StoreServers:
     _pg_admin: Any = None
     _redis_admin: Any = None
     _readings: collections.Counter[str] = field(default_factory=collections.Counter)
-    _redis_commands: _RedisCommands | None = None
+    _redis_commands: Any = None
+    """tests.servers.redis.RedisCommands, from the first reading on."""
 
     def backend(self, kind: str) -> Any:
         """The claims tests' description of the store (URLs, pools)."""
@@ -886,8 +887,8 @@ class StoreServers:
             )
             return int(row[0]) - own
         if self._redis_commands is None:
-            self._redis_commands = _RedisCommands(self.redis)
-        return self._redis_commands.total(self._redis())
+            self._redis_commands = self.redis.commands()
+        return len(self._redis_commands.sent())
 
     def settled_pool(self, kind: str, ttl_s: float = 10.0) -> str:
         """A new pool whose record says it has been seen since long ago in the store's
@@ -947,53 +948,6 @@ class StoreServers:
         self._close_redis()
         if self._redis_commands is not None:
             self._redis_commands.close()
-
-
-class _RedisCommands:
-    """Counts the commands clients send a Redis server, from its ``MONITOR`` stream.
-
-    Commands that scripts run (``[0 lua]``) are left out, as are the markers
-    :meth:`total` sends to know the stream has caught up.
-    """
-
-    def __init__(self, server: Any) -> None:
-        self._client = server.client(socket_timeout=None)
-        self._monitor = self._client.monitor()
-        self._connection = self._monitor.__enter__().connection
-        self.count = 0
-        self._seen: dict[str, threading.Event] = {}
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        while True:
-            try:
-                line = self._connection.read_response()
-            except Exception:
-                return
-            text = line.decode("utf-8", "replace") if isinstance(line, bytes) else str(line)
-            if " lua] " in text:
-                continue
-            marker = next((token for token in list(self._seen) if token in text), None)
-            if marker is not None:
-                self._seen[marker].set()
-                continue
-            self.count += 1
-
-    def total(self, admin: Any) -> int:
-        """Commands counted up to now (once the stream shows a marker sent now)."""
-        token = f"idmint-bench-mark-{uuid.uuid4().hex}"
-        seen = self._seen[token] = threading.Event()
-        admin.echo(token)
-        if not seen.wait(30):
-            raise RuntimeError("Redis MONITOR fell behind by more than 30 s")
-        del self._seen[token]
-        return self.count
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._connection.disconnect()
-        self._client.close()
 
 
 @contextlib.contextmanager

@@ -18,7 +18,6 @@ import re
 import shutil
 import signal
 import threading
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +36,7 @@ from tests.integration.claims_helpers import (
     wait_for,
 )
 from tests.servers.postgres import PostgresServer
-from tests.servers.redis import USER, USER_KEYS, RedisServer
+from tests.servers.redis import USER, USER_KEYS, RedisCommands, RedisServer
 
 from idmint import (
     ConfigurationError,
@@ -389,47 +388,11 @@ def test_64_claimants_at_once_make_the_pool_and_get_64_ids(
 # -- what a claim asks of the store -----------------------------------------------------------
 
 
-class _RedisMonitor:
-    """The commands clients send a Redis server (``MONITOR``), those scripts run left out."""
-
-    def __init__(self, server: RedisServer) -> None:
-        self._client = server.client(socket_timeout=None)
-        self._monitor = self._client.monitor().__enter__()
-        self._sender = server.client()
-        self.commands: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        while True:
-            try:
-                command = self._monitor.next_command()
-            except Exception:
-                return
-            if command["client_type"] != "lua":
-                with self._lock:
-                    self.commands.append(command)
-
-    def sent_by_holders_of(self, key: str) -> list[str]:
-        """Every command sent so far by the connections that sent one naming ``key``."""
-        token = f"caught-up-{uuid.uuid4().hex}"
-        self._sender.echo(token)
-        wait_for(
-            lambda: any(token in command["command"] for command in list(self.commands)),
-            timeout=30,
-            what="MONITOR to show what was sent",
-        )
-        with self._lock:
-            commands = list(self.commands)
-        ports = {c["client_port"] for c in commands if key in c["command"].split()}
-        return [c["command"] for c in commands if c["client_port"] in ports]
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._monitor.connection.disconnect()
-        self._client.close()
-        self._sender.close()
+def _sent_by_holders_of(commands: RedisCommands, key: str) -> list[str]:
+    """The commands sent so far by the connections that sent one naming ``key``."""
+    sent = commands.sent()
+    ports = {c["client_port"] for c in sent if key in c["command"].split()}
+    return [c["command"].split()[0] for c in sent if c["client_port"] in ports]
 
 
 def test_redis_a_claim_costs_three_requests_and_a_renewal_one(
@@ -447,8 +410,8 @@ def test_redis_a_claim_costs_three_requests_and_a_renewal_one(
         assert warm_claim is not None
         first = warm_claim.renewals
         wait_for(lambda: warm_claim.renewals > first, timeout=TTL_S * 5, what="a renewal")
-    monitor = _RedisMonitor(redis)
-    exit_stack.callback(monitor.close)
+    commands = redis.commands()
+    exit_stack.callback(commands.close)
     # A client of its own (its settings differ), as a new process has.
     url = backend.url(root, timeout=2.017)
     generator = new_generator("uid64", coordinator=url)
@@ -456,15 +419,14 @@ def test_redis_a_claim_costs_three_requests_and_a_renewal_one(
     claim = generator.claim
     assert claim is not None
     key = f"{root}:generator"
-    claiming = [command.split()[0] for command in monitor.sent_by_holders_of(key)]
-    assert claiming == ["INFO", "EVALSHA", "EVALSHA"]
+    assert _sent_by_holders_of(commands, key) == ["INFO", "EVALSHA", "EVALSHA"]
 
     assert claim.renew_every_s <= claim.ttl_s / 3
     assert 2 * claim.renew_every_s < claim.ttl_s - claim.margin_s
     renewed = claim.renewals
     wait_for(lambda: claim.renewals >= renewed + 2, timeout=TTL_S * 5, what="two renewals")
     generator.close()
-    after = [command.split()[0] for command in monitor.sent_by_holders_of(key)][3:]
+    after = _sent_by_holders_of(commands, key)[3:]
     assert after == ["EVALSHA"] * (claim.renewals - renewed + 1)  # the renewals, the release
 
 
