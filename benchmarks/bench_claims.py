@@ -163,6 +163,31 @@ def _claimant_process(url: str, barrier: Barrier, results: Queue[Any], release: 
         claim.close()
 
 
+def _connecting_process(
+    url: str, barrier: Barrier, results: Queue[Any], release: Connection
+) -> None:
+    """What a claimant's process cannot avoid: connect and make one trivial request
+    (PostgreSQL ``SELECT 1``, Redis ``PING``), timed as a claim is; held until released."""
+    _worker_setup()
+    barrier.wait(60)
+    start = time.monotonic()
+    connection: Any
+    if url.startswith("redis"):
+        import redis
+
+        connection = redis.Redis.from_url(url)
+        connection.ping()
+    else:
+        import psycopg
+
+        connection = psycopg.connect(url, autocommit=True)
+        connection.execute("SELECT 1").fetchall()
+    results.put([(start, time.monotonic(), 0, None)])
+    release.poll(300)
+    results.put(("losses", 0, 0, {}))
+    connection.close()
+
+
 def _claimant_threads(url: str, count: int, results: Queue[Any], release: Connection) -> None:
     """``count`` claimants as threads of this one process."""
     _worker_setup()
@@ -1004,6 +1029,14 @@ def store_latency_rows(bench: Bench, runs: int, claimants: int) -> list[LatencyR
         url = servers.url(kind, servers.settled_pool(kind))
         alone = [(_filler, (22, bench.ctx.Barrier(1)))]
         row.add(bench._run(kind, url, alone, expected=22, limit_s=60), 22)
+        rows.append(row)
+        row = LatencyRow(
+            f"{label}: connect + 1 request, no claim (the floor)", f"{claimants} processes"
+        )
+        bare = servers.url(kind, servers.new_pool(kind)).split("?")[0]  # libpq / redis-py's
+        barrier = bench.ctx.Barrier(claimants)
+        workers = [(_connecting_process, (barrier,))] * claimants
+        row.add(bench._run(kind, bare, workers, expected=claimants, limit_s=60), claimants)
         rows.append(row)
         row = LatencyRow(f"{label}, brand-new pool (settles TTL + skew)", f"{claimants} processes")
         url = servers.url(kind, servers.new_pool(kind))
