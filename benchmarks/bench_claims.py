@@ -1,7 +1,8 @@
-"""Claiming generator IDs through ZooKeeper and etcd: latency, pool fill, hand-over.
+"""Claiming generator IDs through ZooKeeper, etcd, PostgreSQL and Redis: latency, pool fill,
+hand-over, renewal load, round trips, the cost of a store that forgets.
 
-    .venv/bin/pip install -e '.[zookeeper,etcd,test]'   # kazoo, etcd3gw (+ trustme)
-    scripts/install-test-deps.sh                       # java + libzookeeper-java, etcd
+    .venv/bin/pip install -e '.[zookeeper,etcd,postgres,redis,test]'
+    scripts/install-test-deps.sh      # java + libzookeeper-java, etcd, postgresql, redis
     .venv/bin/python benchmarks/bench_claims.py            # full run (~3 min)
     .venv/bin/python benchmarks/bench_claims.py --quick    # smaller samples (~1 min)
     .venv/bin/python benchmarks/bench_claims.py --only fill --fill-limit 300
@@ -9,7 +10,12 @@
 Servers: the benchmark starts its own standalone ZooKeeper and single-member
 etcd on free ports of 127.0.0.1 with the integration-test harness
 (``tests/servers``: ``ZooKeeperEnsemble(1, tmpdir)``, ``EtcdCluster(1, tmpdir)``,
-imported from the repository root) and stops them at the end. Every run uses a
+imported from the repository root) and stops them at the end. ZooKeeper fsyncs
+its transaction log before it answers a write, as production runs it
+(``--zk-force-sync no`` turns that off, as the tests do); etcd always fsyncs.
+PostgreSQL (the harness's ``PostgresServer``) flushes its log at each commit
+(``--pg-fsync no``: the tests' settings); Redis runs without persistence, the
+case the driver is built to survive. Every run uses a
 fresh root / prefix. Run it on a quiet machine: client, servers and renewal
 traffic all share the same cores.
 
@@ -100,8 +106,22 @@ PRELOAD = [
     "requests",
 ]
 
-# (monotonic start, monotonic end, generator or None, error or None)
-Sample = tuple[float, float, int | None, str | None]
+LATENCY_CASES: dict[str, tuple[str, str, dict[str, object]]] = {
+    "zk-queue": ("ZooKeeper queue=true", "zk", {"queue": "true"}),
+    "zk-queued": ("ZooKeeper queue=true, a ticket queued", "zk", {"queue": "true"}),
+    "zk-lockfree": ("ZooKeeper queue=false", "zk", {"queue": "false"}),
+    "etcd": ("etcd", "etcd", {}),
+}
+"""The claim-latency cases by the name ``--cases`` gives them. ``zk-queued`` (not run
+by default) starts with a ticket in java-uniqueid's queue that sorts after every
+claimant's, as a Java claimant waiting its turn leaves it: every claimant then queues
+and takes the lock in turn, so the run times the protocol's hand-overs in series."""
+
+QUEUED_TICKET = "nr-99999999999999-9999"
+
+Sample = tuple[float, float, int | None, str | None, float]
+"""(monotonic start, monotonic end, generator or None, error or None, CPU seconds the
+claimant's process spent on the claim, all its threads)."""
 
 
 # -- what runs in the claimant processes ---------------------------------------------------
@@ -133,14 +153,15 @@ def _timed_claim(url: str) -> tuple[Sample, Any]:
     """``new_generator("uid64", coordinator=url)`` and its first ID, timed; the generator."""
     from idmint import new_generator
 
-    start = time.monotonic()
+    start, cpu = time.monotonic(), time.process_time()
     try:
         generator = new_generator("uid64", coordinator=url)
         generator.generate()
     except Exception as error:
-        return (start, time.monotonic(), None, f"{type(error).__name__}: {error}"), None
+        failed = f"{type(error).__name__}: {error}"
+        return (start, time.monotonic(), None, failed, time.process_time() - cpu), None
     end = time.monotonic()
-    return (start, end, generator.generator, None), generator
+    return (start, end, generator.generator, None, time.process_time() - cpu), generator
 
 
 def _report_losses(results: Queue[Any], claims: Sequence[Any]) -> None:
@@ -339,11 +360,19 @@ class LatencyRow:
     spans: list[float] = field(default_factory=list)
     requests: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    run_p99s: list[float] = field(default_factory=list)
+    """Each run's own p99, for targets that every run must meet."""
+    cpu: list[float] = field(default_factory=list)
+    """CPU seconds each claim cost its process (all threads)."""
 
     def add(self, run: Run, expected: int) -> None:
         good = run.good
         self.errors += run.problems(expected)
-        self.latencies += [end - start for start, end, _, _ in good[self.skip :]]
+        latencies = [end - start for start, end, *_ in good[self.skip :]]
+        self.cpu += [sample[4] for sample in good[self.skip :]]
+        self.latencies += latencies
+        if latencies:
+            self.run_p99s.append(percentile(latencies, 99))
         if good and not self.skip:
             self.spans.append(max(s[1] for s in good) - min(s[0] for s in run.samples))
         self.requests.append(run.requests / max(1, len(good)))
@@ -418,21 +447,44 @@ class Servers:
             float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix)
         )
 
+    def queue_ticket(self, root: str) -> None:
+        """Leave a ticket at the back of ``root``'s queue (see ``zk-queued``)."""
+        from kazoo.client import KazooClient
+
+        client = KazooClient(hosts=self.zk_hosts)
+        client.start(timeout=10)
+        try:
+            client.create(f"{root}/queue/{QUEUED_TICKET}", makepath=True)
+        finally:
+            client.stop()
+            client.close()
+
     def url(self, kind: str, root: str, **options: object) -> str:
         query = "&".join(f"{key}={value}" for key, value in options.items())
         host = self.zk_hosts if kind == "zk" else self.etcd_endpoint
         return f"{kind}://{host}{root}" + (f"?{query}" if query else "")
 
 
+ZK_SYNCED = {"forceSync": "yes", "preAllocSize": "65536"}
+"""ZooKeeper's own defaults, as production runs it: the transaction log is fsync'ed
+before a write is answered, and grows in 64 MiB steps (the test harness turns both
+off)."""
+
+
 @contextlib.contextmanager
-def private_servers() -> Iterator[Servers]:
-    """A standalone ZooKeeper and a one-member etcd on free ports, from the test harness."""
+def private_servers(*, zk_force_sync: bool = True) -> Iterator[Servers]:
+    """A standalone ZooKeeper and a one-member etcd on free ports, from the test harness.
+
+    ZooKeeper syncs its log as production does unless ``zk_force_sync`` is False.
+    """
     sys.path.insert(0, str(REPO))
     from tests.servers.etcd import EtcdCluster
     from tests.servers.zookeeper import ZooKeeperEnsemble, four_letter_word
 
     with tempfile.TemporaryDirectory(prefix="idmint-bench-") as tmp:
-        zookeeper = ZooKeeperEnsemble(1, Path(tmp) / "zk")
+        zookeeper = ZooKeeperEnsemble(
+            1, Path(tmp) / "zk", extra_cfg=ZK_SYNCED if zk_force_sync else None
+        )
         etcd = EtcdCluster(1, Path(tmp) / "etcd")
         try:
             zookeeper.start()
@@ -551,20 +603,21 @@ class Bench:
         return run
 
     # 1. claim latency ------------------------------------------------------------------
-    def latency_rows(self, runs: int, claimants: int) -> list[LatencyRow]:
-        cases: list[tuple[str, str, dict[str, object]]] = [
-            ("ZooKeeper queue=true", "zk", {"queue": "true"}),
-            ("ZooKeeper queue=false", "zk", {"queue": "false"}),
-            ("etcd", "etcd", {}),
-        ]
+    def latency_rows(
+        self, runs: int, claimants: int, cases: Sequence[str], *, threads: bool = True
+    ) -> list[LatencyRow]:
         rows: list[LatencyRow] = []
-        for label, kind, options in cases:
-            for threads in (False, True):
-                how = f"{claimants} threads, 1 process" if threads else f"{claimants} processes"
+        for name in cases:
+            label, kind, options = LATENCY_CASES[name]
+            for as_threads in (False, True) if threads else (False,):
+                how = f"{claimants} threads, 1 process" if as_threads else f"{claimants} processes"
                 row = LatencyRow(label, how)
                 for _ in range(runs):
-                    url = self.servers.url(kind, fresh_root(), **options)
-                    if threads:
+                    root = fresh_root()
+                    if name == "zk-queued":
+                        self.servers.queue_ticket(root)
+                    url = self.servers.url(kind, root, **options)
+                    if as_threads:
                         workers: list[tuple[Any, tuple[Any, ...]]] = [
                             (_claimant_threads, (claimants,))
                         ]
@@ -576,7 +629,10 @@ class Bench:
                 rows.append(row)
             # The floor: one claimant alone, claims one after the other (all held).
             row = LatencyRow(label, "1 process, alone", skip=2)  # 2 warm-up claims
-            url = self.servers.url(kind, fresh_root(), **options)
+            root = fresh_root()
+            if name == "zk-queued":
+                self.servers.queue_ticket(root)
+            url = self.servers.url(kind, root, **options)
             alone = [(_filler, (22, self.ctx.Barrier(1)))]
             row.add(self._run(kind, url, alone, expected=22, limit_s=60), 22)
             rows.append(row)
@@ -764,9 +820,9 @@ def print_latency(rows: list[LatencyRow], runs: int) -> None:
     )
     print(
         "| coordinator | claimants | n | p50 ms | p99 ms | max ms | all claimed s "
-        "| server requests per claim |"
+        "| server requests per claim | client CPU ms per claim | p99 of each run ms |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for row in rows:
         values = row.latencies
         span = f"{statistics.median(row.spans):.2f}" if row.spans else "-"
@@ -776,9 +832,12 @@ def print_latency(rows: list[LatencyRow], runs: int) -> None:
         else:
             cells = "- | - | -"
         requests = f"{statistics.mean(row.requests):.1f}" if row.requests else "-"
+        each = ", ".join(ms(p99) for p99 in row.run_p99s) if len(row.run_p99s) > 1 else "-"
+        threads = "threads" in row.claimants  # one process's CPU is every claim's
+        cpu = f"{statistics.mean(row.cpu) * 1000:.1f}" if row.cpu and not threads else "-"
         print(
             f"| {row.coordinator} | {row.claimants} | {len(values)} | {cells} | {span} "
-            f"| {requests} |"
+            f"| {requests} | {cpu} | {each} |"
         )
     _print_errors((row.coordinator, row.claimants, row.errors) for row in rows)
 
@@ -816,8 +875,7 @@ def print_fill(rows: list[FillRow], ttl_s: int) -> None:
             count, took = row.run.fsyncs
             print(
                 f"\n{row.coordinator}: {count:,} WAL fsyncs during the fill, "
-                f"{took / max(1, count) * 1000:.1f} ms each on average, {took:.1f} s in all "
-                "(the harness's ZooKeeper runs with forceSync=no; etcd 3.4 cannot skip fsync)."
+                f"{took / max(1, count) * 1000:.1f} ms each on average, {took:.1f} s in all."
             )
     _print_errors((row.coordinator, f"{row.claims}", row.run.problems(row.claims)) for row in rows)
 
@@ -976,9 +1034,10 @@ class StoreServers:
 
 
 @contextlib.contextmanager
-def private_store_servers() -> Iterator[StoreServers]:
-    """PostgreSQL (the test harness's settings, no fsync, as the harness's ZooKeeper runs)
-    and Redis without persistence, on free ports."""
+def private_store_servers(*, pg_fsync: bool = True) -> Iterator[StoreServers]:
+    """PostgreSQL (the test harness's settings, but flushing its log at each commit as
+    production does unless ``pg_fsync`` is False) and Redis without persistence (what
+    the driver is built to survive), on free ports."""
     sys.path.insert(0, str(REPO))
     from tests.integration.claims_helpers import CLAIMS_DATABASE
     from tests.servers.postgres import FAST_SETTINGS, PostgresServer
@@ -987,6 +1046,11 @@ def private_store_servers() -> Iterator[StoreServers]:
     with tempfile.TemporaryDirectory(prefix="idmint-bench-stores-") as tmp:
         settings = {
             **FAST_SETTINGS,
+            **(
+                {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+                if pg_fsync
+                else {}
+            ),
             "max_connections": "300",
             "shared_preload_libraries": "pg_stat_statements",
             "pg_stat_statements.track_utility": "on",
@@ -1007,18 +1071,20 @@ def private_store_servers() -> Iterator[StoreServers]:
             redis.stop()
 
 
-def store_latency_rows(bench: Bench, runs: int, claimants: int) -> list[LatencyRow]:
+def store_latency_rows(
+    bench: Bench, runs: int, claimants: int, *, threads: bool = True
+) -> list[LatencyRow]:
     """Claim latency on settled pools (64 processes, 64 threads, one alone), then 64
     processes on a brand-new pool, whose first claims settle (TTL + skew)."""
     servers: StoreServers = bench.servers  # type: ignore[assignment]
     rows: list[LatencyRow] = []
     for label, kind in STORE_KINDS:
-        for threads in (False, True):
-            how = f"{claimants} threads, 1 process" if threads else f"{claimants} processes"
+        for as_threads in (False, True) if threads else (False,):
+            how = f"{claimants} threads, 1 process" if as_threads else f"{claimants} processes"
             row = LatencyRow(label, how)
             for _ in range(runs):
                 url = servers.url(kind, servers.settled_pool(kind))
-                if threads:
+                if as_threads:
                     workers: list[tuple[Any, tuple[Any, ...]]] = [(_claimant_threads, (claimants,))]
                 else:
                     barrier = bench.ctx.Barrier(claimants)
@@ -1566,7 +1632,7 @@ def store_sections(
         print(f"\n({time.monotonic() - section:.0f} s)")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--quick", action="store_true", help="1 run per row, 512-ID fill, hand-over at TTL 2 s only"
@@ -1576,6 +1642,33 @@ def main(argv: list[str] | None = None) -> int:
         choices=("latency", "cpu", "fill", "handover", "load", "forgetting", "round-trips"),
         action="append",
         help="parts to run",
+    )
+    parser.add_argument(
+        "--zk-force-sync",
+        choices=("yes", "no"),
+        default="yes",
+        help="whether ZooKeeper fsyncs its log before answering a write, as production "
+        "does (yes, the default) or not (no: the test harness's setting)",
+    )
+    parser.add_argument(
+        "--cases",
+        nargs="+",
+        choices=sorted(LATENCY_CASES),
+        default=[name for name in LATENCY_CASES if name != "zk-queued"],
+        help="claim-latency cases to run (default: all)",
+    )
+    parser.add_argument(
+        "--pg-fsync",
+        choices=("yes", "no"),
+        default="yes",
+        help="whether PostgreSQL flushes its log at each commit, as production does (yes, "
+        "the default) or not (no: the test harness's setting)",
+    )
+    parser.add_argument("--runs", type=int, help="claim-latency runs per row (default 2; 1 quick)")
+    parser.add_argument(
+        "--no-threads",
+        action="store_true",
+        help="skip the claim-latency rows of 64 claimants as threads of one process",
     )
     parser.add_argument(
         "--fill-ttl",
@@ -1590,9 +1683,13 @@ def main(argv: list[str] | None = None) -> int:
         help="s after which a pool fill is stopped and reported as it is (default 90)",
     )
     add_store_arguments(parser)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_arguments(argv)
     parts = set(args.only or ("latency", "fill", "handover", "load", "forgetting", "round-trips"))
-    runs = 1 if args.quick else 2
+    runs = args.runs or (1 if args.quick else 2)
     claimants = 64
     fill_claims = 512 if args.quick else 2048
     workers = 16
@@ -1608,16 +1705,21 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()
     print(
         f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
-        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start"
+        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start; "
+        f"ZooKeeper forceSync={args.zk_force_sync}"
     )
     began = time.monotonic()
-    with private_servers() as servers, private_store_servers() as stores:
+    with (
+        private_servers(zk_force_sync=args.zk_force_sync == "yes") as servers,
+        private_store_servers(pg_fsync=args.pg_fsync == "yes") as stores,
+    ):
         bench = Bench(servers, ctx)
         store_bench = Bench(stores, ctx)  # type: ignore[arg-type]
         if "latency" in parts:
             section = time.monotonic()
-            latency = bench.latency_rows(runs, claimants)
-            print_latency(latency + store_latency_rows(store_bench, runs, claimants), runs)
+            rows = bench.latency_rows(runs, claimants, args.cases, threads=not args.no_threads)
+            rows += store_latency_rows(store_bench, runs, claimants, threads=not args.no_threads)
+            print_latency(rows, runs)
             print(f"\n({time.monotonic() - section:.0f} s)")
         if "fill" in parts:
             section = time.monotonic()
@@ -1652,7 +1754,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n({time.monotonic() - section:.0f} s)")
         if "handover" in parts:
             section = time.monotonic()
-            rows: list[HandoverRow] = []
+            handovers: list[HandoverRow] = []
             for ttl in ttls:
                 jobs: list[Callable[[], HandoverRow]] = []
                 for case in ("kill", "close"):
@@ -1663,8 +1765,8 @@ def main(argv: list[str] | None = None) -> int:
                         ),
                         partial(bench.handover, "etcd", "etcd", ttl, case),
                     ]
-                rows += run_concurrently(jobs)
-            print_handover(rows)
+                handovers += run_concurrently(jobs)
+            print_handover(handovers)
             print(f"\n({time.monotonic() - section:.0f} s)")
         store_sections(parts, bench, store_bench, args, ttls)
     load = os.getloadavg()

@@ -35,6 +35,7 @@ from idmint.schemes._base import a_scheme
 
 __all__ = [
     "IDENTITY_OPTIONS",
+    "MAX_GENERATORS",
     "SCHEME_OPTIONS",
     "coordinator_for",
     "new_generator",
@@ -129,6 +130,10 @@ def _unnamed_coordinator(identity_given: bool) -> str:
     return "static://" if identity_given else DEFAULT_COORDINATOR
 
 
+MAX_GENERATORS = 64
+"""The most generators one :func:`new_generators` call (one server process) holds."""
+
+
 def new_generators(
     scheme: str, count: int, coordinator: str | None = None, *, offset: int = 0, **options: Any
 ) -> list[TickGenerator[Any]]:
@@ -142,8 +147,10 @@ def new_generators(
     ``idmint serve --workers``) take distinct blocks; claimed identities ignore
     it. If one cannot be made, those made are closed.
     """
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 64:
-        raise ConfigurationError(f"the number of generators must be 1..64, got {count!r}")
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_GENERATORS:
+        raise ConfigurationError(
+            f"the number of generators must be 1..{MAX_GENERATORS}, got {count!r}"
+        )
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ConfigurationError(f"the identity offset must be a whole number, got {offset!r}")
     generator_class = _generator_class(scheme)

@@ -96,14 +96,14 @@ def test_a_lock_whose_session_expired_leaves_the_next_holders_lock_alone(
         owner = second.exists(new.lock_path).ephemeralOwner
 
         assert not old.still_ours
-        old.release()
+        old.release(within_s=10)
         # A request sent after the release on the same connection is answered after
         # it: once this returns, a delete the release sent has been applied.
         first.sync(queue)
         stat = second.exists(new.lock_path)
         assert stat is not None, "the new holder's lock was deleted"
         assert stat.ephemeralOwner == owner
-        new.release()
+        new.release(within_s=10)
         assert second.exists(new.lock_path) is None
     finally:
         for client in (first, second):

@@ -87,6 +87,23 @@ def zk_auth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEnsem
     yield from _serve(ZooKeeperEnsemble(1, tmp_path_factory.mktemp("zk-auth"), enforce_auth=True))
 
 
+SHORT_SESSION_LIMIT_MS = 4000
+"""The longest session timeout ``zk_short_sessions`` grants (``maxSessionTimeout``)."""
+
+
+@pytest.fixture(scope="session")
+def zk_short_sessions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEnsemble]:
+    """A standalone ZooKeeper server granting sessions of at most
+    :data:`SHORT_SESSION_LIMIT_MS`, whatever a client asks for."""
+    yield from _serve(
+        ZooKeeperEnsemble(
+            1,
+            tmp_path_factory.mktemp("zk-short"),
+            extra_cfg={"maxSessionTimeout": SHORT_SESSION_LIMIT_MS},
+        )
+    )
+
+
 @pytest.fixture(scope="session")
 def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
     """A single etcd member over plain HTTP, without authentication."""

@@ -330,6 +330,11 @@ class ZooKeeperEnsemble:
             self.start_member(index)
             self.wait_ready()
 
+    def configure(self, **entries: str | int) -> None:
+        """Add or replace ``zoo.cfg`` entries; a member started from now on uses them
+        (``maxSessionTimeout=4000``: sessions made then are granted at most 4 s)."""
+        self._extra_cfg.update({key: str(value) for key, value in entries.items()})
+
     def heal(self, timeout: float = 60.0) -> None:
         """Start any stopped member and wait until the whole ensemble serves."""
         self.start(timeout)

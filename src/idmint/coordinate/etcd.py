@@ -595,9 +595,17 @@ class EtcdClaim(Claim):
         pool read. Claimants starting anywhere do not fail each other's
         transactions as claimants racing for the lowest free ID would.
         """
-        untried = [pair for pair in pairs if pair not in taken]
-        probes = random.sample(untried, min(_PROBES, len(untried)))
+        # A few picked at random (retried picks are cheap; listing a pool of
+        # thousands to pick four is not).
+        probes: list[tuple[int, int]] = []
+        for _ in range(_PROBES * 4 if pairs else 0):
+            if len(probes) == _PROBES:
+                break
+            picked = pairs[random.randrange(len(pairs))]
+            if picked not in taken and picked not in probes:
+                probes.append(picked)
         yield from self._free_among(probes, taken)
+        untried = [pair for pair in pairs if pair not in taken]
         listed = {
             pair
             for key, _, _ in self._gateway.get_prefix(f"{self._base}/pool/", keys_only=True)

@@ -13,9 +13,12 @@ option               default   meaning
 ==================== ========= ======================================================
 ``session_timeout``  ``10``    s; the ZooKeeper session timeout (the server may
                                lower it; the negotiated value is what fences)
-``queue``            ``true``  take java-uniqueid's queue lock around each look at
-                               the pool, so Java and Python claimants queue fairly
-                               together (not held while waiting for a free ID)
+``queue``            ``true``  honour java-uniqueid's queue lock, so Java and Python
+                               claimants queue fairly together: with the queue
+                               empty the claim's transaction takes and lets go of
+                               the lock (it lands only while the lock is free);
+                               otherwise queue and look once holding the lock
+                               (not held while waiting for a free ID)
 ``generators``       all       ``LO-HI``: the generator IDs this client may claim
 ``cluster``          node      expected cluster ID; written to ``cluster-id`` if
                                that node does not exist yet (default 0)
@@ -52,6 +55,7 @@ readable and writable by that user only.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -60,7 +64,8 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from idmint.clock import Clock
@@ -103,21 +108,49 @@ def kazoo_module() -> Any:
     return kazoo
 
 
-class _NegotiatedTimeout(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """A logger for kazoo that notes the session timeout the server granted.
+class _GrantedTimeouts:
+    """The session timeout ZooKeeper granted each session of one client, in ms.
 
-    kazoo computes it on every (re)connect but only logs it; the fence must
-    use it, not the timeout we asked for, when the server granted less.
+    Read from the handshake replies themselves, as kazoo's connection receives
+    them (kazoo keeps the value only in a local variable). The fence must use
+    it, not the timeout we asked for, when the server granted less. Should a
+    kazoo release change how it makes the handshake, nothing is recorded and
+    :meth:`of` refuses to go on: a claim then fails loudly instead of fencing
+    with the requested timeout.
     """
 
-    def __init__(self, logger: logging.Logger) -> None:
-        super().__init__(logger, {})
-        self.negotiated_ms: int | None = None
+    def __init__(self, client: Any) -> None:
+        from kazoo.protocol.serialization import Connect
 
-    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
-        if isinstance(msg, str) and msg.startswith("Session created") and len(args) >= 3:
-            self.negotiated_ms = int(args[2])
-        super().log(level, msg, *args, **kwargs)
+        self.by_session: dict[int, int] = {}
+        connection = getattr(client, "_connection", None)
+        if connection is None or not hasattr(connection, "_invoke"):
+            raise ConfigurationError(_UNSUPPORTED_KAZOO)
+        invoke = connection._invoke
+
+        def invoke_and_note(timeout: float, request: Any, xid: int | None = None) -> Any:
+            result = invoke(timeout, request, xid)
+            if isinstance(result, tuple) and result and isinstance(result[0], Connect):
+                reply = result[0]
+                if reply.time_out > 0:
+                    self.by_session[reply.session_id] = reply.time_out
+            return result
+
+        connection._invoke = invoke_and_note
+
+    def of(self, session: int | None) -> int:
+        """The granted timeout (ms) of ``session``, which must be connected."""
+        granted = self.by_session.get(session) if session is not None else None
+        if granted is None:
+            raise CoordinationError(_UNSUPPORTED_KAZOO)
+        return granted
+
+
+_UNSUPPORTED_KAZOO = (
+    "could not learn the session timeout ZooKeeper granted from this kazoo's "
+    "handshake; a claim fenced with the requested timeout could outlive its session. "
+    "Install a kazoo release idmint supports (see pyproject.toml)"
+)
 
 
 class ZooKeeperCoordinator(Coordinator):
@@ -139,8 +172,8 @@ class ZooKeeperCoordinator(Coordinator):
     # -- connections -----------------------------------------------------------------
     def client(
         self, *, listener: Any = None, owner: str | None = None
-    ) -> tuple[Any, _NegotiatedTimeout]:
-        """A started KazooClient (its own session), and its negotiated-timeout spy.
+    ) -> tuple[Any, _GrantedTimeouts]:
+        """A started KazooClient (its own session), and the timeouts its sessions got.
 
         ``owner``: a claim's own digest credential (see :meth:`owned_acl`),
         added to the session's identities.
@@ -150,7 +183,6 @@ class ZooKeeperCoordinator(Coordinator):
         from kazoo.handlers.threading import KazooTimeoutError
         from kazoo.retry import KazooRetry
 
-        spy = _NegotiatedTimeout(logging.getLogger("kazoo.client"))
         client = KazooClient(
             hosts=self.hosts,
             timeout=self.session_timeout_s,
@@ -159,8 +191,8 @@ class ZooKeeperCoordinator(Coordinator):
             # reconnect keeps the session (and the claim) alive.
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0),
             command_retry=KazooRetry(max_tries=3, delay=0.05, max_delay=0.5),
-            logger=spy,
         )
+        granted = _GrantedTimeouts(client)
         if listener is not None:
             client.add_listener(listener)
         timeout = self._options_template.connect_timeout_s
@@ -177,7 +209,7 @@ class ZooKeeperCoordinator(Coordinator):
         except kazoo.exceptions.KazooException as error:
             client.close()
             raise translate_error(error, f"connecting to ZooKeeper at {self.hosts}") from error
-        return client, spy
+        return client, granted
 
     def acls(self) -> dict[str, Any]:
         """ACLs for what we create: open without credentials (java-uniqueid's way)."""
@@ -214,22 +246,26 @@ class ZooKeeperCoordinator(Coordinator):
             return None
         return f"idmint-claim-{uuid.uuid4().hex}:{uuid.uuid4().hex}"
 
-    def cluster_of(self, client: Any, cluster: int | None, space: str = "generator") -> int:
-        """The pool's cluster ID, making the layout first if the pool is new.
+    def cluster_from(
+        self, client: Any, cluster_read: Any, cluster: int | None, space: str = "generator"
+    ) -> tuple[int, bool]:
+        """The pool's cluster ID from ``cluster_read`` (a read of ``cluster-id`` sent
+        earlier; None outside the generator space, which has no cluster), laying the
+        pool out first when it is new; and whether it did.
 
-        A pool that has its ``cluster-id`` has the rest (it is made last), so a
-        claimant reads one node where a new pool needs a dozen requests.
+        Nothing else is checked here: the first look at the pool finds what else
+        is missing (java-uniqueid writes ``cluster-id`` when its generator is
+        built and makes ``queue`` and ``pool`` only at its first claim, never
+        ``hwm``), and the claimant then lays it out and looks again.
         """
         kazoo = kazoo_module()
-        if space == "generator":
-            try:
-                data, _ = client.get(f"{self.root}/cluster-id")
-            except kazoo.exceptions.NoNodeError:
-                return self.ensure_layout(client, cluster, space)
-            return self._check_cluster(data, cluster)
-        if client.exists(f"{self.space_root(space)}/pool") is None:
-            return self.ensure_layout(client, cluster, space)
-        return 0
+        if cluster_read is None:
+            return 0, False
+        try:
+            data, _ = cluster_read.get()
+        except kazoo.exceptions.NoNodeError:
+            return self.ensure_layout(client, cluster, space), True
+        return self._check_cluster(data, cluster), False
 
     def space_root(self, space: str) -> str:
         """Where a space's ``pool`` and ``hwm`` live: the root itself for generator IDs
@@ -239,41 +275,67 @@ class ZooKeeperCoordinator(Coordinator):
     def ensure_layout(self, client: Any, cluster: int | None, space: str = "generator") -> int:
         """Create root, queue, pool, hwm and cluster-id as needed; return the cluster ID.
 
+        What exists is read at once, then what is missing is created in one
+        transaction (which lands whole or not at all: if someone, a Java
+        claimant say, made a part meanwhile, what is still missing is read
+        again). Claimants racing to do the same all go on.
+
         Spaces other than ``generator`` have a pool and marks of their own and no
         cluster (0).
         """
         kazoo = kazoo_module()
         acls = self.acls()
-        if space != "generator":
-            base = self.space_root(space)
-            try:
-                for path, acl in (
-                    (base, acls["tree"]),
-                    (f"{base}/pool", acls["pool"]),
-                    (f"{base}/hwm", acls["tree"]),
-                ):
-                    if client.exists(path) is None:
-                        with suppress(kazoo.exceptions.NodeExistsError):
-                            client.create(path, b"", acl=acl, makepath=True)
-            except kazoo.exceptions.KazooException as error:
-                raise translate_error(error, f"preparing {base} in ZooKeeper") from error
-            return 0
+        base = self.space_root(space)
+        parts = [(base, acls["tree"])]
+        if space == "generator":
+            parts.append((f"{base}/queue", acls["tree"]))
+        parts += [(f"{base}/pool", acls["pool"]), (f"{base}/hwm", acls["tree"])]
+        cluster_path = f"{self.root}/cluster-id"
+        if space == "generator":
+            parts.append((cluster_path, acls["tree"]))
         try:
-            for path, acl in (
-                (self.root, acls["tree"]),
-                (f"{self.root}/queue", acls["tree"]),
-                (f"{self.root}/pool", acls["pool"]),
-                (f"{self.root}/hwm", acls["tree"]),
-            ):
-                if client.exists(path) is None:
-                    with suppress(kazoo.exceptions.NodeExistsError):
-                        client.create(path, b"", acl=acl, makepath=True)
-            cluster_path = f"{self.root}/cluster-id"
-            with suppress(kazoo.exceptions.NodeExistsError):
-                client.create(cluster_path, str(cluster or 0).encode(), acl=acls["tree"])
+            while True:
+                present = [client.exists_async(path) for path, _ in parts]
+                missing = [
+                    part
+                    for part, pending in zip(parts, present, strict=True)
+                    if pending.get() is None
+                ]
+                if not missing:
+                    break
+                if missing[0][0] == base and base.rpartition("/")[0]:
+                    client.ensure_path(base.rpartition("/")[0])  # the root's own parents
+                # All at once, in one request: claimants racing here (a fresh pool's
+                # first stampede) each send one, one lands, the others fail at once.
+                transaction = client.transaction()
+                for path, acl in missing:
+                    data = str(cluster or 0).encode() if path == cluster_path else b""
+                    transaction.create(path, data, acl=acl)
+                exceptions = kazoo.exceptions
+                results = transaction.commit()
+                if not any(isinstance(result, Exception) for result in results):
+                    break
+                refused = [
+                    result
+                    for result in results
+                    if isinstance(result, Exception)
+                    and not isinstance(
+                        result,
+                        (
+                            exceptions.NodeExistsError,
+                            exceptions.RolledBackError,
+                            exceptions.RuntimeInconsistency,
+                        ),
+                    )
+                ]
+                if refused:
+                    raise refused[0]
+                # A part exists now (someone else's transaction landed): look again.
+            if space != "generator":
+                return 0
             data, _ = client.get(cluster_path)
         except kazoo.exceptions.KazooException as error:
-            raise translate_error(error, f"preparing {self.root} in ZooKeeper") from error
+            raise translate_error(error, f"preparing {base} in ZooKeeper") from error
         return self._check_cluster(data, cluster)
 
     def _check_cluster(self, data: bytes, cluster: int | None) -> int:
@@ -374,7 +436,7 @@ class ZooKeeperClaim(Claim):
         self.space = space
         self._base = coordinator.space_root(space)
         self._client: Any = None
-        self._spy: _NegotiatedTimeout | None = None
+        self._granted: _GrantedTimeouts | None = None
         self._session_id: int | None = None
         self._path: str | None = None
         self._hwm_path: str | None = None
@@ -387,24 +449,26 @@ class ZooKeeperClaim(Claim):
     # -- connection and its events --------------------------------------------------------
     def _ensure_client(self) -> Any:
         if self._client is None:
-            self._client, self._spy = self._coordinator.client(
+            self._client, self._granted = self._coordinator.client(
                 listener=self._on_state, owner=self._owner
             )
             self._connected.set()
-            self._adopt_negotiated_timeout()
         return self._client
 
-    def _adopt_negotiated_timeout(self) -> None:
-        negotiated = self._spy.negotiated_ms if self._spy else None
-        if negotiated is not None and negotiated / 1000 < self.ttl_s:
+    def _fence_with_granted_timeout(self, client: Any) -> None:
+        """Fence with the session timeout the server granted our session, when it is
+        less than we asked for (or than an earlier session got)."""
+        assert self._granted is not None
+        granted_ms = self._granted.of(_session_of(client))
+        if granted_ms / 1000 < self.ttl_s:
             log.warning(
                 "%s: ZooKeeper granted a %d ms session timeout, less than the %g s asked "
                 "for; fencing with what was granted",
                 self,
-                negotiated,
+                granted_ms,
                 self.ttl_s,
             )
-            self.ttl_s = negotiated / 1000
+            self.ttl_s = granted_ms / 1000
             self.margin_s = min(self.margin_s, self.ttl_s / 4)
             self.renew_every_s = (self.ttl_s - self.margin_s) / 3
 
@@ -430,6 +494,7 @@ class ZooKeeperClaim(Claim):
             raise CoordinatorUnavailable(
                 f"{self.description}: not reconnected to ZooKeeper within {timeout:g} s"
             )
+        self._fence_with_granted_timeout(client)
         return client
 
     def _acquire(self) -> tuple[Mapping[str, int], int]:
@@ -439,21 +504,46 @@ class ZooKeeperClaim(Claim):
         if client.client_id is None or client.client_id[0] != self._session_id:
             self._session_id = _session_of(client)
         deadline = time.monotonic() + self.options.claim_timeout_s
+        cluster: int | None = None
+        queued = self._coordinator.use_queue and self.space == "generator"
         try:
-            cluster = coordinator.cluster_of(client, self.options.cluster, self.space)
             while True:
-                # The queue lock is held for one look at the pool, never while
-                # waiting: a claimant waiting for its narrow range to free up
-                # must not hold up claimants whose ranges have room.
-                with self._queue_lock(client, deadline) as pool_children:
+                try:
+                    # One round trip for the first look: the cluster, the pool, the
+                    # queue and a few marks are read together.
+                    cluster_read = None
+                    if cluster is None and self.space == "generator":
+                        cluster_read = client.get_async(f"{coordinator.root}/cluster-id")
+                    look = self._send_look(client, queue=queued)
+                    if cluster is None:
+                        cluster, laid_out = coordinator.cluster_from(
+                            client, cluster_read, self.options.cluster, self.space
+                        )
+                        if laid_out:  # the look went out before: it found nothing there
+                            look = self._send_look(client, queue=queued)
                     self.soonest_holdoff_end_s = math.inf
-                    found = self._try_claim(client, pool_children)
+                    found = self._look_and_claim(client, look, deadline)
                     if found is not None:
                         number, floor = found
                         if self.space == "generator":
                             return {"generator": number, "cluster": cluster}, floor
                         return {"node": number}, floor
                     pool_changed = self._watch_pool(client)
+                except kazoo.exceptions.NoNodeError:
+                    # The pool lacks a part (a pool made by java-uniqueid, which makes
+                    # queue and pool at its first claim and never hwm): lay it out.
+                    if time.monotonic() >= deadline:
+                        raise
+                    coordinator.ensure_layout(client, self.options.cluster, self.space)
+                    continue
+                except kazoo.exceptions.ConnectionLoss:
+                    # The connection dropped during the look, and the lock's release
+                    # has removed what it may have left in the queue. The session
+                    # lives on while kazoo reconnects: look again (the next request
+                    # waits for the connection), for as long as the claim may take.
+                    if time.monotonic() >= deadline:
+                        raise
+                    continue
                 if time.monotonic() >= deadline:
                     raise self._pool_exhausted(
                         f"cluster {cluster}", f"zk://{coordinator.hosts}{self._base}"
@@ -466,44 +556,104 @@ class ZooKeeperClaim(Claim):
         except kazoo.exceptions.KazooException as error:
             raise translate_error(error, "claiming a generator ID") from error
 
-    def _try_claim(self, client: Any, pool_children: Any = None) -> tuple[int, int] | None:
+    def _send_look(self, client: Any, *, queue: bool) -> _Look:
+        """Send the reads of one look at the pool: its claims, the marks of a few IDs
+        picked at random, and the queue (``queue``: whether it is to be honoured)."""
+        root = self._base
+        pool = self.options.pool
+        return _Look(
+            queue_children=(
+                client.get_children_async(f"{self._coordinator.root}/queue") if queue else None
+            ),
+            pool_children=client.get_children_async(f"{root}/pool"),
+            marks={
+                number: client.get_async(f"{root}/hwm/{number}")
+                for number in random.sample(pool, min(_CANDIDATES, len(pool)))
+            },
+        )
+
+    def _look_and_claim(self, client: Any, look: _Look, deadline: float) -> tuple[int, int] | None:
+        """Claim from ``look`` without queueing when java-uniqueid's queue is empty (or
+        not honoured); otherwise queue for the lock and look again holding it."""
+        if look.queue_children is None:
+            return self._try_claim(client, look)
+        if not look.queue_children.get():
+            # Nobody queues and nobody holds the lock: the claim takes and lets go
+            # of the lock in its own transaction, which lands only if the lock is
+            # still free then. Claimants that meet there serialise nothing.
+            try:
+                return self._try_claim(client, look, lock_free_if_unlocked=True)
+            except _LockTaken:
+                pass  # a claimant (a Java one, say) has the lock: queue behind it
+        # The queue lock is held for one look at the pool, never while waiting:
+        # a claimant waiting for its narrow range to free up must not hold up
+        # claimants whose ranges have room.
+        with self._queue_lock(client, deadline) as pool_children:
+            return self._try_claim(client, _Look(None, pool_children, {}))
+
+    def _try_claim(
+        self, client: Any, look: _Look, *, lock_free_if_unlocked: bool = False
+    ) -> tuple[int, int] | None:
         """One look at the pool: claim a free ID that is not held off, if there is one.
 
-        Three round trips when it works: the pool's children (unless read
-        already, ``pool_children``), the mark of the first free ID (of a few
-        at once after that), and one transaction that creates the claim node
-        only if the ID's mark is still the one read.
+        One transaction when it works and one of the IDs whose marks the look
+        read is free; a round trip more for each batch of marks read after that.
+        The transaction creates the claim node only if the ID's mark is still
+        the one read. Claimants that do not hold the queue lock start at a
+        random free ID (racing for the lowest would only fail each other's
+        transactions); the lock's holder takes the lowest, as Java does.
+
+        ``lock_free_if_unlocked``: the transaction also requires the queue lock
+        to be free (:class:`_LockTaken` if it is not).
         """
         root = self._base
-        if pool_children is None:
-            pool_children = client.get_children_async(f"{root}/pool")
-        taken = set(pool_children.get())
-        free = [number for number in self.options.pool if str(number) not in taken]
-        if not self._coordinator.use_queue or self.space != "generator":
-            # No queue orders claimants: racing for the lowest free ID would
-            # only fail each other's transactions, so start anywhere.
-            start = random.randrange(len(free)) if free else 0
-            free = free[start:] + free[:start]
-        # The first free ID's mark alone (usually it is claimable), then a few
-        # at once: one round trip passes several held-off IDs.
-        starts = [0, *range(1, len(free), _MARKS_PER_LOOK)]
-        for batch_start, batch_end in zip(starts, [*starts[1:], len(free)], strict=True):
-            batch = free[batch_start:batch_end]
-            reads = [(n, client.get_async(f"{root}/hwm/{n}")) for n in batch]
+        pool = self.options.pool
+        taken = {int(name) for name in look.pool_children.get() if name.isdigit()}
+        # Walked lazily: a pool of thousands is not listed to claim one ID.
+        known = [number for number in look.marks if number not in taken]
+        if self._queue_lock_held is None:
+            start = random.randrange(len(pool))
+            rest: Iterator[int] = itertools.chain(pool[start:], pool[:start])
+        else:
+            rest = iter(pool)
+        others = (n for n in rest if n not in taken and n not in look.marks)
+        # The marks the look read first, then a few at once: one round trip
+        # passes several held-off IDs.
+        batch = known or list(itertools.islice(others, 1))
+        while batch:
+            reads = [
+                (n, look.marks[n] if n in look.marks else client.get_async(f"{root}/hwm/{n}"))
+                for n in batch
+            ]
             now_ms = self.clock.time_ns() // 1_000_000
             for number, pending in reads:
                 mark, version = _mark_of(pending)
                 if self._held_off(number, mark, now_ms):
                     continue
-                if self._create_claim_node(client, number, mark, version, now_ms):
+                if self._create_claim_node(
+                    client, number, mark, version, now_ms, unlocked=lock_free_if_unlocked
+                ):
                     return number, mark.ceiling_ms if mark else -1
+            batch = list(itertools.islice(others, _MARKS_PER_LOOK))
         return None
 
     def _create_claim_node(
-        self, client: Any, number: int, mark: HighWaterMark | None, version: int, now_ms: int
+        self,
+        client: Any,
+        number: int,
+        mark: HighWaterMark | None,
+        version: int,
+        now_ms: int,
+        *,
+        unlocked: bool = False,
     ) -> bool:
         """Create ``pool/<number>``, in one transaction with a check that the ID's mark is
-        still at ``version`` (or with the mark itself, when there is none yet)."""
+        still at ``version`` (or with the mark itself, when there is none yet).
+
+        ``unlocked``: and with java-uniqueid's queue lock taken and let go, so the
+        transaction lands only while nobody holds the lock (:class:`_LockTaken`
+        otherwise); nobody sees it held.
+        """
         kazoo = kazoo_module()
         root = self._base
         path, hwm_path = f"{root}/pool/{number}", f"{root}/hwm/{number}"
@@ -517,6 +667,10 @@ class ZooKeeperClaim(Claim):
         first = HighWaterMark(ceiling_ms=ceiling, renewed_ms=now_ms, holder=holder_description())
         first_data = json.dumps(first.to_json()).encode()
         transaction = client.transaction()
+        lock_path = f"{self._coordinator.root}/queue/{LOCK_TICKET}"
+        if unlocked:
+            transaction.create(lock_path, b"", acl=self._coordinator.acls()["tree"], ephemeral=True)
+            transaction.delete(lock_path)
         transaction.create(path, data, acl=self.owned_acl, ephemeral=True)
         if mark is None:
             transaction.create(hwm_path, first_data, acl=self._coordinator.acls()["tree"])
@@ -537,6 +691,8 @@ class ZooKeeperClaim(Claim):
             if not self._is_ours(client, path):
                 raise
             results = []
+        if unlocked and results and isinstance(results[0], kazoo.exceptions.NodeExistsError):
+            raise _LockTaken
         failures = [result for result in results if isinstance(result, Exception)]
         if any(isinstance(f, kazoo.exceptions.NoNodeError) for f in failures):
             self._coordinator.ensure_layout(client, self.options.cluster, self.space)
@@ -553,7 +709,7 @@ class ZooKeeperClaim(Claim):
         if lock is not None:
             # The transaction landed (now or on an earlier attempt), lock delete
             # and all: a delete of our own now would take the next holder's.
-            lock.held = False
+            lock.lock_deleted()
         self._path = path
         self._hwm_path = hwm_path
         # Ours now: nobody else writes the mark while our node exists.
@@ -602,13 +758,15 @@ class ZooKeeperClaim(Claim):
             self._coordinator.acls(),
             f"{self._base}/pool",
         )
-        lock.acquire(deadline)
-        self._queue_lock_held = lock
         try:
+            lock.acquire(deadline)
+            self._queue_lock_held = lock
             yield lock.pool_children
         finally:
             self._queue_lock_held = None
-            lock.release()
+            # Whatever ended the look, nothing of ours may stay in the queue: the
+            # session lives on, and every claimant behind would wait on it.
+            lock.release(within_s=self.ttl_s)
 
     def _renew(self, ceiling_ms: int) -> bool:
         kazoo = kazoo_module()
@@ -617,6 +775,7 @@ class ZooKeeperClaim(Claim):
         assert self._hwm_path is not None
         if not self._connected.is_set():
             raise CoordinatorUnavailable("not connected to ZooKeeper")
+        self._fence_with_granted_timeout(client)
         mark = HighWaterMark(
             ceiling_ms=ceiling_ms,
             renewed_ms=self.clock.time_ns() // 1_000_000,
@@ -685,6 +844,13 @@ class _JavaQueueLock:
 
     Not needed for safety (creating ``pool/<n>`` is atomic) but it keeps Java
     and Python claimants from stampeding the pool together.
+
+    A request whose connection drops may or may not have been applied: a ticket
+    or the lock node may then exist, made by our session, which lives on while
+    kazoo reconnects, and every claimant behind it (Java's too) would wait for
+    it. So the lock remembers every node it may have made until it knows the
+    node is gone, and :meth:`release` removes what remains, once the connection
+    is back, by the node's owner (our session) rather than by what we believe.
     """
 
     def __init__(self, client: Any, path: str, acls: dict[str, Any], pool_path: str) -> None:
@@ -698,19 +864,25 @@ class _JavaQueueLock:
         self.ticket: str | None = None
         self.held = False
         self.session: int | None = None
-        """The session that took the lock: the lock node is ephemeral to it."""
+        """The session that takes the lock: what it makes is ephemeral to it."""
+        self._maybe_made: set[str] = set()
+        """Paths of nodes we made or may have made, and have not seen go."""
 
     def _take_ticket(self) -> str:
         kazoo = kazoo_module()
         while True:
             name = f"nr-{int(time.time() * 1000):014d}-{random.randrange(10000):04d}"
+            path = f"{self.path}/{name}"
+            self._maybe_made.add(path)
             try:
-                self.client.create(f"{self.path}/{name}", b"", acl=self.acl, ephemeral=True)
+                self.client.create(path, b"", acl=self.acl, ephemeral=True)
             except kazoo.exceptions.NodeExistsError:
+                self._maybe_made.discard(path)  # someone else's
                 continue
             return name
 
     def acquire(self, deadline: float) -> None:
+        self.session = _session_of(self.client)
         self.ticket = self._take_ticket()
         first_in_line = False
         while True:
@@ -738,22 +910,29 @@ class _JavaQueueLock:
             else:
                 predecessor = children[position - 1]
             moved = threading.Event()
-            if self.client.exists(f"{self.path}/{predecessor}", watch=_setter(moved)):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not moved.wait(remaining):
-                    self._drop_ticket()
-                    raise PoolExhausted(
-                        f"timed out waiting in the claim queue at {self.path} behind "
-                        f"{predecessor}; another claimant may be stuck"
-                    )
+            stat = self.client.exists(f"{self.path}/{predecessor}", watch=_setter(moved))
+            if stat is None:
+                continue
+            if stat.ephemeralOwner == self.session:
+                # Ours, left by a look whose connection dropped before it knew
+                # what it had made: waiting on it would wait for ever.
+                self._remove_if_ours(f"{self.path}/{predecessor}", deadline)
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not moved.wait(remaining):
+                raise PoolExhausted(
+                    f"timed out waiting in the claim queue at {self.path} behind "
+                    f"{predecessor}; another claimant may be stuck"
+                )
 
     def _take_lock(self) -> bool:
         """Create the lock node and drop our ticket, in one transaction; False if held."""
         kazoo = kazoo_module()
-        lock_path = self.lock_path
+        ticket_path = f"{self.path}/{self.ticket}"
         transaction = self.client.transaction()
-        transaction.create(lock_path, b"", acl=self.acl, ephemeral=True)
-        transaction.delete(f"{self.path}/{self.ticket}")
+        transaction.create(self.lock_path, b"", acl=self.acl, ephemeral=True)
+        transaction.delete(ticket_path)
+        self._maybe_made.add(self.lock_path)
         pending = transaction.commit_async()
         # Sent behind the transaction on the same session, so it reads the pool
         # as it is once we hold the lock: the holder's first look costs no
@@ -762,27 +941,17 @@ class _JavaQueueLock:
         results = pending.get()
         if not any(isinstance(result, Exception) for result in results):
             self.held, self.ticket = True, None
-            self.session = _session_of(self.client)
+            self._maybe_made.discard(ticket_path)
             return True
-        # A retry of our own transaction (after a lost reply) finds the lock
-        # node made, by our session.
-        stat = self.client.exists(lock_path)
-        if stat is not None and stat.ephemeralOwner == _session_of(self.client):
-            self.held = True
-            self.session = _session_of(self.client)
-            self._drop_ticket()
-            return True
+        self._maybe_made.discard(self.lock_path)  # the transaction made nothing
         if isinstance(results[0], kazoo.exceptions.NodeExistsError):
             return False
         raise results[0] if isinstance(results[0], Exception) else results[1]
 
-    def _drop_ticket(self) -> None:
-        # Not waited for: the session sends its requests in order, so nothing
-        # this claimant does next can overtake the delete, and a claimant
-        # waiting on the node hears of it from its watch.
-        if self.ticket is not None:
-            self.client.delete_async(f"{self.path}/{self.ticket}")
-            self.ticket = None
+    def lock_deleted(self) -> None:
+        """The lock node was deleted on our behalf (with the claim, in its transaction)."""
+        self.held = False
+        self._maybe_made.discard(self.lock_path)
 
     @property
     def still_ours(self) -> bool:
@@ -790,11 +959,72 @@ class _JavaQueueLock:
         node went with it, and the node now at its path is another claimant's."""
         return self.held and _session_of(self.client) == self.session
 
-    def release(self) -> None:
-        self._drop_ticket()
+    def release(self, within_s: float) -> None:
+        """Delete our ticket and the lock, if we made them and they are still there.
+
+        Each delete is checked. A lost connection is waited out for up to
+        ``within_s`` (the session timeout: by then the session, and with it
+        every node it made, is gone anyway).
+        """
+        kazoo = kazoo_module()
         if self.still_ours:
-            self.client.delete_async(self.lock_path)
+            # Known to be ours: one request, unless the connection drops under it
+            # (then it is looked for below).
+            try:
+                self.client.delete(self.lock_path)
+                self._maybe_made.discard(self.lock_path)
+            except kazoo.exceptions.NoNodeError:
+                self._maybe_made.discard(self.lock_path)
+            except kazoo.exceptions.KazooException:
+                pass
         self.held = False
+        self.ticket = None
+        deadline = time.monotonic() + within_s
+        for path in sorted(self._maybe_made):
+            try:
+                self._remove_if_ours(path, deadline)
+            except Exception as error:  # the claim's own error, if any, matters more
+                log.warning("could not remove %s from the claim queue: %s", path, error)
+        self._maybe_made.clear()
+
+    def _remove_if_ours(self, path: str, deadline: float) -> None:
+        """Delete ``path`` if the session that takes the lock made it and still lives.
+
+        The node's owner says whose it is: while the connection is down kazoo
+        cannot tell us our session's ID, and after the session ended another
+        claimant's node may stand at the path.
+        """
+        kazoo = kazoo_module()
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _not_removed(path)
+            try:
+                # Asked, not assumed; a request sent while the connection is down
+                # waits for it to come back.
+                stat = self.client.exists_async(path).get(timeout=remaining)
+                if stat is None or stat.ephemeralOwner != self.session:
+                    break  # gone, or not ours
+                if _session_of(self.client) != self.session:
+                    break  # our session ended, and its nodes with it
+                self.client.delete_async(path, version=stat.version).get(timeout=remaining)
+                break
+            except (kazoo.exceptions.NoNodeError, kazoo.exceptions.SessionExpiredError):
+                break  # gone, or our session (and the node with it) is
+            except kazoo.exceptions.ConnectionLoss:
+                continue  # look again once reconnected
+            except KazooTimeoutError:
+                raise _not_removed(path) from None
+        self._maybe_made.discard(path)
+
+
+def _not_removed(path: str) -> CoordinatorUnavailable:
+    return CoordinatorUnavailable(
+        f"could not remove {path}, which our session made, from the claim queue: "
+        "ZooKeeper did not answer in time"
+    )
 
 
 def _session_of(client: Any) -> int | None:
@@ -807,6 +1037,26 @@ def _setter(event: threading.Event) -> Any:
 
 _MARKS_PER_LOOK = 8
 """Marks of free IDs read at once: enough to pass a few held-off IDs in one round trip."""
+
+_CANDIDATES = 1
+"""IDs picked at random whose marks a look reads with the pool's claims: in a pool
+with room, such an ID is most likely free and claimable, and the claim needs no
+other read (one more read each would cost every claim a request)."""
+
+
+@dataclass(frozen=True)
+class _Look:
+    """The reads of one look at the pool, as sent (kazoo async results)."""
+
+    queue_children: Any
+    """java-uniqueid's queue, when it is honoured and not held by us (else None)."""
+    pool_children: Any
+    marks: dict[int, Any]
+    """Marks of IDs read with the pool's claims, by ID."""
+
+
+class _LockTaken(Exception):
+    """A claim meant to land only while the queue lock is free found it held."""
 
 
 def _mark_of(pending: Any) -> tuple[HighWaterMark | None, int]:
