@@ -191,7 +191,7 @@ def _connecting_process(
     (PostgreSQL ``SELECT 1``, Redis ``PING``), timed as a claim is; held until released."""
     _worker_setup()
     barrier.wait(60)
-    start = time.monotonic()
+    start, cpu = time.monotonic(), time.process_time()
     connection: Any
     if url.startswith("redis"):
         import redis
@@ -203,7 +203,7 @@ def _connecting_process(
 
         connection = psycopg.connect(url, autocommit=True)
         connection.execute("SELECT 1").fetchall()
-    results.put([(start, time.monotonic(), 0, None)])
+    results.put([(start, time.monotonic(), 0, None, time.process_time() - cpu)])
     release.poll(300)
     results.put(("losses", 0, 0, {}))
     connection.close()
@@ -1369,6 +1369,15 @@ def round_trip_rows(bench: Bench, store_bench: Bench) -> list[RoundTripRow]:
         generator.close()
         where = f"{server.host}:{server.port}"
         cases.append((label, (server.host, server.port), partial(_via, direct=direct, where=where)))
+        if kind == "postgres":  # without libpq's offer of TLS, which a server without refuses
+            plain = f"{direct}&sslmode=disable"
+            cases.append(
+                (
+                    f"{label}, sslmode=disable",
+                    (server.host, server.port),
+                    partial(_via, direct=plain, where=where),
+                )
+            )
     rows = []
     for label, target, url_at in cases:
         row = RoundTripRow(label)
@@ -1403,22 +1412,6 @@ def _counted_claim(relay: RoundTrips, tell: Connection, results: Queue[Any]) -> 
 
 def _via(at: str, *, direct: str, where: str) -> str:
     return direct.replace(where, at, 1)
-
-
-def _cpu_claimant(
-    url: str, barrier: Barrier, cpu: Queue[Any], results: Queue[Any], release: Connection
-) -> None:
-    """A claimant that also reports the CPU time its claim took (all its threads)."""
-    _worker_setup()
-    barrier.wait(60)
-    start = time.process_time()
-    sample, claim = _timed_claim(url)
-    cpu.put(time.process_time() - start)
-    results.put([sample])
-    release.poll(300)
-    _report_losses(results, [claim])
-    if claim is not None:
-        claim.close()
 
 
 def _server_cpu_s(pgid: int) -> float:
@@ -1490,22 +1483,21 @@ def cpu_rows(bench: Bench, store_bench: Bench, runs: int, claimants: int) -> lis
     for on, label, kind, new_url, pgid in cases:
         row = CpuRow(label)
         for _ in range(runs):
-            cpu: Queue[Any] = on.ctx.Queue()
             barrier = on.ctx.Barrier(claimants)
             before = _server_cpu_s(pgid)
             after: list[float] = []
             run = on._run(
                 kind,
                 new_url(),
-                [(_cpu_claimant, (barrier, cpu))] * claimants,
+                [(_claimant_process, (barrier,))] * claimants,
                 expected=claimants,
                 limit_s=60,
                 while_held=lambda: after.append(_server_cpu_s(pgid)),  # noqa: B023
             )
             row.errors += run.problems(claimants)
             row.claims += len(run.good)
-            row.latencies += [end - start for start, end, _, _ in run.good]
-            row.client_s += [cpu.get(timeout=10) for _ in run.good]
+            row.latencies += [end - start for start, end, *_ in run.good]
+            row.client_s += [cpu for *_, cpu in run.good]
             row.server_s += after[0] - before if after else math.nan
         rows.append(row)
     return rows
