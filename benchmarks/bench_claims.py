@@ -1,7 +1,8 @@
-"""Claiming generator IDs through ZooKeeper and etcd: latency, pool fill, hand-over.
+"""Claiming generator IDs through ZooKeeper, etcd, PostgreSQL and Redis: latency, pool fill,
+hand-over, renewal load, round trips, the cost of a store that forgets.
 
-    .venv/bin/pip install -e '.[zookeeper,etcd,test]'   # kazoo, etcd3gw (+ trustme)
-    scripts/install-test-deps.sh                       # java + libzookeeper-java, etcd
+    .venv/bin/pip install -e '.[zookeeper,etcd,postgres,redis,test]'
+    scripts/install-test-deps.sh      # java + libzookeeper-java, etcd, postgresql, redis
     .venv/bin/python benchmarks/bench_claims.py            # full run (~3 min)
     .venv/bin/python benchmarks/bench_claims.py --quick    # smaller samples (~1 min)
     .venv/bin/python benchmarks/bench_claims.py --only fill --fill-limit 300
@@ -11,7 +12,10 @@ etcd on free ports of 127.0.0.1 with the integration-test harness
 (``tests/servers``: ``ZooKeeperEnsemble(1, tmpdir)``, ``EtcdCluster(1, tmpdir)``,
 imported from the repository root) and stops them at the end. ZooKeeper fsyncs
 its transaction log before it answers a write, as production runs it
-(``--zk-force-sync no`` turns that off, as the tests do); etcd always fsyncs. Every run uses a
+(``--zk-force-sync no`` turns that off, as the tests do); etcd always fsyncs.
+PostgreSQL (the harness's ``PostgresServer``) flushes its log at each commit
+(``--pg-fsync no``: the tests' settings); Redis runs without persistence, the
+case the driver is built to survive. Every run uses a
 fresh root / prefix. Run it on a quiet machine: client, servers and renewal
 traffic all share the same cores.
 
@@ -178,6 +182,31 @@ def _claimant_process(url: str, barrier: Barrier, results: Queue[Any], release: 
     _report_losses(results, [claim])
     if claim is not None:
         claim.close()
+
+
+def _connecting_process(
+    url: str, barrier: Barrier, results: Queue[Any], release: Connection
+) -> None:
+    """What a claimant's process cannot avoid: connect and make one trivial request
+    (PostgreSQL ``SELECT 1``, Redis ``PING``), timed as a claim is; held until released."""
+    _worker_setup()
+    barrier.wait(60)
+    start, cpu = time.monotonic(), time.process_time()
+    connection: Any
+    if url.startswith("redis"):
+        import redis
+
+        connection = redis.Redis.from_url(url)
+        connection.ping()
+    else:
+        import psycopg
+
+        connection = psycopg.connect(url, autocommit=True)
+        connection.execute("SELECT 1").fetchall()
+    results.put([(start, time.monotonic(), None, None, time.process_time() - cpu)])
+    release.poll(300)
+    results.put(("losses", 0, 0, {}))
+    connection.close()
 
 
 def _claimant_threads(url: str, count: int, results: Queue[Any], release: Connection) -> None:
@@ -519,9 +548,10 @@ class Bench:
         *,
         expected: int,
         limit_s: float,
+        while_held: Callable[[], None] | None = None,
     ) -> Run:
         """Start ``(target, args)`` workers, collect ``expected`` samples (or stop after
-        ``limit_s``), then release their claims."""
+        ``limit_s``), run ``while_held`` if given, then release their claims."""
         results: Queue[Any] = self.ctx.Queue()
         release, release_all = self.ctx.Pipe(duplex=False)
         processes = [
@@ -540,6 +570,8 @@ class Bench:
             if fsyncs is not None:
                 count, took = self.servers.etcd_fsyncs()
                 fsyncs = (count - fsyncs[0], took - fsyncs[1])
+            if while_held is not None:
+                while_held()
         finally:
             listed, list_s, list_error = self._list(url)
             release_all.close()  # EOF wakes every holder at once
@@ -881,13 +913,729 @@ def _print_errors(items: Iterator[tuple[str, str, list[str]]] | Any) -> None:
             print(f"\n**{name}, {what}:** {f'{count} x ' if count > 1 else ''}{error}")
 
 
-def main(argv: list[str] | None = None) -> int:
+# -- PostgreSQL and Redis -------------------------------------------------------------------
+# The database coordinators, in the same run as ZooKeeper and etcd: their own servers,
+# pools and cases, through the same claimant processes and Bench._run.
+
+STORE_PRELOAD = ["idmint.coordinate.postgres", "idmint.coordinate.redis", "psycopg", "redis"]
+STORE_KINDS = (("PostgreSQL", "postgres"), ("Redis", "redis"))
+
+
+@dataclass
+class StoreServers:
+    """A PostgreSQL and a Redis server of the benchmark's own, requests counted on each.
+
+    PostgreSQL counts statements with ``pg_stat_statements`` (a connection's
+    start-up is not a statement; the set-up statement a new connection sends with
+    its first request is); each reading leaves out the readings before it, so the
+    difference of two is what others asked for between them. Redis counts the
+    commands clients sent, as ``MONITOR`` shows them, leaving out those scripts
+    ran (``INFO commandstats`` counts both).
+    """
+
+    postgres: Any
+    redis: Any
+    database: str
+    """The PostgreSQL database of the pools (the claims tests')."""
+    _pg_admin: Any = None
+    _redis_admin: Any = None
+    _readings: collections.Counter[str] = field(default_factory=collections.Counter)
+    _redis_commands: Any = None
+    """tests.servers.redis.RedisCommands, from the first reading on."""
+
+    def backend(self, kind: str) -> Any:
+        """The claims tests' description of the store (URLs, pools)."""
+        from tests.integration.claims_helpers import Backend
+
+        return Backend(kind, self.postgres if kind == "postgres" else self.redis)
+
+    def url(self, kind: str, root: str, **options: object) -> str:
+        ttl = options.pop("ttl", None)
+        url: str = self.backend(kind).url(root, ttl=ttl, **options)
+        return url
+
+    def requests(self, kind: str) -> int:
+        """Requests the server has answered so far (PostgreSQL: statements)."""
+        if kind == "postgres":
+            own = self._readings[kind]
+            self._readings[kind] += 1
+            row = (
+                self._pg()
+                .execute(
+                    "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s "
+                    "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = %s",
+                    (self.database,),
+                )
+                .fetchone()
+            )
+            return int(row[0]) - own
+        if self._redis_commands is None:
+            self._redis_commands = self.redis.commands()
+        return len(self._redis_commands.sent())
+
+    def settled_pool(self, kind: str, ttl_s: float = 10.0) -> str:
+        """A new pool whose record says it has been seen since long ago in the store's
+        current incarnation, by claimants with TTLs up to ``ttl_s``: claims need not
+        settle (see docs/coordination.md), nor raise the record's TTL."""
+        from tests.integration.claims_helpers import settle_pool
+
+        backend = self.backend(kind)
+        root: str = backend.new_root(settled=False)
+        settle_pool(backend, root, ttl_s=ttl_s)
+        return root
+
+    def new_pool(self, kind: str) -> str:
+        """A pool that does not exist yet: its first claims settle."""
+        root: str = self.backend(kind).new_root(settled=False)
+        return root
+
+    def restart(self, kind: str) -> None:
+        """Restart the server: a new incarnation (Redis comes back empty)."""
+        if kind == "postgres":
+            self._close_pg()
+            self.postgres.stop()
+            self.postgres.start()
+        else:
+            self._close_redis()
+            if self._redis_commands is not None:  # its count starts again from 0
+                self._redis_commands.close()
+                self._redis_commands = None
+            self.redis.restart()
+
+    def _pg(self) -> Any:
+        if self._pg_admin is None or self._pg_admin.closed:
+            import psycopg
+
+            self._pg_admin = psycopg.connect(
+                **self.postgres.connection_settings(self.database), autocommit=True
+            )
+        return self._pg_admin
+
+    def _redis(self) -> Any:
+        if self._redis_admin is None:
+            self._redis_admin = self.redis.client()
+        return self._redis_admin
+
+    def _close_pg(self) -> None:
+        if self._pg_admin is not None:
+            self._pg_admin.close()
+            self._pg_admin = None
+
+    def _close_redis(self) -> None:
+        if self._redis_admin is not None:
+            self._redis_admin.close()
+            self._redis_admin = None
+
+    def close(self) -> None:
+        self._close_pg()
+        self._close_redis()
+        if self._redis_commands is not None:
+            self._redis_commands.close()
+
+
+@contextlib.contextmanager
+def private_store_servers(*, pg_fsync: bool = True) -> Iterator[StoreServers]:
+    """PostgreSQL (the test harness's settings, but flushing its log at each commit as
+    production does unless ``pg_fsync`` is False) and Redis without persistence (what
+    the driver is built to survive), on free ports."""
+    sys.path.insert(0, str(REPO))
+    from tests.integration.claims_helpers import CLAIMS_DATABASE
+    from tests.servers.postgres import FAST_SETTINGS, PostgresServer
+    from tests.servers.redis import RedisServer
+
+    with tempfile.TemporaryDirectory(prefix="idmint-bench-stores-") as tmp:
+        settings = {
+            **FAST_SETTINGS,
+            **(
+                {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+                if pg_fsync
+                else {}
+            ),
+            "max_connections": "300",
+            "shared_preload_libraries": "pg_stat_statements",
+            "pg_stat_statements.track_utility": "on",
+            "pg_stat_statements.track_planning": "on",
+        }
+        postgres = PostgresServer(Path(tmp) / "postgres", settings=settings)
+        redis = RedisServer(Path(tmp) / "redis", persistence=False)
+        servers = StoreServers(postgres, redis, CLAIMS_DATABASE)
+        try:
+            postgres.start()
+            postgres.create_database(CLAIMS_DATABASE)
+            postgres.psql("CREATE EXTENSION pg_stat_statements", CLAIMS_DATABASE)
+            redis.start()
+            yield servers
+        finally:
+            servers.close()
+            postgres.close()
+            redis.stop()
+
+
+def store_latency_rows(
+    bench: Bench, runs: int, claimants: int, *, threads: bool = True
+) -> list[LatencyRow]:
+    """Claim latency on settled pools (64 processes, 64 threads, one alone), then 64
+    processes on a brand-new pool, whose first claims settle (TTL + skew)."""
+    servers: StoreServers = bench.servers  # type: ignore[assignment]
+    rows: list[LatencyRow] = []
+    for label, kind in STORE_KINDS:
+        for as_threads in (False, True) if threads else (False,):
+            how = f"{claimants} threads, 1 process" if as_threads else f"{claimants} processes"
+            row = LatencyRow(label, how)
+            for _ in range(runs):
+                url = servers.url(kind, servers.settled_pool(kind))
+                if as_threads:
+                    workers: list[tuple[Any, tuple[Any, ...]]] = [(_claimant_threads, (claimants,))]
+                else:
+                    barrier = bench.ctx.Barrier(claimants)
+                    workers = [(_claimant_process, (barrier,))] * claimants
+                row.add(bench._run(kind, url, workers, expected=claimants, limit_s=60), claimants)
+            rows.append(row)
+        row = LatencyRow(label, "1 process, alone", skip=2)
+        url = servers.url(kind, servers.settled_pool(kind))
+        alone = [(_filler, (22, bench.ctx.Barrier(1)))]
+        row.add(bench._run(kind, url, alone, expected=22, limit_s=60), 22)
+        rows.append(row)
+        row = LatencyRow(
+            f"{label}: connect + 1 request, no claim (the floor)", f"{claimants} processes"
+        )
+        bare = servers.url(kind, servers.new_pool(kind)).split("?")[0]  # libpq / redis-py's
+        barrier = bench.ctx.Barrier(claimants)
+        workers = [(_connecting_process, (barrier,))] * claimants
+        run = bench._run(kind, bare, workers, expected=claimants, limit_s=60)
+        run.listed = len(run.good)  # no claims, so none listed
+        row.add(run, claimants)
+        rows.append(row)
+        row = LatencyRow(f"{label}, brand-new pool (settles TTL + skew)", f"{claimants} processes")
+        url = servers.url(kind, servers.new_pool(kind))
+        barrier = bench.ctx.Barrier(claimants)
+        workers = [(_claimant_process, (barrier,))] * claimants
+        row.add(bench._run(kind, url, workers, expected=claimants, limit_s=90), claimants)
+        rows.append(row)
+    return rows
+
+
+def store_fill(
+    bench: Bench, label: str, kind: str, *, claims: int, workers: int, limit_s: float, ttl_s: int
+) -> FillRow:
+    """The pool fill of :meth:`Bench.fill` on a settled pool of ``kind``."""
+    servers: StoreServers = bench.servers  # type: ignore[assignment]
+    options: dict[str, object] = {"ttl": ttl_s}
+    if claims < 2048:
+        options["generators"] = f"0-{claims - 1}"
+    url = servers.url(kind, servers.settled_pool(kind, ttl_s), **options)
+    barrier = bench.ctx.Barrier(workers)
+    shares = [claims // workers + (i < claims % workers) for i in range(workers)]
+    run = bench._run(
+        kind,
+        url,
+        [(_filler, (share, barrier)) for share in shares],
+        expected=claims,
+        limit_s=limit_s,
+    )
+    return FillRow(label, claims, workers, run)
+
+
+@dataclass
+class LoadRow:
+    """Requests a server answered while ``holders`` claims were held, nothing else asked."""
+
+    coordinator: str
+    holders: int
+    ttl_s: float
+    seconds: float = math.nan
+    requests: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def per_s(self) -> float:
+        return self.requests / self.seconds
+
+    @property
+    def per_holder_per_minute(self) -> float:
+        return self.per_s * 60 / self.holders
+
+
+def renewal_load(
+    bench: Bench,
+    label: str,
+    kind: str,
+    url: str,
+    *,
+    holders: int,
+    workers: int,
+    ttl_s: float,
+    window_s: float,
+) -> LoadRow:
+    """Hold ``holders`` claims, wait a renewal, count the server's requests for ``window_s``."""
+    row = LoadRow(label, holders, ttl_s)
+    workers = min(workers, holders)
+    barrier = bench.ctx.Barrier(workers)
+    shares = [holders // workers + (i < holders % workers) for i in range(workers)]
+
+    def count_while_held() -> None:
+        time.sleep(ttl_s / 3)  # every claim has renewed once: the steady state
+        before = bench.servers.requests(kind)
+        start = time.monotonic()
+        time.sleep(window_s)
+        row.requests = bench.servers.requests(kind) - before
+        row.seconds = time.monotonic() - start
+
+    fillers = [(_filler, (share, barrier)) for share in shares]
+    run = bench._run(kind, url, fillers, expected=holders, limit_s=120, while_held=count_while_held)
+    row.errors += run.problems(holders)
+    return row
+
+
+def load_rows(bench: Bench, store_bench: Bench, holders: int, window_s: float) -> list[LoadRow]:
+    """The renewal load of ``holders`` claims at the default TTL (10 s) on each server,
+    and of one claim alone on each database."""
+    stores: StoreServers = store_bench.servers  # type: ignore[assignment]
+    ttl = 10
+    workers = 16
+    cases = [
+        (bench, "ZooKeeper", "zk", bench.servers.url("zk", fresh_root(), queue="false")),
+        (bench, "etcd", "etcd", bench.servers.url("etcd", fresh_root())),
+    ]
+    for label, kind in STORE_KINDS:
+        cases.append((store_bench, label, kind, stores.url(kind, stores.settled_pool(kind))))
+    rows = [
+        renewal_load(
+            on, label, kind, url, holders=holders, workers=workers, ttl_s=ttl, window_s=window_s
+        )
+        for on, label, kind, url in cases
+    ]
+    for label, kind in STORE_KINDS:
+        url = stores.url(kind, stores.settled_pool(kind))
+        rows.append(
+            renewal_load(
+                store_bench, label, kind, url, holders=1, workers=1, ttl_s=ttl, window_s=window_s
+            )
+        )
+    return rows
+
+
+@dataclass
+class ForgettingRow:
+    """Time to the first ID of a claim on one ID, its predecessor's mark proven or not."""
+
+    coordinator: str
+    ttl_s: float
+    case: str
+    first_id_s: float = math.nan
+    proven: bool | None = None
+    requests: int | None = None
+    error: str | None = None
+
+
+def _first_id(url: str) -> tuple[float, bool, Any]:
+    """Seconds from ``new_generator`` to its first ID; whether the claim was proven."""
+    from idmint import new_generator
+
+    start = time.monotonic()
+    generator = new_generator("uid64", coordinator=url)
+    generator.generate()
+    took = time.monotonic() - start
+    return took, bool(getattr(generator.claim, "proven", False)), generator
+
+
+def forgetting_rows(store_bench: Bench, ttls: Sequence[int]) -> list[ForgettingRow]:
+    """The cost of the guarantee for a store that forgets: generator 0 of a settled pool,
+    claimed after a clean release in the store's current incarnation (the mark is
+    proven), and after the store restarted (a new incarnation: nothing is proven, the
+    claim settles TTL + skew). Each claim is made once the release's hold-off has
+    passed, so that only the settling shows."""
+    servers: StoreServers = store_bench.servers  # type: ignore[assignment]
+    skew_s = 1.0
+    rows: list[ForgettingRow] = []
+    for ttl in ttls:
+        for label, kind in STORE_KINDS:
+            url = servers.url(
+                kind, servers.settled_pool(kind, ttl), ttl=ttl, generators="0-0", claim_timeout=60
+            )
+            proven = ForgettingRow(label, ttl, "a mark of this incarnation (proven)")
+            restarted = ForgettingRow(label, ttl, "after a restart (a new incarnation)")
+            try:
+                _, _, first = _first_id(url)
+                first.close()
+                time.sleep(ttl + skew_s + 0.2)  # the release's hold-off
+                before = servers.requests(kind)
+                proven.first_id_s, proven.proven, second = _first_id(url)
+                proven.requests = servers.requests(kind) - before
+                second.close()
+                time.sleep(ttl + skew_s + 0.2)
+                servers.restart(kind)
+                restarted.first_id_s, restarted.proven, third = _first_id(url)
+                third.close()
+            except Exception as error:
+                restarted.error = f"{type(error).__name__}: {error}"
+            rows += [proven, restarted]
+    return rows
+
+
+class RoundTrips:
+    """A TCP relay in front of a server that counts round trips: each time the server
+    answers after the client spoke, whatever the protocol (pipelined requests
+    answered together count once; TCP's own handshake not at all)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        import socket
+
+        self.target = target
+        self.count = 0
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            threading.Thread(target=self._relay, args=(client, server), daemon=True).start()
+
+    def _relay(self, client: Any, server: Any) -> None:
+        import selectors
+
+        spoke = False  # the client sent something the server has not answered yet
+        with selectors.DefaultSelector() as selector:
+            selector.register(client, selectors.EVENT_READ, server)
+            selector.register(server, selectors.EVENT_READ, client)
+            while True:
+                for key, _ in selector.select():
+                    try:
+                        data = key.fileobj.recv(65536)  # type: ignore[union-attr]
+                    except OSError:
+                        data = b""
+                    if not data:
+                        client.close()
+                        server.close()
+                        return
+                    if key.fileobj is client:
+                        spoke = True
+                    elif spoke:
+                        spoke = False
+                        with self._lock:
+                            self.count += 1
+                    key.data.sendall(data)
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def _claims_one_by_one(url: str, steps: Connection, results: Queue[Any]) -> None:
+    """Claim once (a new process, no connection yet), report; claim again when told
+    (connected now), report; release both when told."""
+    _worker_setup()
+    held = []
+    for _ in range(2):
+        steps.recv()
+        sample, claim = _timed_claim(url)
+        held.append(claim)
+        results.put(sample)
+    steps.recv()
+    for claim in held:
+        if claim is not None:
+            claim.close()
+    results.put("closed")
+
+
+@dataclass
+class RoundTripRow:
+    coordinator: str
+    first: int | None = None
+    """Round trips of the first claim of a new process (connecting included)."""
+    second: int | None = None
+    """Round trips of a second claim in the same process (connected)."""
+    error: str | None = None
+
+
+def round_trip_rows(bench: Bench, store_bench: Bench) -> list[RoundTripRow]:
+    """Round trips of one claim alone on a settled pool, through a counting relay."""
+    stores: StoreServers = store_bench.servers  # type: ignore[assignment]
+    host, _, port = bench.servers.etcd_endpoint.rpartition(":")
+    cases = [("etcd", (host, int(port)), lambda at: f"etcd://{at}{fresh_root()}")]
+    for label, kind in STORE_KINDS:
+        server = stores.postgres if kind == "postgres" else stores.redis
+        root = stores.settled_pool(kind)
+        direct = stores.url(kind, root)
+        # A server that has run the scripts before, as a fleet's has (a Redis that
+        # has not answers the first EVALSHA of each script with NOSCRIPT: one more
+        # round trip for each, once in its life).
+        _, _, generator = _first_id(direct)
+        generator.close()
+        where = f"{server.host}:{server.port}"
+        cases.append((label, (server.host, server.port), partial(_via, direct=direct, where=where)))
+        if kind == "postgres":  # without libpq's offer of TLS, which a server without refuses
+            plain = f"{direct}&sslmode=disable"
+            cases.append(
+                (
+                    f"{label}, sslmode=disable",
+                    (server.host, server.port),
+                    partial(_via, direct=plain, where=where),
+                )
+            )
+    rows = []
+    for label, target, url_at in cases:
+        row = RoundTripRow(label)
+        relay = RoundTrips(target)
+        url = url_at(f"127.0.0.1:{relay.port}")
+        results: Queue[Any] = bench.ctx.Queue()
+        steps, tell = bench.ctx.Pipe(duplex=False)
+        process = bench.ctx.Process(target=_claims_one_by_one, args=(url, steps, results))
+        process.start()
+        try:
+            row.first, row.second = (_counted_claim(relay, tell, results) for _ in range(2))
+            tell.send("close")
+            results.get(timeout=60)
+        except Exception as error:
+            row.error = f"{type(error).__name__}: {error}"
+        finally:
+            bench._join([process], 30)
+            relay.close()
+        rows.append(row)
+    return rows
+
+
+def _counted_claim(relay: RoundTrips, tell: Connection, results: Queue[Any]) -> int:
+    """Round trips of the claim the worker makes when told."""
+    before = relay.count
+    tell.send("claim")
+    sample = results.get(timeout=60)
+    if sample[3] is not None:
+        raise RuntimeError(sample[3])
+    return relay.count - before
+
+
+def _via(at: str, *, direct: str, where: str) -> str:
+    return direct.replace(where, at, 1)
+
+
+def _server_cpu_s(pgid: int) -> float:
+    """CPU seconds the processes of group ``pgid`` used (those they waited for included)."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[2]) == pgid:
+            total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _etcd_pid(endpoint: str) -> int:
+    """The etcd process serving ``endpoint`` (host:port), by its command line."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith(b"etcd") and any(endpoint.encode() in arg for arg in argv):
+            return int(entry)
+    raise RuntimeError(f"no etcd process serves {endpoint}")
+
+
+@dataclass
+class CpuRow:
+    coordinator: str
+    claims: int = 0
+    client_s: list[float] = field(default_factory=list)
+    server_s: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def cpu_rows(bench: Bench, store_bench: Bench, runs: int, claimants: int) -> list[CpuRow]:
+    """CPU time per claim, the claimant's and the server's, of 64 processes claiming at
+    once (settled pools): what the latency of many claimants on few cores comes from,
+    and less sensitive than the latency to what else the machine runs."""
+    stores: StoreServers = store_bench.servers  # type: ignore[assignment]
+    cases = [
+        (
+            bench,
+            "etcd",
+            "etcd",
+            lambda: bench.servers.url("etcd", fresh_root()),
+            _etcd_pid(bench.servers.etcd_endpoint),
+        ),
+        *(
+            (
+                store_bench,
+                label,
+                kind,
+                partial(_settled_url, stores, kind),
+                (stores.postgres if kind == "postgres" else stores.redis).process.pid,
+            )
+            for label, kind in STORE_KINDS
+        ),
+    ]
+    rows = []
+    for on, label, kind, new_url, pgid in cases:
+        row = CpuRow(label)
+        for _ in range(runs):
+            barrier = on.ctx.Barrier(claimants)
+            before = _server_cpu_s(pgid)
+            after: list[float] = []
+            run = on._run(
+                kind,
+                new_url(),
+                [(_claimant_process, (barrier,))] * claimants,
+                expected=claimants,
+                limit_s=60,
+                while_held=lambda: after.append(_server_cpu_s(pgid)),  # noqa: B023
+            )
+            row.errors += run.problems(claimants)
+            row.claims += len(run.good)
+            row.latencies += [end - start for start, end, *_ in run.good]
+            row.client_s += [cpu for *_, cpu in run.good]
+            row.server_s += after[0] - before if after else math.nan
+        rows.append(row)
+    return rows
+
+
+def _settled_url(stores: StoreServers, kind: str) -> str:
+    return stores.url(kind, stores.settled_pool(kind))
+
+
+def print_cpu(rows: list[CpuRow], claimants: int) -> None:
+    print(
+        f"\n### CPU per claim: {claimants} processes claiming at once (settled pools), "
+        "the claimant's from `new_generator` to its first ID, the server's over the claims\n"
+    )
+    print(
+        "| coordinator | claims | claimant ms (median) | claimant ms (mean) "
+        "| server ms (mean) | claimant + server ms | p99 latency ms |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        if not row.claims:
+            print(f"| {row.coordinator} | 0 | - | - | - | - | - |")
+            continue
+        client = statistics.mean(row.client_s) * 1000
+        server = row.server_s / row.claims * 1000
+        print(
+            f"| {row.coordinator} | {row.claims} | {statistics.median(row.client_s) * 1000:.1f} "
+            f"| {client:.1f} | {server:.1f} | {client + server:.1f} "
+            f"| {ms(percentile(row.latencies, 99))} |"
+        )
+    _print_errors((row.coordinator, "CPU", row.errors) for row in rows)
+
+
+def print_round_trips(rows: list[RoundTripRow]) -> None:
+    print(
+        "\n### Round trips of one claim alone (settled pool), counted by a relay in front of "
+        "the server\n"
+    )
+    print("| coordinator | first claim of a new process | a second claim, connected |")
+    print("|---|---:|---:|")
+    for row in rows:
+        first = "-" if row.first is None else str(row.first)
+        second = "-" if row.second is None else str(row.second)
+        print(f"| {row.coordinator} | {first} | {second} |")
+    _print_errors(
+        (row.coordinator, "round trips", [row.error] if row.error else []) for row in rows
+    )
+
+
+def print_load(rows: list[LoadRow]) -> None:
+    print(
+        "\n### Renewal load: requests the server answered while the claims were held "
+        "(TTL 10 s, nothing else running)\n"
+    )
+    print(
+        "| coordinator | holders | window s | requests/s | per holder per minute "
+        "| requests/s for 2,048 holders (extrapolated) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for row in rows:
+        if not row.requests:
+            print(f"| {row.coordinator} | {row.holders} | - | - | - | - |")
+            continue
+        print(
+            f"| {row.coordinator} | {row.holders:,} | {row.seconds:.0f} | {row.per_s:,.1f} "
+            f"| {row.per_holder_per_minute:.1f} | {row.per_s * 2048 / row.holders:,.0f} |"
+        )
+    _print_errors((row.coordinator, f"{row.holders} holders", row.errors) for row in rows)
+
+
+def print_forgetting(rows: list[ForgettingRow]) -> None:
+    print(
+        "\n### What a store that forgets costs: `new_generator` to the first ID, "
+        "generator 0 of a settled pool (skew 1 s)\n"
+    )
+    print("| coordinator | TTL s | predecessor's mark | first ID s | proven | requests |")
+    print("|---|---:|---|---:|---|---:|")
+    for row in rows:
+        requests = "-" if row.requests is None else str(row.requests)
+        proven = "-" if row.proven is None else ("yes" if row.proven else "no")
+        print(
+            f"| {row.coordinator} | {row.ttl_s:g} | {row.case} | {row.first_id_s:.3f} "
+            f"| {proven} | {requests} |"
+        )
+    _print_errors((row.coordinator, row.case, [row.error] if row.error else []) for row in rows)
+
+
+def add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--load-holders",
+        type=int,
+        default=512,
+        help="claims held while the renewal load is counted (default 512)",
+    )
+    parser.add_argument(
+        "--load-window",
+        type=float,
+        help="s over which the renewal load is counted (default 60; 20 with --quick)",
+    )
+
+
+def store_sections(
+    parts: set[str], bench: Bench, store_bench: Bench, args: argparse.Namespace, ttls: Sequence[int]
+) -> None:
+    """CPU and round trips of a claim, the renewal load (every server) and what a
+    store that forgets costs."""
+    if "cpu" in parts:
+        section = time.monotonic()
+        runs = 1 if args.quick else 2
+        print_cpu(cpu_rows(bench, store_bench, runs, 64), 64)
+        print(f"\n({time.monotonic() - section:.0f} s)")
+    if "round-trips" in parts:
+        section = time.monotonic()
+        print_round_trips(round_trip_rows(bench, store_bench))
+        print(f"\n({time.monotonic() - section:.0f} s)")
+    if "load" in parts:
+        section = time.monotonic()
+        window = args.load_window or (20 if args.quick else 60)
+        print_load(load_rows(bench, store_bench, args.load_holders, window))
+        print(f"\n({time.monotonic() - section:.0f} s)")
+    if "forgetting" in parts:
+        section = time.monotonic()
+        print_forgetting(forgetting_rows(store_bench, ttls))
+        print(f"\n({time.monotonic() - section:.0f} s)")
+
+
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--quick", action="store_true", help="1 run per row, 512-ID fill, hand-over at TTL 2 s only"
     )
     parser.add_argument(
-        "--only", choices=("latency", "fill", "handover"), action="append", help="parts to run"
+        "--only",
+        choices=("latency", "cpu", "fill", "handover", "load", "forgetting", "round-trips"),
+        action="append",
+        help="parts to run",
     )
     parser.add_argument(
         "--zk-force-sync",
@@ -902,6 +1650,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(LATENCY_CASES),
         default=[name for name in LATENCY_CASES if name != "zk-queued"],
         help="claim-latency cases to run (default: all)",
+    )
+    parser.add_argument(
+        "--pg-fsync",
+        choices=("yes", "no"),
+        default="yes",
+        help="whether PostgreSQL flushes its log at each commit, as production does (yes, "
+        "the default) or not (no: the test harness's setting)",
     )
     parser.add_argument("--runs", type=int, help="claim-latency runs per row (default 2; 1 quick)")
     parser.add_argument(
@@ -921,8 +1676,13 @@ def main(argv: list[str] | None = None) -> int:
         default=90,
         help="s after which a pool fill is stopped and reported as it is (default 90)",
     )
-    args = parser.parse_args(argv)
-    parts = set(args.only or ("latency", "fill", "handover"))
+    add_store_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_arguments(argv)
+    parts = set(args.only or ("latency", "fill", "handover", "load", "forgetting", "round-trips"))
     runs = args.runs or (1 if args.quick else 2)
     claimants = 64
     fill_claims = 512 if args.quick else 2048
@@ -932,7 +1692,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ctx = mp.get_context("forkserver")
     assert isinstance(ctx, ForkServerContext)
-    ctx.set_forkserver_preload(PRELOAD)
+    ctx.set_forkserver_preload(PRELOAD + STORE_PRELOAD)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("kazoo").setLevel(logging.ERROR)
 
@@ -943,11 +1703,16 @@ def main(argv: list[str] | None = None) -> int:
         f"ZooKeeper forceSync={args.zk_force_sync}"
     )
     began = time.monotonic()
-    with private_servers(zk_force_sync=args.zk_force_sync == "yes") as servers:
+    with (
+        private_servers(zk_force_sync=args.zk_force_sync == "yes") as servers,
+        private_store_servers(pg_fsync=args.pg_fsync == "yes") as stores,
+    ):
         bench = Bench(servers, ctx)
+        store_bench = Bench(stores, ctx)  # type: ignore[arg-type]
         if "latency" in parts:
             section = time.monotonic()
             rows = bench.latency_rows(runs, claimants, args.cases, threads=not args.no_threads)
+            rows += store_latency_rows(store_bench, runs, claimants, threads=not args.no_threads)
             print_latency(rows, runs)
             print(f"\n({time.monotonic() - section:.0f} s)")
         if "fill" in parts:
@@ -967,6 +1732,18 @@ def main(argv: list[str] | None = None) -> int:
                 ),
                 bench.fill("etcd", "etcd", fill_claims, workers, limit, **etcd_ttl),
             ]
+            fills += [
+                store_fill(
+                    store_bench,
+                    label,
+                    kind,
+                    claims=fill_claims,
+                    workers=workers,
+                    limit_s=limit,
+                    ttl_s=args.fill_ttl,
+                )
+                for label, kind in STORE_KINDS
+            ]
             print_fill(fills, args.fill_ttl)
             print(f"\n({time.monotonic() - section:.0f} s)")
         if "handover" in parts:
@@ -985,6 +1762,7 @@ def main(argv: list[str] | None = None) -> int:
                 handovers += run_concurrently(jobs)
             print_handover(handovers)
             print(f"\n({time.monotonic() - section:.0f} s)")
+        store_sections(parts, bench, store_bench, args, ttls)
     load = os.getloadavg()
     print(
         f"\n{time.monotonic() - began:.0f} s in all; load average "

@@ -423,18 +423,20 @@ class Backend:
         return self.server
 
 
-def settle_pool(backend: Backend, root: str) -> None:
+def settle_pool(backend: Backend, root: str, *, ttl_s: float = 0.0) -> None:
     """Make the database pool ``root`` as a fleet's is after its first minute.
 
     Its record (the documented layout) says the store's current incarnation has
     been seen since the epoch: claims need not settle past holders it may have
-    forgotten. The rule itself is tested on new pools.
+    forgotten. The rule itself is tested on new pools. ``ttl_s``: the longest TTL
+    the record says claimants declared (a claimant with a longer one raises it).
     """
     server = backend._server()
+    ttl_ms = round(ttl_s * 1000)
     if isinstance(server, RedisServer):
         with server.client() as client:
             run_id = client.info("server")["run_id"]
-            record = json.dumps({"incarnation": run_id, "since_ms": 0, "ttl_ms": 0})
+            record = json.dumps({"incarnation": run_id, "since_ms": 0, "ttl_ms": ttl_ms})
             for space in ("generator", "node", "short60"):
                 client.hset(f"{root}:{space}", "pool", record)
         return
@@ -452,8 +454,9 @@ def settle_pool(backend: Backend, root: str) -> None:
             lambda connection: connection.execute(
                 f'INSERT INTO "public"."{root}" (space, cluster, id, incarnation, since_ms, '
                 "lease_ms) SELECT space, -1, -1, (extract(epoch FROM pg_postmaster_start_time()) "
-                "* 1000000)::bigint::text, 0, 0 FROM unnest(ARRAY['generator', 'node', "
-                "'short60']) AS space"
+                "* 1000000)::bigint::text, 0, %s FROM unnest(ARRAY['generator', 'node', "
+                "'short60']) AS space",
+                (ttl_ms,),
             ),
         )
     finally:

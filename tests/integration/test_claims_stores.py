@@ -5,8 +5,9 @@ fixture (``postgres``, ``redis``). Here: a new pool settles its first claims; a
 store that forgets (flushed, restarted empty, rolled back to an older state, as a
 failover to a replica that missed the latest writes is) never lets a successor
 repeat an ID; a lost reply to a claim; the connection of a claim ended by the
-server; 64 claimants making the table at once; credentials, permissions and TLS;
-what is not one Redis server; malformed URLs.
+server; what a claim asks of the store (requests, a flushed script cache, the
+session's settings); 64 claimants making the table at once; credentials,
+permissions and TLS; what is not one Redis server; malformed URLs.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from tests.integration.claims_helpers import (
     wait_for,
 )
 from tests.servers.postgres import PostgresServer
-from tests.servers.redis import USER, USER_KEYS, RedisServer
+from tests.servers.redis import USER, USER_KEYS, RedisCommands, RedisServer
 
 from idmint import (
     ConfigurationError,
@@ -382,6 +383,102 @@ def test_64_claimants_at_once_make_the_pool_and_get_64_ids(
         thread.join(120)
     assert not errors, [f"{type(e).__name__}: {e}" for e in errors[:3]]
     assert len(set(claimed)) == 64
+
+
+# -- what a claim asks of the store -----------------------------------------------------------
+
+
+def _sent_by_holders_of(commands: RedisCommands, key: str) -> list[str]:
+    """The commands sent so far by the connections that sent one naming ``key``."""
+    sent = commands.sent()
+    ports = {c["client_port"] for c in sent if key in c["command"].split()}
+    return [c["command"].split()[0] for c in sent if c["client_port"] in ports]
+
+
+def test_redis_a_claim_costs_three_requests_and_a_renewal_one(
+    redis: RedisServer, exit_stack: contextlib.ExitStack
+) -> None:
+    """A new process's claim: a look at the server (INFO), the look, the take; then one
+    script per renewal, at most one per TTL/3 and still two before the deadline; one
+    to release. Nothing else: no HELLO, CLIENT SETINFO or SCRIPT LOAD, whose round
+    trips a fleet starting at once would wait for."""
+    backend = Backend("redis", redis)
+    root = backend.new_root()
+    # A server that has run the scripts (claim, renew, release), as a fleet's has.
+    with new_generator("uid64", coordinator=backend.url(root)) as warm:
+        warm_claim = warm.claim
+        assert warm_claim is not None
+        first = warm_claim.renewals
+        wait_for(lambda: warm_claim.renewals > first, timeout=TTL_S * 5, what="a renewal")
+    commands = redis.commands()
+    exit_stack.callback(commands.close)
+    # A client of its own (its settings differ), as a new process has.
+    url = backend.url(root, timeout=2.017)
+    generator = new_generator("uid64", coordinator=url)
+    generator.generate()
+    claim = generator.claim
+    assert claim is not None
+    key = f"{root}:generator"
+    assert _sent_by_holders_of(commands, key) == ["INFO", "EVALSHA", "EVALSHA"]
+
+    assert claim.renew_every_s <= claim.ttl_s / 3
+    assert 2 * claim.renew_every_s < claim.ttl_s - claim.margin_s
+    renewed = claim.renewals
+    wait_for(lambda: claim.renewals >= renewed + 2, timeout=TTL_S * 5, what="two renewals")
+    generator.close()
+    after = _sent_by_holders_of(commands, key)[3:]
+    assert after == ["EVALSHA"] * (claim.renewals - renewed + 1)  # the renewals, the release
+
+
+def test_redis_a_script_cache_flushed_under_holders_costs_them_nothing(
+    redis: RedisServer, exit_stack: contextlib.ExitStack
+) -> None:
+    """``SCRIPT FLUSH`` (or a server that never ran the scripts): a request whose script
+    the server does not know sends it whole, once; renewals and claims go on."""
+    backend = Backend("redis", redis)
+    url = backend.url(generators="0-1")
+    holder = exit_stack.enter_context(new_generator("uid64", coordinator=url))
+    claim = holder.claim
+    assert claim is not None
+    grant = claim.last_grant
+    assert grant is not None
+    with redis.client() as client:
+        client.script_flush()
+    failures, renewed = claim.renewal_failures, claim.renewals
+    wait_for(lambda: claim.renewals >= renewed + 2, timeout=TTL_S * 5, what="two renewals")
+    assert claim.renewal_failures == failures
+    assert claim.last_grant is not None
+    assert claim.last_grant.epoch == grant.epoch, "the claim was made again"
+    with redis.client() as client:
+        client.script_flush()
+    second = exit_stack.enter_context(new_generator("uid64", coordinator=url))
+    assert {holder.generator, second.generator} == {0, 1}
+
+
+@pytest.mark.parametrize("table", ["existing", "missing"])
+def test_postgres_a_claims_session_commits_synchronously_on_a_server_that_does_not(
+    table: str, postgres: PostgresServer, exit_stack: contextlib.ExitStack
+) -> None:
+    """The harness's server commits asynchronously (``synchronous_commit`` off). The
+    session's set-up (synchronous commits, a statement timeout) goes with the first
+    request of a new connection; when that request fails (the table is missing: it is
+    made and the request sent again) the set-up is undone with it, and made again."""
+    postgres.create_database(CLAIMS_DATABASE)
+    backend = Backend("postgres", postgres)
+    root = backend.new_root(settled=table == "existing")
+    # A connection of its own (libpq's settings differ), as a new process has.
+    url = backend.url(root, timeout=3, application_name=f"sync-{table}")
+    generator = exit_stack.enter_context(new_generator("uid64", coordinator=url))
+    assert generator.claim is not None
+    connection = generator.claim.store.connection  # type: ignore[attr-defined]
+    settings = connection.run(
+        "reading the session's settings",
+        lambda c: c.execute(
+            "SELECT current_setting('synchronous_commit'), current_setting('statement_timeout')"
+        ),
+        lambda cursor: cursor.fetchone(),
+    )
+    assert settings == ("on", "3s")
 
 
 # -- credentials, permissions, TLS ------------------------------------------------------------

@@ -31,6 +31,8 @@ import contextlib
 import os
 import secrets
 import signal
+import threading
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +42,7 @@ from .ports import LOOPBACK, free_port
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["USER", "USER_KEYS", "RedisServer"]
+__all__ = ["USER", "USER_KEYS", "RedisCommands", "RedisServer"]
 
 USER = "idmint"
 """The ACL user of an ``acl=True`` server."""
@@ -221,6 +223,10 @@ class RedisServer:
             found: dict[str, Any] = client.info(section)
             return found
 
+    def commands(self) -> RedisCommands:
+        """A log of the commands clients send from now on (close it when done)."""
+        return RedisCommands(self)
+
     def _tls_files(self) -> dict[str, Path]:
         directory = self.tmpdir / "tls"
         files = {"ca": directory / "ca.pem", "cert": directory / "server.pem"}
@@ -239,3 +245,50 @@ class RedisServer:
         files["cert"].write_bytes(b"".join(blob.bytes() for blob in server.cert_chain_pems))
         files["key"].chmod(0o600)
         return files
+
+
+class RedisCommands:
+    """The commands clients send a Redis server, from its ``MONITOR`` stream.
+
+    Commands that scripts run (``MONITOR`` shows them as the ``lua`` client's) are
+    left out: ``INFO commandstats`` counts them as calls too. Each entry is
+    redis-py's reading of a ``MONITOR`` line (``client_port``, ``command``, ...).
+    """
+
+    def __init__(self, server: RedisServer) -> None:
+        self._client = server.client(socket_timeout=None)
+        self._monitor = self._client.monitor().__enter__()  # type: ignore[no-untyped-call]
+        self._sender = server.client()
+        self._lock = threading.Lock()
+        self._sent: list[dict[str, Any]] = []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                command = self._monitor.next_command()
+            except Exception:  # closed, or the server went away
+                return
+            if command["client_type"] != "lua":
+                with self._lock:
+                    self._sent.append(command)
+
+    def sent(self, timeout: float = 30.0) -> list[dict[str, Any]]:
+        """Every command sent so far, once the stream has caught up with now."""
+        marker = f"caught-up-{uuid.uuid4().hex}"
+        self._sender.echo(marker)
+
+        def caught_up() -> bool:
+            with self._lock:
+                return any(marker in command["command"] for command in self._sent)
+
+        wait_until(caught_up, timeout=timeout, description="MONITOR to catch up", interval=0.01)
+        with self._lock:
+            return [c for c in self._sent if not c["command"].startswith("ECHO caught-up-")]
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._monitor.connection.disconnect()
+        self._client.close()
+        self._sender.close()

@@ -201,6 +201,9 @@ class LeaseClaim(Claim, Generic[StoreT]):
             clock=clock,
             description=f"{space} ID claim at {store.description}",
         )
+        # A renewal is a write to a database the application shares: one per holder
+        # per TTL/3 at most, and still two before the deadline, so one lost costs nothing.
+        self.renew_every_s = min(ttl_s / 3, (ttl_s - self.margin_s) / 2)
         self.store = store
         self.space = space
         self.cluster = cluster if space == "generator" else 0

@@ -77,7 +77,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from idmint.clock import Clock
@@ -136,8 +136,6 @@ _COLUMNS = """
     PRIMARY KEY (space, cluster, id)
 """
 
-_T = TypeVar("_T")
-
 
 def _import_psycopg() -> Any:
     with needs_extra("postgres", "psycopg", needed_by="postgresql://"):
@@ -155,15 +153,31 @@ class _Connection:
         self._lock = threading.Lock()
         self._connection: psycopg.Connection[Any] | None = None
 
-    def run(self, doing: str, request: Callable[[psycopg.Connection[Any]], _T]) -> _T:
-        """``request`` on the connection (connecting first if needed), errors translated."""
+    def run(
+        self,
+        doing: str,
+        request: Callable[[psycopg.Connection[Any]], Any],
+        read: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """``request`` on the connection (connecting first if needed), then ``read``
+        on what it returned (its cursor), errors translated.
+
+        On a new connection the request is sent with the session's set-up
+        (:meth:`_set_up_with`): it sends its statement and leaves the reading of
+        the results to ``read``.
+        """
         pg = _import_psycopg()
         with self._lock:
             try:
                 if self._connection is None or self._connection.closed:
                     self._connection = self._connect(self.timeout_s)
-                connection = self._connection
-                answer = request(connection)
+                connection: Any = self._connection
+                if connection.idmint_set_up:
+                    answer = request(connection)
+                else:
+                    answer = self._set_up_with(connection, request)
+                if read is not None:
+                    answer = read(answer)
             except pg.Error as error:
                 translated = _translate(error, f"{doing} at {self.description}")
                 if isinstance(translated, CoordinatorUnavailable) or _broken(error):
@@ -171,27 +185,40 @@ class _Connection:
                 raise translated from error
             return answer
 
-    def _connect(self, timeout_s: float) -> psycopg.Connection[Any]:
+    def _set_up_with(self, connection: Any, request: Callable[[Any], Any]) -> Any:
+        """The session's set-up, then ``request``, sent together: one round trip.
+
+        Our writes must survive a crash of the server: they commit synchronously
+        even where the server's default does not. No statement runs longer than
+        a request may take. Both run in one transaction (a pipeline syncs once),
+        so if ``request`` fails the set-up is undone too, and made again with the
+        next request.
+        """
         pg = _import_psycopg()
+        set_up = (
+            "SELECT set_config('synchronous_commit', CASE current_setting("
+            "'synchronous_commit') WHEN 'off' THEN 'on' ELSE current_setting("
+            "'synchronous_commit') END, false), set_config('statement_timeout', %s, false)"
+        )
+        timeout = (str(round(self.timeout_s * 1000)),)
+        if not pg.Pipeline.is_supported():  # a libpq older than 14
+            connection.execute(set_up, timeout)
+            connection.idmint_set_up = True
+            return request(connection)
+        with connection.pipeline():
+            connection.execute(set_up, timeout)
+            answer = request(connection)
+        # Leaving the pipeline sent both and read every result.
+        connection.idmint_set_up = True
+        return answer
+
+    def _connect(self, timeout_s: float) -> psycopg.Connection[Any]:
         timed = _timed_connection_class()
         # libpq takes whole seconds per attempt; the connection's requests get ours.
         connection: Any = timed.connect(
             self.conninfo, autocommit=True, connect_timeout=max(2, math.ceil(timeout_s))
         )
         connection.request_timeout_s = self.timeout_s
-        try:
-            # Our writes must survive a crash of the server: commit them synchronously
-            # even where the server's default does not. No statement runs longer
-            # than a request may take.
-            connection.execute(
-                "SELECT set_config('synchronous_commit', CASE current_setting("
-                "'synchronous_commit') WHEN 'off' THEN 'on' ELSE current_setting("
-                "'synchronous_commit') END, false), set_config('statement_timeout', %s, false)",
-                (str(round(self.timeout_s * 1000)),),
-            )
-        except pg.Error:
-            connection.close()
-            raise
         return connection  # type: ignore[no-any-return]
 
     def connect_within(self, seconds: float) -> None:
@@ -276,6 +303,8 @@ def _timed_connection_class() -> Any:
 
         class TimedConnection(pg.Connection):  # type: ignore[misc,name-defined]
             request_timeout_s: float | None = None
+            idmint_set_up = False
+            """Whether the session's settings are made (:meth:`_Connection._set_up_with`)."""
 
             def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
                 limit = timeout if timeout is not None else self.request_timeout_s
@@ -298,11 +327,14 @@ class PostgresStore:
         self.description = description
         self.qualified = f'"{schema}"."{table}"'
 
-    def _run(self, doing: str, request: Callable[[Any], _T]) -> _T:
-        """``request``, creating the table first if it is missing."""
+    def _run(
+        self, doing: str, request: Callable[[Any], Any], read: Callable[[Any], Any] | None = None
+    ) -> Any:
+        """``request`` and ``read`` (see :meth:`_Connection.run`), creating the table
+        first if it is missing."""
         pg = _import_psycopg()
         try:
-            return self.connection.run(doing, request)
+            return self.connection.run(doing, request, read)
         except CoordinationError as error:
             if not isinstance(error.__cause__, pg.errors.UndefinedTable):
                 raise
@@ -315,7 +347,7 @@ class PostgresStore:
                 f"{self.qualified} ...), then GRANT SELECT, INSERT, UPDATE ON "
                 f"{self.qualified} TO the URL's role"
             ) from refused.__cause__
-        return self.connection.run(doing, request)
+        return self.connection.run(doing, request, read)
 
     def _create(self, connection: Any) -> None:
         # One claimant creates, the others wait for it on the lock and find it
@@ -345,23 +377,32 @@ class PostgresStore:
             UNION ALL
             (SELECT g.id, NULL, c.incarnation, c.ceiling_ms, c.renewed_ms, c.released_ms,
                     c.mark_holder
-               FROM srv CROSS JOIN generate_series(%(lo)s::int, %(hi)s::int) AS g(id)
-               LEFT JOIN {self.qualified} c
-                 ON c.space = %(space)s AND c.cluster = %(cluster)s AND c.id = g.id
+               FROM srv CROSS JOIN (SELECT generate_series(%(start)s::int, %(hi)s::int)
+                                    UNION ALL
+                                    SELECT generate_series(%(lo)s::int, %(start)s::int - 1)
+                                   ) AS g(id)
+               LEFT JOIN LATERAL (
+                 SELECT * FROM {self.qualified} c
+                  WHERE c.space = %(space)s AND c.cluster = %(cluster)s AND c.id = g.id
+                 OFFSET 0) c ON true
               WHERE c.token IS NULL OR {_LAPSED.format(row="c", now="srv.now")}
-              ORDER BY (g.id - %(start)s::int + %(size)s::int) %% %(size)s::int
               LIMIT %(want)s::int)
         """
+        # IDs from start on, wrapping round, each looked up by its key (OFFSET 0 keeps
+        # the planner from joining the whole pool instead): a look stops at the
+        # ``want``-th free ID instead of reading and sorting the pool.
         parameters = {
             "space": space,
             "cluster": cluster,
             "lo": pool.start,
             "hi": pool.stop - 1,
             "start": start,
-            "size": len(pool),
             "want": want,
         }
-        rows = self._run("looking for a free ID", lambda c: c.execute(query, parameters).fetchall())
+        rows = self._run(
+            "looking for a free ID", lambda c: c.execute(query, parameters), _fetch_all
+        )
+        # The record's row (id -1) comes first: UNION ALL appends in order.
         _, incarnation, record_incarnation, since, ttl, _, _ = rows[0]
         record = (
             PoolRecord(record_incarnation, since, ttl)
@@ -457,8 +498,7 @@ class PostgresStore:
             "old_inc": old_incarnation,
         }
         row: object = self._run(
-            f"claiming {space} ID {free.number}",
-            lambda c: c.execute(query, parameters).fetchone(),
+            f"claiming {space} ID {free.number}", lambda c: c.execute(query, parameters), _fetch_one
         )
         return row is not None
 
@@ -484,7 +524,7 @@ class PostgresStore:
             "holder": mark.holder,
         }
         count: int = self._run(
-            "renewing the claim", lambda c: int(c.execute(query, parameters).rowcount)
+            "renewing the claim", lambda c: c.execute(query, parameters), _row_count
         )
         return count == 1
 
@@ -524,7 +564,7 @@ class PostgresStore:
         }
              ORDER BY c.space, c.cluster, c.id
         """
-        rows = self._run("listing the claims", lambda c: c.execute(query).fetchall())
+        rows = self._run("listing the claims", lambda c: c.execute(query), _fetch_all)
         order = {space: index for index, space in enumerate(SPACES)}
         return sorted(
             (
@@ -590,6 +630,18 @@ class PostgresCoordinator(Coordinator):
         key, self._connection_key = self._connection_key, ""
         if key:
             _CONNECTIONS.give_back(key, _Connection.close)
+
+
+def _fetch_all(cursor: Any) -> list[Any]:
+    return cursor.fetchall()  # type: ignore[no-any-return]
+
+
+def _fetch_one(cursor: Any) -> Any:
+    return cursor.fetchone()
+
+
+def _row_count(cursor: Any) -> int:
+    return int(cursor.rowcount)
 
 
 def _identifier(url: CoordinatorUrl, option: str, value: str) -> str:

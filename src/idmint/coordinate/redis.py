@@ -203,22 +203,31 @@ def _import_redis() -> Any:
     return redis
 
 
-class _Client:
-    """redis-py's client with the driver's scripts registered on it."""
+class _Script:
+    """A Lua script, run by its SHA1 (``EVALSHA``) and sent whole (``EVAL``, which
+    also caches it on the server) only when the server does not know it yet: after
+    it started, or ``SCRIPT FLUSH``."""
 
-    def __init__(self, client: redis_py.Redis) -> None:
-        self.redis = client
-        self.look = client.register_script(_LOOK)
-        self.take = client.register_script(_TAKE)
-        self.renew = client.register_script(_RENEW)
-        self.release = client.register_script(_RELEASE)
-        self.list = client.register_script(_LIST)
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()
 
-    def close(self) -> None:
-        self.redis.close()
+    def __call__(self, client: redis_py.Redis, key: str, args: Sequence[object]) -> Any:
+        execute: Any = client.execute_command  # untyped in redis-py
+        try:
+            return execute("EVALSHA", self.sha, 1, key, *args)
+        except _import_redis().exceptions.NoScriptError:
+            # NOSCRIPT: nothing ran. The script itself, which the server keeps from now on.
+            return execute("EVAL", self.text, 1, key, *args)
 
 
-_CLIENTS: SharedClients[_Client] = SharedClients(lambda client: None)
+_LOOK_SCRIPT = _Script(_LOOK)
+_TAKE_SCRIPT = _Script(_TAKE)
+_RENEW_SCRIPT = _Script(_RENEW)
+_RELEASE_SCRIPT = _Script(_RELEASE)
+_LIST_SCRIPT = _Script(_LIST)
+
+_CLIENTS: SharedClients[redis_py.Redis] = SharedClients(lambda client: None)
 """One client per server, database, user and TLS setting in a process. redis-py's
 connection pool notices a fork by itself: a child opens connections of its own and
 never touches its parent's."""
@@ -227,7 +236,9 @@ never touches its parent's."""
 class RedisStore:
     """The pool's requests, each one Lua script on one hash (see the module docs)."""
 
-    def __init__(self, client: _Client, prefix: str, description: str, timeout_s: float) -> None:
+    def __init__(
+        self, client: redis_py.Redis, prefix: str, description: str, timeout_s: float
+    ) -> None:
         self.client = client
         self.prefix = prefix
         self.description = description
@@ -236,16 +247,16 @@ class RedisStore:
     def key(self, space: str) -> str:
         return f"{self.prefix}:{space}"
 
-    def _call(self, doing: str, script: Any, space: str, args: Sequence[object]) -> Any:
+    def _call(self, doing: str, script: _Script, space: str, args: Sequence[object]) -> Any:
         try:
-            return script(keys=[self.key(space)], args=list(args))
+            return script(self.client, self.key(space), args)
         except Exception as error:
             raise _translate(error, f"{doing} at {self.description}") from error
 
     def look(self, space: str, cluster: int, pool: range, *, start: int, want: int | None) -> Look:
         reply = self._call(
             "looking for a free ID",
-            self.client.look,
+            _LOOK_SCRIPT,
             space,
             [cluster, pool.start, pool.stop - 1, start, want or 0],
         )
@@ -273,7 +284,7 @@ class RedisStore:
         )
         taken = self._call(
             f"claiming {space} ID {free.number}",
-            self.client.take,
+            _TAKE_SCRIPT,
             space,
             [
                 free.cluster,
@@ -295,7 +306,7 @@ class RedisStore:
     ) -> bool:
         renewed = self._call(
             "renewing the claim",
-            self.client.renew,
+            _RENEW_SCRIPT,
             space,
             [cluster, number, token, ttl_ms, json.dumps(mark.to_json())],
         )
@@ -305,12 +316,10 @@ class RedisStore:
         self, space: str, cluster: int, number: int, *, token: str, mark: HighWaterMark | None
     ) -> None:
         final = json.dumps(mark.to_json()) if mark is not None else ""
-        self._call(
-            "releasing the claim", self.client.release, space, [cluster, number, token, final]
-        )
+        self._call("releasing the claim", _RELEASE_SCRIPT, space, [cluster, number, token, final])
 
     def list_space(self, space: str) -> list[ClaimInfo]:
-        now_ms, flat = self._call("listing the claims", self.client.list, space, [])
+        now_ms, flat = self._call("listing the claims", _LIST_SCRIPT, space, [])
         fields = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
         rows = []
         for name, lease in fields.items():
@@ -394,7 +403,7 @@ class RedisCoordinator(Coordinator):
             )
         # The process's client for these settings (the password only as a digest).
         self._client_key = hashlib.sha256(repr(sorted(settings.items())).encode()).hexdigest()
-        self._client = _CLIENTS.take(self._client_key, lambda: _Client(_new_client(settings)))
+        self._client = _CLIENTS.take(self._client_key, lambda: _new_client(settings))
         try:
             self.store = RedisStore(self._client, self.prefix, self.description, timeout_s)
             self._check_server()
@@ -408,7 +417,7 @@ class RedisCoordinator(Coordinator):
         deadline = time.monotonic() + connect_timeout
         while True:
             try:
-                info = self._client.redis.info("server")
+                info = self._client.info("server")
                 break
             except Exception as error:
                 translated = _translate(error, f"connecting to {self.description}")
@@ -457,7 +466,7 @@ class RedisCoordinator(Coordinator):
     def close(self) -> None:
         client_key, self._client_key = self._client_key, ""
         if client_key:
-            _CLIENTS.give_back(client_key, _Client.close)
+            _CLIENTS.give_back(client_key, _close_client)
 
 
 def _new_client(settings: Mapping[str, Any]) -> redis_py.Redis:
@@ -466,10 +475,24 @@ def _new_client(settings: Mapping[str, Any]) -> redis_py.Redis:
     from redis.retry import Retry
 
     # No retries inside redis-py: a claim retries by itself, within its deadline.
-    client: redis_py.Redis = redis.Redis(
-        **settings, retry=Retry(NoBackoff(), 0), health_check_interval=0
-    )
+    # A new connection sends nothing before our first request (but AUTH and SELECT
+    # where the URL asks for them): no HELLO (RESP2), no CLIENT SETINFO, whose
+    # round trips a fleet of processes starting at once would wait for.
+    common = {
+        **settings,
+        "retry": Retry(NoBackoff(), 0),
+        "health_check_interval": 0,
+        "protocol": 2,
+    }
+    try:
+        client: redis_py.Redis = redis.Redis(**common, driver_info=None)
+    except TypeError:  # redis-py before driver_info
+        client = redis.Redis(**common, lib_name=None, lib_version=None)
     return client
+
+
+def _close_client(client: redis_py.Redis) -> None:
+    client.close()
 
 
 def _text(value: object) -> str:
