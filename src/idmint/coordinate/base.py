@@ -615,6 +615,17 @@ class Claim:
             "Widen generators=LO-HI, or see who holds them with `idmint claims list`"
         )
 
+    def _mark(self, ceiling_ms: int, *, released: bool = False) -> HighWaterMark:
+        """The high-water mark this holder records: ``ceiling_ms``, renewed now (and
+        released now, for the final one)."""
+        now_ms = self.clock.time_ns() // 1_000_000
+        return HighWaterMark(
+            ceiling_ms=ceiling_ms,
+            renewed_ms=now_ms,
+            released_ms=now_ms if released else None,
+            holder=holder_description(),
+        )
+
     def _maintain(self) -> None:
         """Driver work done in the renewal thread after each renewal (default: none)."""
 
@@ -870,6 +881,22 @@ class Coordinator:
 
     holds_configured_identities: bool = False
     """Whether :meth:`claim` takes an ``identity`` (a configured one) to hold."""
+
+    identity_block: int | None = None
+    """With a configured identity: how many consecutive IDs from it this process may
+    use (a StatefulSet pod's block); None: no limit."""
+
+    @classmethod
+    def pool_within(cls, url: CoordinatorUrl, name: str) -> CoordinatorUrl | None:
+        """A URL of a pool of its own called ``name`` inside ``url``'s (a root under its
+        root, a table beside its table): where :mod:`idmint.testing` runs its checks,
+        touching nothing else. None (the default): this driver's URL names one pool."""
+        return None
+
+    def configured_identity(self) -> dict[str, int] | None:
+        """The identity fields the URL configures (``static://``), or None for a
+        driver that claims a free identity from a pool."""
+        return None
 
     def _new_claim(
         self,

@@ -102,6 +102,12 @@ def _unb64(text: str | None) -> bytes:
     return base64.b64decode(text) if text else b""
 
 
+def _prefix_range(prefix: str) -> dict[str, Any]:
+    """The key range of every key that starts with ``prefix``."""
+    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    return {"key": _b64(prefix), "range_end": _b64(end)}
+
+
 class _Refusal(Exception):
     """An answer from etcd that is an error: its HTTP status and JSON body."""
 
@@ -306,8 +312,7 @@ class EtcdGateway:
     def get_prefix(
         self, prefix: str, *, keys_only: bool = False
     ) -> list[tuple[str, bytes, dict[str, Any]]]:
-        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        request: dict[str, Any] = {"key": _b64(prefix), "range_end": _b64(end)}
+        request: dict[str, Any] = _prefix_range(prefix)
         if keys_only:
             request["keys_only"] = True
         reply = self.post(f"listing {prefix}", "/kv/range", request)
@@ -315,6 +320,10 @@ class EtcdGateway:
             (_unb64(kv["key"]).decode(), _unb64(kv.get("value")), kv)
             for kv in reply.get("kvs") or []
         ]
+
+    def delete_prefix(self, prefix: str) -> None:
+        """Delete every key that starts with ``prefix``."""
+        self.post(f"deleting {prefix}", "/kv/deleterange", _prefix_range(prefix))
 
     def read_pairs(
         self, base: str, pairs: Sequence[tuple[int, int]]
@@ -392,6 +401,10 @@ class EtcdCoordinator(Coordinator):
         self.description = f"etcd://{','.join(f'{h}:{p}' for h, p in self.hosts)}{self.prefix}"
         self._cluster_id: bytes | None = None
         self._check_reachable()
+
+    @classmethod
+    def pool_within(cls, url: CoordinatorUrl, name: str) -> CoordinatorUrl:
+        return url.replace(path=f"{(url.path or DEFAULT_PREFIX).rstrip('/')}/{name}")
 
     def _check_reachable(self) -> None:
         """Wait up to ``connect_timeout`` for a member to answer, and not much longer."""
@@ -540,6 +553,11 @@ class EtcdClaim(Claim):
         self._hwm_revision = 0  # 0: no mark yet (compare create_revision == 0)
         self._lease_sent_mono = 0  # when the lease was granted or last kept alive
         self._token = uuid.uuid4().hex
+
+    @property
+    def lease(self) -> int | None:
+        """The etcd lease the claim is bound to, while it holds one."""
+        return self._lease
 
     def _acquire(self) -> tuple[Mapping[str, int], int]:
         self._lease_sent_mono = self.clock.monotonic_ns()

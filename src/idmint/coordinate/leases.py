@@ -213,6 +213,12 @@ class LeaseClaim(Claim, Generic[StoreT]):
     def ttl_ms(self) -> int:
         return round(self.ttl_s * 1000)
 
+    @property
+    def lease(self) -> tuple[int, int, str] | None:
+        """The lease held: (cluster, number, token); None while none is."""
+        held = self._held
+        return None if held is None else (*held, self._token)
+
     def _acquire(self) -> tuple[Mapping[str, int], int]:
         # A token per claim: a retried take is recognised as ours, a later
         # claim is not mistaken for this one.

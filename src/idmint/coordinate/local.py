@@ -191,6 +191,12 @@ class LocalCoordinator(Coordinator):
         self._options_template = ClaimOptions.from_url(url)
         self.default = default
 
+    @classmethod
+    def pool_within(cls, url: CoordinatorUrl, name: str) -> CoordinatorUrl | None:
+        # This host's pool is one per host: there is no pool of its own within it.
+        directory = configured_directory(url.path)
+        return None if directory is None else url.replace(path=str(directory / name))
+
     @property
     def description(self) -> str:
         return self.pool.description

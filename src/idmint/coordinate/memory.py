@@ -14,8 +14,11 @@ it can be made to fail on demand like a real server:
   ZooKeeper does when a session times out (the claim learns it at its next
   renewal, as with etcd);
 * :meth:`MemoryCoordinator.outage` makes the server unreachable until the
-  block ends; sessions not heard from for longer than their TTL by then are
-  expired, as a real server expires them.
+  block ends (:meth:`~MemoryCoordinator.stop_serving` and
+  :meth:`~MemoryCoordinator.serve_again`, for an outage that spans more);
+  sessions not heard from for longer than their TTL by then are expired, as a
+  real server expires them;
+* :meth:`MemoryCoordinator.mark` reads an identity's high-water mark.
 
 ==================  =========  ==============================================
 option              default    meaning
@@ -126,6 +129,10 @@ class MemoryCoordinator(Coordinator):
         with _POOLS_LOCK:
             self.pool = _POOLS.setdefault(self.name, _Pool())
 
+    @classmethod
+    def pool_within(cls, url: CoordinatorUrl, name: str) -> CoordinatorUrl:
+        return url.replace(hosts=[(f"{url.hosts[0][0]}-{name}" if url.hosts else name, 0)])
+
     def _new_claim(
         self,
         options: ClaimOptions,
@@ -170,14 +177,33 @@ class MemoryCoordinator(Coordinator):
     @contextlib.contextmanager
     def outage(self) -> Iterator[None]:
         """The server cannot be reached until the block ends."""
-        with self.pool.lock:
-            self.pool.reachable = False
+        self.stop_serving()
         try:
             yield
         finally:
-            with self.pool.lock:
-                self.pool.reachable = True
-                self.pool.changed.notify_all()
+            self.serve_again()
+
+    def stop_serving(self) -> None:
+        """The server cannot be reached from now on (until :meth:`serve_again`)."""
+        with self.pool.lock:
+            self.pool.reachable = False
+
+    def serve_again(self) -> None:
+        with self.pool.lock:
+            self.pool.reachable = True
+            self.pool.changed.notify_all()
+
+    def mark(self, space: str, cluster: int, number: int) -> HighWaterMark | None:
+        """The high-water mark the "server" holds for an identity, if any."""
+        with self.pool.lock:
+            found = self.pool.marks.get((space, cluster, number))
+        return None if found is None else found[0]
+
+    def discard(self) -> None:
+        """Forget the pool (its marks too): the next coordinator of its name starts afresh."""
+        with _POOLS_LOCK:
+            if _POOLS.get(self.name) is self.pool:
+                del _POOLS[self.name]
 
 
 class MemoryClaim(Claim):

@@ -567,6 +567,11 @@ class PostgresCoordinator(Coordinator):
             raise
         self.store = PostgresStore(self._connection, self.schema, self.table, self.description)
 
+    @classmethod
+    def pool_within(cls, url: CoordinatorUrl, name: str) -> CoordinatorUrl:
+        table = url.options.get("table", DEFAULT_TABLE)[: 62 - len(name)]
+        return url.replace(options={**url.options, "table": f"{table}_{name}"})
+
     def _new_claim(
         self,
         options: ClaimOptions,

@@ -402,6 +402,11 @@ class RedisCoordinator(Coordinator):
             self.close()
             raise
 
+    @classmethod
+    def pool_within(cls, url: CoordinatorUrl, name: str) -> CoordinatorUrl:
+        prefix = url.options.get("prefix", DEFAULT_PREFIX)
+        return url.replace(options={**url.options, "prefix": f"{prefix}:{name}"})
+
     def _check_server(self) -> None:
         """Wait up to ``connect_timeout`` for the server; refuse what is not one Redis."""
         connect_timeout = self._options_template.connect_timeout_s

@@ -92,8 +92,6 @@ class StaticCoordinator(Coordinator):
         self.cluster = url.integer("cluster", 0, low=0) or 0
         self.node = url.integer("node", None, low=0)
         self.node_bits = url.integer("node_bits", None, low=0)
-        self.block: int | None = None
-        """With ``ordinal``: how many consecutive IDs from the identity are this pod's."""
         ordinal = url.options.get("ordinal")
         if ordinal is None:
             for name in ("block", "first"):
@@ -108,11 +106,19 @@ class StaticCoordinator(Coordinator):
                         f"static://?ordinal=pod takes the {name} from the pod's index; "
                         f"give no {name}"
                     )
-            self.block = url.integer("block", 1, low=1) or 1
+            self.identity_block = url.integer("block", 1, low=1) or 1
             first = url.integer("first", 0, low=0) or 0
-            self.generator = self.node = first + pod_index() * self.block
+            self.generator = self.node = first + pod_index() * self.identity_block
         # Nothing to narrow: the claim is the one configured identity.
         self._options_template = ClaimOptions()
+
+    def configured_identity(self) -> dict[str, int]:
+        fields = {"generator": self.generator, "cluster": self.cluster}
+        if self.node is not None:
+            fields["node"] = self.node
+        if self.node_bits is not None:
+            fields["node_bits"] = self.node_bits
+        return fields
 
     def identity(self, space: str) -> dict[str, int]:
         """The configured identity as a claim of ``space`` names it."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from idmint.errors import ConfigurationError
 
@@ -15,6 +15,13 @@ __all__ = ["CoordinatorUrl", "parse_url", "redacted_url"]
 
 @dataclass(frozen=True)
 class CoordinatorUrl:
+    """A coordinator URL split into its parts, each checked: parsed once, where it enters.
+
+    Everything from there on (the factory, the registry, the driver) takes this
+    value, not the text: nothing parses a URL twice, and a malformed one stops
+    at :meth:`parse` with a sentence naming the part that is wrong.
+    """
+
     scheme: str
     hosts: tuple[tuple[str, int], ...]
     path: str
@@ -22,6 +29,36 @@ class CoordinatorUrl:
     password: str | None
     options: dict[str, str]
     text: str
+
+    @classmethod
+    def parse(cls, text: str | CoordinatorUrl) -> CoordinatorUrl:
+        """``text`` split and checked (see :func:`parse_url`); a parsed URL as it is."""
+        return text if isinstance(text, CoordinatorUrl) else parse_url(text)
+
+    def replace(
+        self,
+        *,
+        hosts: Iterable[tuple[str, int]] | None = None,
+        path: str | None = None,
+        options: Mapping[str, object] | None = None,
+    ) -> CoordinatorUrl:
+        """This URL with other hosts, path or options (``options`` replace the query)."""
+        hosts = tuple(self.hosts if hosts is None else hosts)
+        userinfo = ""
+        if self.username is not None:
+            userinfo = quote(self.username, safe="")
+            if self.password is not None:
+                userinfo += ":" + quote(self.password, safe="")
+            userinfo += "@"
+        location = ",".join(
+            (f"[{host}]" if ":" in host else host) + (f":{port}" if port else "")
+            for host, port in hosts
+        )
+        query = dict(self.options if options is None else options)
+        text = f"{self.scheme}://{userinfo}{location}{self.path if path is None else path}"
+        if query:
+            text += "?" + urlencode({name: str(value) for name, value in query.items()}, safe="/:")
+        return parse_url(text)
 
     def redacted(self) -> str:
         """The URL with the passwords hidden (userinfo's, query's), for messages and logs."""
