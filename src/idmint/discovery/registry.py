@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from idmint.clock import Clock
-from idmint.coordinate import CoordinatorUrl, connect
+from idmint.coordinate import CoordinatorUrl, connect, driver
 from idmint.coordinate.zookeeper import ZooKeeperCoordinator
 from idmint.coordinate.zookeeper_groups import NodeIdClaim
 from idmint.coordinate.zookeeper_session import kazoo_module, translate_error
@@ -198,17 +198,14 @@ class Discovery:
 
     def __init__(self, url: str | CoordinatorUrl, *, clock: Clock | None = None) -> None:
         parsed = CoordinatorUrl.parse(url)
-        if parsed.scheme not in ("zk", "zookeeper"):
+        # Asked of the registry, before anything is connected to.
+        if not issubclass(driver(parsed.scheme), ZooKeeperCoordinator):
             raise ConfigurationError(
                 "service discovery lives in ZooKeeper; expected a zk:// URL, got "
                 f"{parsed.redacted()}"
             )
         coordinator = connect(parsed)
-        if not isinstance(coordinator, ZooKeeperCoordinator):
-            raise ConfigurationError(
-                f"service discovery needs idmint's ZooKeeper driver; {parsed.scheme}:// is "
-                f"{type(coordinator).__module__}.{type(coordinator).__qualname__}"
-            )
+        assert isinstance(coordinator, ZooKeeperCoordinator)
         self.nodes = coordinator
         self.root = coordinator.groups.root
         self._clock = clock
