@@ -67,14 +67,7 @@ class NoFenceClaim(MemoryClaim):
 
 
 class NoFenceCoordinator(MemoryCoordinator):
-    def _new_claim(
-        self,
-        options: ClaimOptions,
-        clock: Clock | None,
-        space: str,
-        identity: Mapping[str, int] | None,
-    ) -> MemoryClaim:
-        return NoFenceClaim(self, options, clock, space)
+    claim_type = NoFenceClaim
 
 
 def install(directory: Path, entry_points: str) -> Path:

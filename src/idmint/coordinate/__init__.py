@@ -1,7 +1,8 @@
 """Where generator identities come from: configured, or claimed from a shared store.
 
-A coordinator is chosen by URL scheme (like tooz's backends); each driver's
-module docstring gives its URL grammar and an options table:
+A coordinator is chosen by URL scheme, from the drivers registered in package
+metadata (:mod:`idmint.coordinate.registry`); each driver's module docstring
+gives its URL grammar and an options table. idmint's own:
 
 ==============  ==============================================  ===========================
 scheme          driver                                          needs
@@ -28,7 +29,9 @@ from idmint.coordinate.base import (
     ClaimOptions,
     ClaimState,
     Coordinator,
+    DriverClaim,
     Grant,
+    HighWaterMark,
     release_all_claims,
 )
 from idmint.coordinate.registry import Registry
@@ -44,7 +47,9 @@ __all__ = [
     "ClaimState",
     "Coordinator",
     "CoordinatorUrl",
+    "DriverClaim",
     "Grant",
+    "HighWaterMark",
     "connect",
     "driver",
     "drivers",

@@ -41,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import random
 import threading
@@ -51,14 +50,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from idmint.clock import Clock
-from idmint.coordinate.base import (
-    Claim,
-    ClaimOptions,
-    HighWaterMark,
-    holder_description,
-)
-from idmint.errors import ClaimLost, CoordinationError, CoordinatorUnavailable
+from idmint.coordinate.base import ClaimSource, DriverClaim, HighWaterMark, holder_description
+from idmint.errors import CoordinationError, CoordinatorUnavailable
 
 __all__ = [
     "STEP_BACK_SLACK_MS",
@@ -179,31 +172,17 @@ class LeaseStore(Protocol):
         ...
 
 
-StoreT = TypeVar("StoreT", bound=LeaseStore)
+class LeaseSource(ClaimSource, Protocol):
+    """A coordinator whose claims are leases in a store (PostgreSQL, Redis)."""
+
+    store: LeaseStore
 
 
-class LeaseClaim(Claim, Generic[StoreT]):
+class LeaseClaim(DriverClaim[LeaseSource]):
     """One identity held as a lease in a store that may forget (see the module docs)."""
 
-    def __init__(
-        self,
-        store: StoreT,
-        options: ClaimOptions,
-        clock: Clock | None,
-        *,
-        ttl_s: float,
-        space: str,
-        cluster: int,
-    ) -> None:
-        super().__init__(
-            options=options,
-            ttl_s=ttl_s,
-            clock=clock,
-            description=f"{space} ID claim at {store.description}",
-        )
-        self.store = store
-        self.space = space
-        self.cluster = cluster if space == "generator" else 0
+    def _begin(self) -> None:
+        self.store = self.coordinator.store
         self._held: tuple[int, int] | None = None
         self._token = ""
         self.proven = True
@@ -224,26 +203,23 @@ class LeaseClaim(Claim, Generic[StoreT]):
         # claim is not mistaken for this one.
         self._token = uuid.uuid4().hex
         self._held = None
+        return super()._acquire()
+
+    def _look(self, deadline: float) -> tuple[Mapping[str, int], int] | None:
         pool = self.options.pool
-        deadline = time.monotonic() + self.options.claim_timeout_s
-        while True:
-            self.soonest_holdoff_end_s = math.inf
-            start = random.choice(pool)
-            want: int | None = PROBES
-            for _ in range(_LOOKS_AT_ONCE):
-                look = self.store.look(self.space, self.cluster, pool, start=start, want=want)
-                taken, raced = self._take_one_of(look)
-                if taken is not None:
-                    return taken
-                if not raced and (want is None or len(look.free) < PROBES):
-                    break  # every free identity is held off: wait for one
-                # Those few were held off (look at every free one), or another
-                # claimant took ours or wrote the pool's record first (look again).
-                want = None
-            if time.monotonic() >= deadline:
-                raise self._pool_exhausted(f"cluster {self.cluster}", self.store.description)
-            if self._sleep(self._next_look_s(deadline, every_s=0.25)):
-                raise ClaimLost(f"{self.description}: closed while claiming")
+        start = random.choice(pool)
+        want: int | None = PROBES
+        for _ in range(_LOOKS_AT_ONCE):
+            look = self.store.look(self.space, self.cluster, pool, start=start, want=want)
+            taken, raced = self._take_one_of(look)
+            if taken is not None:
+                return taken
+            if not raced and (want is None or len(look.free) < PROBES):
+                break  # every free identity is held off: wait for one
+            # Those few were held off (look at every free one), or another
+            # claimant took ours or wrote the pool's record first (look again).
+            want = None
+        return None
 
     def _take_one_of(self, look: Look) -> tuple[tuple[Mapping[str, int], int] | None, bool]:
         """Take the first usable identity of ``look``.
@@ -294,11 +270,11 @@ class LeaseClaim(Claim, Generic[StoreT]):
                     "%s: the store cannot prove who held %s last; nothing is issued "
                     "before %d (its record dates from %d)",
                     self.description,
-                    self._identity_text(self._identity(free)),
+                    self._identity_text(self._identity(free.number, free.cluster)),
                     floor,
                     record.since_ms,
                 )
-            return (self._identity(free), floor), False
+            return (self._identity(free.number, free.cluster), floor), False
         return None, raced
 
     def _record_after(self, look: Look, now_ms: int) -> tuple[PoolRecord, PoolRecord | None]:
@@ -325,35 +301,18 @@ class LeaseClaim(Claim, Generic[StoreT]):
                 if time.monotonic() >= retry_until or self._sleep(0.1):
                     raise
 
-    def _identity(self, free: Free) -> dict[str, int]:
-        if self.space == "generator":
-            return {"generator": free.number, "cluster": free.cluster}
-        return {"node": free.number}
-
     def _renew(self, ceiling_ms: int) -> bool:
         held = self._held
         if held is None:
             return False
-        mark = HighWaterMark(
-            ceiling_ms=ceiling_ms,
-            renewed_ms=self.clock.time_ns() // 1_000_000,
-            holder=holder_description(),
-        )
+        mark = self._mark(ceiling_ms)
         return self.store.renew(self.space, *held, token=self._token, ttl_ms=self.ttl_ms, mark=mark)
 
     def _release(self, final_ceiling_ms: int | None) -> None:
         held, self._held = self._held, None
         if held is None:
             return
-        mark = None
-        if final_ceiling_ms is not None:
-            now_ms = self.clock.time_ns() // 1_000_000
-            mark = HighWaterMark(
-                ceiling_ms=final_ceiling_ms,
-                renewed_ms=now_ms,
-                released_ms=now_ms,
-                holder=holder_description(),
-            )
+        mark = None if final_ceiling_ms is None else self._mark(final_ceiling_ms, released=True)
         self.store.release(self.space, *held, token=self._token, mark=mark)
 
     def _reclaim(self) -> None:

@@ -80,7 +80,6 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
 
-from idmint.clock import Clock
 from idmint.coordinate.base import ClaimInfo, ClaimOptions, Coordinator, HighWaterMark
 from idmint.coordinate.leases import (
     STEP_BACK_SLACK_MS,
@@ -545,6 +544,8 @@ class PostgresStore:
 class PostgresCoordinator(Coordinator):
     """A PostgreSQL table used as a pool of generator IDs (see the module docs)."""
 
+    claim_type = LeaseClaim
+
     def __init__(self, url: CoordinatorUrl) -> None:
         self.url = url.redacted()
         ours = {name: value for name, value in url.options.items() if name in OPTIONS}
@@ -571,22 +572,6 @@ class PostgresCoordinator(Coordinator):
     def pool_within(cls, url: CoordinatorUrl, name: str) -> CoordinatorUrl:
         table = url.options.get("table", DEFAULT_TABLE)[: 62 - len(name)]
         return url.replace(options={**url.options, "table": f"{table}_{name}"})
-
-    def _new_claim(
-        self,
-        options: ClaimOptions,
-        clock: Clock | None,
-        space: str,
-        identity: Mapping[str, int] | None,
-    ) -> LeaseClaim[PostgresStore]:
-        return LeaseClaim(
-            self.store,
-            options,
-            clock,
-            ttl_s=self.ttl_s,
-            space=space,
-            cluster=options.cluster or 0,
-        )
 
     def list_claims(self) -> list[ClaimInfo]:
         return self.store.list_claims()

@@ -57,7 +57,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from idmint.clock import Clock
 from idmint.coordinate.base import (
     ClaimInfo,
     ClaimOptions,
@@ -346,6 +345,8 @@ class RedisStore:
 class RedisCoordinator(Coordinator):
     """A Redis server used as a pool of generator IDs (see the module docs)."""
 
+    claim_type = LeaseClaim
+
     def __init__(self, url: CoordinatorUrl) -> None:
         url.check_known(OPTIONS)
         self.url = url.redacted()
@@ -436,22 +437,6 @@ class RedisCoordinator(Coordinator):
                 "claims need one Redis server (Cluster and Sentinel are not supported: "
                 "see docs/coordination.md)"
             )
-
-    def _new_claim(
-        self,
-        options: ClaimOptions,
-        clock: Clock | None,
-        space: str,
-        identity: Mapping[str, int] | None,
-    ) -> LeaseClaim[RedisStore]:
-        return LeaseClaim(
-            self.store,
-            options,
-            clock,
-            ttl_s=self.ttl_s,
-            space=space,
-            cluster=options.cluster or 0,
-        )
 
     def list_claims(self) -> list[ClaimInfo]:
         rows: list[ClaimInfo] = []

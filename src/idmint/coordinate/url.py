@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from idmint.errors import ConfigurationError
 
 __all__ = ["CoordinatorUrl", "parse_url", "redacted_url"]
+
+ValueT = TypeVar("ValueT")
 
 
 @dataclass(frozen=True)
@@ -80,19 +83,26 @@ class CoordinatorUrl:
                 f"it takes {', '.join(sorted(allowed))}"
             )
 
-    def number(self, name: str, default: float, *, minimum: float = 0.0) -> float:
+    def _converted(self, name: str, convert: Callable[[str], ValueT], kind: str) -> ValueT | None:
+        """Option ``name`` converted (None if absent); ConfigurationError if it is not ``kind``."""
         raw = self.options.get(name)
         if raw is None:
-            return default
+            return None
         try:
-            value = float(raw)
+            return convert(raw)
         except ValueError:
             raise ConfigurationError(
-                f"{self.scheme}:// option {name} must be a number, got {raw!r}"
+                f"{self.scheme}:// option {name} must be {kind}, got {raw!r}"
             ) from None
+
+    def number(self, name: str, default: float, *, minimum: float = 0.0) -> float:
+        value = self._converted(name, float, "a number")
+        if value is None:
+            return default
         if value < minimum:
             raise ConfigurationError(
-                f"{self.scheme}:// option {name} must be at least {minimum:g}, got {raw}"
+                f"{self.scheme}:// option {name} must be at least {minimum:g}, "
+                f"got {self.options[name]}"
             )
         return value
 
@@ -100,15 +110,9 @@ class CoordinatorUrl:
         self, name: str, default: int | None, *, low: int, high: int | None = None
     ) -> int | None:
         """Option ``name`` as an int in ``low..high`` (no upper bound when ``high`` is None)."""
-        raw = self.options.get(name)
-        if raw is None:
+        value = self._converted(name, int, "an integer")
+        if value is None:
             return default
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ConfigurationError(
-                f"{self.scheme}:// option {name} must be an integer, got {raw!r}"
-            ) from None
         if value < low or (high is not None and value > high):
             expected = f"{low}..{high}" if high is not None else f"at least {low}"
             raise ConfigurationError(

@@ -58,7 +58,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import math
 import random
 import threading
 import time
@@ -67,11 +66,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from idmint.clock import Clock
 from idmint.coordinate.base import (
     ClaimInfo,
-    ClaimOptions,
+    ClaimSource,
     Coordinator,
+    DriverClaim,
     HighWaterMark,
     holder_description,
     holder_of,
@@ -88,7 +87,7 @@ from idmint.coordinate.zookeeper_session import (
     translate_error,
     translated,
 )
-from idmint.errors import ClaimLost, ConfigurationError, CoordinatorUnavailable, PoolExhausted
+from idmint.errors import ConfigurationError, CoordinatorUnavailable, PoolExhausted
 
 __all__ = [
     "NodeIdCoordinator",
@@ -118,16 +117,13 @@ class ZooKeeperCoordinator(ZooKeeperAccess, Coordinator):
     default_root = DEFAULT_ROOT
 
     def __init__(self, url: CoordinatorUrl) -> None:
-        url.check_known(OPTIONS)
-        if not url.hosts:
-            raise ConfigurationError(f"{url.redacted()}: give at least one host:port")
-        self.url = url.redacted()
+        self._take_url(url, OPTIONS, needs_hosts=True)
         self.hosts = ",".join(f"{host}:{port or 2181}" for host, port in url.hosts)
         self.root = url.path or self.default_root
-        self.session_timeout_s = url.number("session_timeout", DEFAULT_SESSION_TIMEOUT_S, minimum=1)
+        self.description = f"zk://{self.hosts}{self.root}"
+        self.ttl_s = url.number("session_timeout", DEFAULT_SESSION_TIMEOUT_S, minimum=1)
         self.use_queue = url.flag("queue", True)
         self.credentials = f"{url.username}:{url.password}" if url.username is not None else None
-        self._options_template = ClaimOptions.from_url(url)
         self.groups = NodeGroups(self, url)
 
     @classmethod
@@ -242,18 +238,10 @@ class ZooKeeperCoordinator(ZooKeeperAccess, Coordinator):
         return stored
 
     # -- the Coordinator interface ---------------------------------------------------------
-    def _new_claim(
-        self,
-        options: ClaimOptions,
-        clock: Clock | None,
-        space: str,
-        identity: Mapping[str, int] | None,
-    ) -> ZooKeeperSessionClaim:
-        if space == "node":
-            # elastic64's node IDs come from the groups, whose width follows the
-            # fleet; the scheme's narrowest-width pool does not limit them.
-            return NodeIdClaim(self.groups, self._options_template, clock)
-        return ZooKeeperClaim(self, options, clock, space=space)
+    def _claimed_by(self, space: str) -> tuple[ClaimSource, type[DriverClaim[Any]]]:
+        # elastic64's node IDs come from the groups, whose width follows the fleet;
+        # the scheme's narrowest-width pool does not limit them.
+        return (self.groups, NodeIdClaim) if space == "node" else (self, ZooKeeperClaim)
 
     def list_claims(self) -> list[ClaimInfo]:
         kazoo = kazoo_module()
@@ -302,86 +290,79 @@ class ZooKeeperCoordinator(ZooKeeperAccess, Coordinator):
         """Nothing to close: each claim has its own session."""
 
 
-class ZooKeeperClaim(ZooKeeperSessionClaim):
+class ZooKeeperClaim(ZooKeeperSessionClaim["ZooKeeperCoordinator"]):
     """One generator ID (or short60 node ID) of the pool, held through its own session."""
 
-    def __init__(
-        self,
-        coordinator: ZooKeeperCoordinator,
-        options: ClaimOptions,
-        clock: Clock | None,
-        *,
-        space: str = "generator",
-    ) -> None:
-        super().__init__(
-            coordinator,
-            options,
-            clock,
-            description=f"{space} ID claim at zk://{coordinator.hosts}{coordinator.root}",
-        )
-        self._coordinator = coordinator
-        self.space = space
-        self._base = coordinator.space_root(space)
+    look_every_s = 1.0
+
+    def _begin(self) -> None:
+        super()._begin()
+        self._base = self.coordinator.space_root(self.space)
         self._session_id: int | None = None
         self._path: str | None = None
         self._queue_lock_held: _JavaQueueLock | None = None
+        self._pool_cluster: int | None = None
+        """The pool's cluster ID, read at the claim's first look."""
+        self._pool_changed: threading.Event | None = None
+        """Set when a claim node comes or goes (None: look again at once)."""
 
     def _acquire(self) -> tuple[Mapping[str, int], int]:
-        kazoo = kazoo_module()
-        coordinator = self._coordinator
         client = self._connected_client()
         if client.client_id is None or client.client_id[0] != self._session_id:
             self._session_id = session_of(client)
-        deadline = time.monotonic() + self.options.claim_timeout_s
-        cluster: int | None = None
-        queued = self._coordinator.use_queue and self.space == "generator"
+        self._pool_cluster = None
         with translated("claiming a generator ID"):
-            while True:
-                try:
-                    # One round trip for the first look: the cluster, the pool, the
-                    # queue and a few marks are read together.
-                    cluster_read = None
-                    if cluster is None and self.space == "generator":
-                        cluster_read = client.get_async(f"{coordinator.root}/cluster-id")
+            return super()._acquire()
+
+    def _look(self, deadline: float) -> tuple[Mapping[str, int], int] | None:
+        kazoo = kazoo_module()
+        coordinator = self.coordinator
+        client = self._client
+        queued = coordinator.use_queue and self.space == "generator"
+        self._pool_changed = None
+        try:
+            # One round trip for the first look: the cluster, the pool, the queue
+            # and a few marks are read together.
+            cluster_read = None
+            if self._pool_cluster is None and self.space == "generator":
+                cluster_read = client.get_async(f"{coordinator.root}/cluster-id")
+            look = self._send_look(client, queue=queued)
+            if self._pool_cluster is None:
+                self._pool_cluster, laid_out = coordinator.cluster_from(
+                    client, cluster_read, self.options.cluster, self.space
+                )
+                if laid_out:  # the look went out before: it found nothing there
                     look = self._send_look(client, queue=queued)
-                    if cluster is None:
-                        cluster, laid_out = coordinator.cluster_from(
-                            client, cluster_read, self.options.cluster, self.space
-                        )
-                        if laid_out:  # the look went out before: it found nothing there
-                            look = self._send_look(client, queue=queued)
-                    self.soonest_holdoff_end_s = math.inf
-                    found = self._look_and_claim(client, look, deadline)
-                    if found is not None:
-                        number, floor = found
-                        if self.space == "generator":
-                            return {"generator": number, "cluster": cluster}, floor
-                        return {"node": number}, floor
-                    pool_changed = self._watch_pool(client)
-                except kazoo.exceptions.NoNodeError:
-                    # The pool lacks a part (a pool made by java-uniqueid, which makes
-                    # queue and pool at its first claim and never hwm): lay it out.
-                    if time.monotonic() >= deadline:
-                        raise
-                    coordinator.ensure_layout(client, self.options.cluster, self.space)
-                    continue
-                except kazoo.exceptions.ConnectionLoss:
-                    # The connection dropped during the look, and the lock's release
-                    # has removed what it may have left in the queue. The session
-                    # lives on while kazoo reconnects: look again (the next request
-                    # waits for the connection), for as long as the claim may take.
-                    if time.monotonic() >= deadline:
-                        raise
-                    continue
-                if time.monotonic() >= deadline:
-                    raise self._pool_exhausted(
-                        f"cluster {cluster}", f"zk://{coordinator.hosts}{self._base}"
-                    )
-                # A claim node going is an event; a hold-off ending is not, so look
-                # again when the soonest one ends (and at least once a second).
-                self._wait_event(pool_changed, self._next_look_s(deadline, every_s=1.0))
-                if self._closed.is_set():
-                    raise ClaimLost(f"{self.description}: closed while claiming")
+            found = self._look_and_claim(client, look, deadline)
+            if found is not None:
+                number, floor = found
+                return self._identity(number, self._pool_cluster), floor
+            # A claim node going is an event; a hold-off ending is not, so the
+            # next look comes when the soonest one ends (and at least once a second).
+            self._pool_changed = self._watch_pool(client)
+        except kazoo.exceptions.NoNodeError:
+            # The pool lacks a part (a pool made by java-uniqueid, which makes queue
+            # and pool at its first claim and never hwm): lay it out, look again.
+            if time.monotonic() >= deadline:
+                raise
+            coordinator.ensure_layout(client, self.options.cluster, self.space)
+        except kazoo.exceptions.ConnectionLoss:
+            # The connection dropped during the look, and the lock's release has
+            # removed what it may have left in the queue. The session lives on
+            # while kazoo reconnects: look again (the next request waits for the
+            # connection), for as long as the claim may take.
+            if time.monotonic() >= deadline:
+                raise
+        return None
+
+    def _wait_for_change(self, seconds: float) -> bool:
+        if self._pool_changed is not None:
+            self._wait_event(self._pool_changed, seconds)
+        return self._closed.is_set()
+
+    def _nothing_free(self) -> Exception:
+        where = f"zk://{self.coordinator.hosts}{self._base}"
+        return self._pool_exhausted(f"cluster {self._pool_cluster}", where)
 
     def _send_look(self, client: Any, *, queue: bool) -> _Look:
         """Send the reads of one look at the pool: its claims, the marks of a few IDs
@@ -390,7 +371,7 @@ class ZooKeeperClaim(ZooKeeperSessionClaim):
         pool = self.options.pool
         return _Look(
             queue_children=(
-                client.get_children_async(f"{self._coordinator.root}/queue") if queue else None
+                client.get_children_async(f"{self.coordinator.root}/queue") if queue else None
             ),
             pool_children=client.get_children_async(f"{root}/pool"),
             marks={
@@ -494,13 +475,13 @@ class ZooKeeperClaim(ZooKeeperSessionClaim):
         first = HighWaterMark(ceiling_ms=ceiling, renewed_ms=now_ms, holder=holder_description())
         first_data = json.dumps(first.to_json()).encode()
         transaction = client.transaction()
-        lock_path = f"{self._coordinator.root}/queue/{LOCK_TICKET}"
+        lock_path = f"{self.coordinator.root}/queue/{LOCK_TICKET}"
         if unlocked:
-            transaction.create(lock_path, b"", acl=self._coordinator.acls()["tree"], ephemeral=True)
+            transaction.create(lock_path, b"", acl=self.coordinator.acls()["tree"], ephemeral=True)
             transaction.delete(lock_path)
         transaction.create(path, data, acl=self.owned_acl, ephemeral=True)
         if mark is None:
-            transaction.create(hwm_path, first_data, acl=self._coordinator.acls()["tree"])
+            transaction.create(hwm_path, first_data, acl=self.coordinator.acls()["tree"])
         else:
             transaction.set_data(hwm_path, first_data, version)
         lock = self._queue_lock_held
@@ -522,7 +503,7 @@ class ZooKeeperClaim(ZooKeeperSessionClaim):
             raise _LockTaken
         failures = [result for result in results if isinstance(result, Exception)]
         if any(isinstance(f, kazoo.exceptions.NoNodeError) for f in failures):
-            self._coordinator.ensure_layout(client, self.options.cluster, self.space)
+            self.coordinator.ensure_layout(client, self.options.cluster, self.space)
             return False  # hwm/ was missing (a pool Java made): look again
         if failures:
             # Someone claimed it or wrote its mark since we looked; or a retry
@@ -558,13 +539,13 @@ class ZooKeeperClaim(ZooKeeperSessionClaim):
         """
         # java-uniqueid's queue orders claimants of generator IDs; other spaces
         # are idmint's alone and need no queue (creating a claim is atomic).
-        if not self._coordinator.use_queue or self.space != "generator":
+        if not self.coordinator.use_queue or self.space != "generator":
             yield None
             return
         lock = _JavaQueueLock(
             client,
-            f"{self._coordinator.root}/queue",
-            self._coordinator.acls(),
+            f"{self.coordinator.root}/queue",
+            self.coordinator.acls(),
             f"{self._base}/pool",
         )
         try:
@@ -814,23 +795,8 @@ class NodeIdCoordinator(ZooKeeperCoordinator):
     ``/discovery``, and what it claims are elastic node IDs in the groups."""
 
     default_root = DEFAULT_DISCOVERY_ROOT
-
-    def claim(
-        self,
-        *,
-        clock: Clock | None = None,
-        pool: range | None = None,
-        space: str = "node",
-        identity: Mapping[str, int] | None = None,
-    ) -> NodeIdClaim:
-        """Claim a node ID in the groups (blocking); the claim follows the width."""
-        if space != "node":
-            raise ConfigurationError(
-                f"{self.url} hands out elastic64 node IDs from its groups, nothing else"
-            )
-        claim = super().claim(clock=clock, pool=pool, space=space, identity=identity)
-        assert isinstance(claim, NodeIdClaim)
-        return claim
+    default_space = "node"
+    spaces = ("node",)
 
     def ensure_node_layout(self, client: Any) -> None:
         self.groups.ensure_layout(client)

@@ -69,8 +69,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from idmint.clock import Clock
-from idmint.coordinate.base import ClaimOptions, HighWaterMark, holder_description
+from idmint.coordinate.base import HighWaterMark, holder_description
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.coordinate.zookeeper_session import (
     ZooKeeperAccess,
@@ -115,8 +114,9 @@ def node_name(node: int) -> tuple[str, str]:
     return f"{node >> 8:02X}", f"{node & 0xFF:02X}"
 
 
-class NodeGroups:
-    """The groups of elastic node IDs under a root (see the module docs).
+class NodeGroups(ZooKeeperAccess):
+    """The groups of elastic node IDs under a root (see the module docs), reached as
+    the coordinator reaches its ensemble.
 
     ``root`` is the URL's path, ``/discovery`` without one. The URL option
     ``group_size`` (default 256) is for tests only: fewer IDs per group make
@@ -124,8 +124,12 @@ class NodeGroups:
     """
 
     def __init__(self, access: ZooKeeperAccess, url: CoordinatorUrl) -> None:
-        self.access = access
+        self.hosts = access.hosts
+        self.ttl_s = access.ttl_s
+        self.credentials = access.credentials
+        self._options_template = access._options_template
         self.root = url.path or DEFAULT_ROOT
+        self.description = f"zk://{self.hosts}{self.root}"
         self.group_size = (
             url.integer("group_size", GROUP_SIZE, low=RESERVED + 1, high=GROUP_SIZE) or 0
         )
@@ -136,7 +140,7 @@ class NodeGroups:
 
     def ensure_layout(self, client: Any) -> None:
         kazoo = kazoo_module()
-        acls = self.access.acls()
+        acls = self.acls()
         for path, acl in (
             (self.nodes_path, acls["tree"]),
             (f"{self.root}/nodehwm", acls["tree"]),
@@ -166,7 +170,7 @@ class NodeGroups:
         last = non_empty[-1]
         fill = counts.get(last, 0) / self.group_size
         # Groups grant CREATE but not DELETE: a node's znode goes only with its session.
-        acl = self.access.acls()["pool"]
+        acl = self.acls()["pool"]
         if fill >= GROW_AT and last + 1 < GROUP_COUNT and last + 1 not in counts:
             with contextlib.suppress(kazoo.exceptions.NodeExistsError):
                 client.create(f"{self.nodes_path}/{last + 1:02X}", b"", acl=acl)
@@ -211,21 +215,16 @@ class NodeGroups:
 
     def list_nodes(self) -> dict[int, dict[str, Any]]:
         """Every live node ID with its published data."""
-        with self.access.short_session() as client, translated(f"listing {self.nodes_path}"):
+        with self.short_session() as client, translated(f"listing {self.nodes_path}"):
             return self.peers(client)
 
 
-class NodeIdClaim(ZooKeeperSessionClaim):
-    """One elastic node ID, its width kept in step with the groups."""
+class NodeIdClaim(ZooKeeperSessionClaim[NodeGroups]):
+    """One elastic node ID, its width kept in step with the groups (space ``node``)."""
 
-    def __init__(self, groups: NodeGroups, options: ClaimOptions, clock: Clock | None) -> None:
-        super().__init__(
-            groups.access,
-            options,
-            clock,
-            description=f"node ID claim at zk://{groups.access.hosts}{groups.root}",
-        )
-        self._nodes = groups
+    def _begin(self) -> None:
+        super()._begin()
+        self._nodes = self.coordinator
         self.node: int | None = None
         self.width = MIN_NODE_BITS
         self._switched_ms = -1
@@ -291,7 +290,7 @@ class NodeIdClaim(ZooKeeperSessionClaim):
                     f"{nodes.nodes_path} are held"
                 )
             with contextlib.suppress(kazoo.exceptions.NodeExistsError):
-                pool_acl = nodes.access.acls()["pool"]
+                pool_acl = nodes.acls()["pool"]
                 client.create(f"{nodes.nodes_path}/{last + 1:02X}", b"", acl=pool_acl)
             if time.monotonic() >= deadline:
                 raise PoolExhausted(f"no node ID could be claimed at {nodes.nodes_path} in time")
@@ -527,7 +526,7 @@ class NodeIdClaim(ZooKeeperSessionClaim):
             return
         # Our znode is gone with the session; tidy the groups with a short-lived client.
         try:
-            with self._nodes.access.short_session() as client:
+            with self._nodes.short_session() as client:
                 self._nodes.maintain_groups(client)
         except Exception as error:  # best effort: the next claimant tidies too
             log.info("%s: could not tidy groups after release: %s", self, error)

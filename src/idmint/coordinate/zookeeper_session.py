@@ -18,11 +18,10 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
-from idmint.clock import Clock
-from idmint.coordinate.base import Claim, ClaimOptions, HighWaterMark
+from idmint.coordinate.base import ClaimOptions, DriverClaim, HighWaterMark
 from idmint.coordinate.waiting import noticed_if_slow
 from idmint.errors import (
     ConfigurationError,
@@ -104,7 +103,10 @@ class ZooKeeperAccess:
 
     hosts: str
     """``host:port,...`` as kazoo takes them."""
-    session_timeout_s: float
+    ttl_s: float
+    """The session timeout asked for (the server may grant less)."""
+    description: str
+    """``zk://hosts/root``: where the claims are made, for messages."""
     credentials: str | None
     """``user:password`` for the digest scheme, or None (open nodes)."""
     _options_template: ClaimOptions
@@ -123,7 +125,7 @@ class ZooKeeperAccess:
 
         client = KazooClient(
             hosts=self.hosts,
-            timeout=self.session_timeout_s,
+            timeout=self.ttl_s,
             auth_data=[("digest", c) for c in (self.credentials, owner) if c] or None,
             # Reconnect quickly and for ever: within the session timeout a
             # reconnect keeps the session (and the claim) alive.
@@ -198,7 +200,10 @@ class ZooKeeperAccess:
         return f"idmint-claim-{uuid.uuid4().hex}:{uuid.uuid4().hex}"
 
 
-class ZooKeeperSessionClaim(Claim):
+AccessT = TypeVar("AccessT", bound="ZooKeeperAccess")
+
+
+class ZooKeeperSessionClaim(DriverClaim[AccessT]):
     """An identity held through a ZooKeeper session of its own (see the module docs).
 
     A subclass claims in :meth:`_acquire` (on :meth:`_connected_client`), and
@@ -206,19 +211,13 @@ class ZooKeeperSessionClaim(Claim):
     as it wrote it; renewing and releasing are done here.
     """
 
-    def __init__(
-        self, access: ZooKeeperAccess, options: ClaimOptions, clock: Clock | None, description: str
-    ) -> None:
-        super().__init__(
-            options=options, ttl_s=access.session_timeout_s, clock=clock, description=description
-        )
-        self._access = access
+    def _begin(self) -> None:
         self._client: Any = None
         self._granted: _GrantedTimeouts | None = None
         self._hwm_path: str | None = None
         self._hwm_version = -1
         self._token = uuid.uuid4().hex
-        self._owner = access.new_owner()
+        self._owner = self.coordinator.new_owner()
         self._connected = threading.Event()
 
     @property
@@ -234,12 +233,12 @@ class ZooKeeperSessionClaim(Claim):
     @property
     def owned_acl(self) -> list[Any]:
         """ACL for nodes only this claim may change (its claim node, registrations)."""
-        return self._access.owned_acl(self._owner)
+        return self.coordinator.owned_acl(self._owner)
 
     # -- connection and its events --------------------------------------------------------
     def _ensure_client(self) -> Any:
         if self._client is None:
-            self._client, self._granted = self._access.client(
+            self._client, self._granted = self.coordinator.client(
                 listener=self._on_state, owner=self._owner
             )
             self._connected.set()
@@ -302,7 +301,7 @@ class ZooKeeperSessionClaim(Claim):
                     self._hwm_path,
                     self._mark(ceiling_ms),
                     self._hwm_version,
-                    self._access.acls()["tree"],
+                    self.coordinator.acls()["tree"],
                 )
         except CoordinationError as error:
             gone = (
@@ -316,29 +315,24 @@ class ZooKeeperSessionClaim(Claim):
             raise
         return True
 
-    def _release(self, final_ceiling_ms: int | None) -> None:
-        client = self._client
-        if client is None:
-            return
-        try:
-            if final_ceiling_ms is not None and self._hwm_path is not None:
-                try:
-                    with translated("recording the final high-water mark"):
-                        write_mark(
-                            client,
-                            self._hwm_path,
-                            self._mark(final_ceiling_ms, released=True),
-                            self._hwm_version,
-                            self._access.acls()["tree"],
-                        )
-                except CoordinationError as error:
-                    # The recorded ceiling stays, which is only more cautious.
-                    log.info("%s: could not record the final high-water mark: %s", self, error)
-        finally:
-            # Closing the session removes the claim node: that is the release.
+    def _final_mark_writer(self) -> Callable[[HighWaterMark], object] | None:
+        client, path, version = self._client, self._hwm_path, self._hwm_version
+        if client is None or path is None:
+            return None
+        acl = self.coordinator.acls()["tree"]
+
+        def write(mark: HighWaterMark) -> None:
+            with translated("recording the final high-water mark"):
+                write_mark(client, path, mark, version, acl)
+
+        return write
+
+    def _let_go(self) -> None:
+        # Closing the session removes the claim node: that is the release.
+        client, self._client = self._client, None
+        if client is not None:
             client.stop()
             client.close()
-            self._client = None
 
     def _forget(self) -> None:
         # The client's threads stayed in the parent and its socket carries the
