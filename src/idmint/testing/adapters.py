@@ -14,7 +14,7 @@ import contextlib
 import json
 import shutil
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
 from idmint.coordinate import connect
@@ -57,14 +57,11 @@ def _numbered(space: str, identity: Mapping[str, int]) -> tuple[int, int]:
     return 0, identity["node"]
 
 
-def _with(url: CoordinatorUrl, kind: type[CoordinatorT]) -> CoordinatorT:
-    """A coordinator of ``kind`` for ``url`` (the caller closes it)."""
-    coordinator = connect(url)
-    try:
-        return _driver(coordinator, kind)
-    except BaseException:
-        coordinator.close()
-        raise
+@contextlib.contextmanager
+def _connected(url: CoordinatorUrl, kind: type[CoordinatorT]) -> Iterator[CoordinatorT]:
+    """A coordinator of ``kind`` for ``url``, closed after the block."""
+    with connect(url) as coordinator:
+        yield _driver(coordinator, kind)
 
 
 class MemoryHooks(Hooks):
@@ -81,13 +78,16 @@ class MemoryHooks(Hooks):
         return _driver(coordinator, MemoryCoordinator).mark(space, *_numbered(space, identity))
 
     def stop_server(self, url: CoordinatorUrl) -> None:
-        _with(url, MemoryCoordinator).stop_serving()
+        with _connected(url, MemoryCoordinator) as memory:
+            memory.stop_serving()
 
     def start_server(self, url: CoordinatorUrl) -> None:
-        _with(url, MemoryCoordinator).serve_again()
+        with _connected(url, MemoryCoordinator) as memory:
+            memory.serve_again()
 
     def remove_pool(self, url: CoordinatorUrl) -> None:
-        _with(url, MemoryCoordinator).discard()
+        with _connected(url, MemoryCoordinator) as memory:
+            memory.discard()
 
 
 class LocalHooks(Hooks):
@@ -148,8 +148,10 @@ class ZooKeeperHooks(Hooks):
     def remove_pool(self, url: CoordinatorUrl) -> None:
         from kazoo.exceptions import NoNodeError
 
-        zookeeper = _with(url, ZooKeeperCoordinator)
-        with zookeeper.short_session() as client:
+        with (
+            _connected(url, ZooKeeperCoordinator) as zookeeper,
+            zookeeper.short_session() as client,
+        ):
             for root in dict.fromkeys((zookeeper.root, zookeeper.groups.root)):
                 with contextlib.suppress(NoNodeError):
                     client.delete(root, recursive=True)
@@ -225,11 +227,8 @@ class EtcdHooks(Hooks):
         return None if found is None else found[0]
 
     def remove_pool(self, url: CoordinatorUrl) -> None:
-        etcd = _with(url, EtcdCoordinator)
-        try:
+        with _connected(url, EtcdCoordinator) as etcd:
             etcd.gateway.delete_prefix(f"{etcd.prefix}/")
-        finally:
-            etcd.close()
 
 
 class _LeaseHooks(Hooks):
@@ -243,15 +242,26 @@ class _LeaseHooks(Hooks):
         # learns it at its next renewal.
         claim.store.release(claim.space, cluster, number, token=token, mark=None)
 
+    def read_mark(
+        self, coordinator: Coordinator, space: str, identity: Mapping[str, int]
+    ) -> HighWaterMark | None:
+        if not isinstance(coordinator, (PostgresCoordinator, RedisCoordinator)):
+            raise TypeError(f"{coordinator.url} keeps no leases")
+        return self._stored_mark(coordinator, space, *_numbered(space, identity))
+
+    def _stored_mark(
+        self, coordinator: Any, space: str, cluster: int, number: int
+    ) -> HighWaterMark | None:
+        raise NotImplementedError
+
 
 class PostgresHooks(_LeaseHooks):
     """``postgresql://``: a lease row ended; marks are columns of the table."""
 
-    def read_mark(
-        self, coordinator: Coordinator, space: str, identity: Mapping[str, int]
+    def _stored_mark(
+        self, coordinator: PostgresCoordinator, space: str, cluster: int, number: int
     ) -> HighWaterMark | None:
-        store = _driver(coordinator, PostgresCoordinator).store
-        cluster, number = _numbered(space, identity)
+        store = coordinator.store
         query = (
             f"SELECT ceiling_ms, renewed_ms, released_ms, mark_holder FROM {store.qualified} "
             "WHERE space = %s AND cluster = %s AND id = %s AND ceiling_ms IS NOT NULL"
@@ -266,41 +276,35 @@ class PostgresHooks(_LeaseHooks):
         return HighWaterMark(ceiling, renewed or 0, released, holder or "")
 
     def settle(self, url: CoordinatorUrl) -> None:
-        postgres = _with(url, PostgresCoordinator)
-        try:
+        with _connected(url, PostgresCoordinator) as postgres:
             postgres.list_claims()  # makes the table
-            postgres.store.connection.run(
+            store = postgres.store
+            store.connection.run(
                 "settling the pool",
                 lambda c: c.execute(
-                    f"INSERT INTO {postgres.store.qualified} (space, cluster, id, incarnation, "
+                    f"INSERT INTO {store.qualified} (space, cluster, id, incarnation, "
                     "since_ms, lease_ms) SELECT space, -1, -1, (extract(epoch FROM "
                     "pg_postmaster_start_time()) * 1000000)::bigint::text, 0, 0 "
                     "FROM unnest(%s::text[]) AS space ON CONFLICT DO NOTHING",
                     (list(SPACES),),
                 ),
             )
-        finally:
-            postgres.close()
 
     def remove_pool(self, url: CoordinatorUrl) -> None:
-        postgres = _with(url, PostgresCoordinator)
-        try:
+        with _connected(url, PostgresCoordinator) as postgres:
+            table = postgres.store.qualified
             postgres.store.connection.run(
-                "removing the pool",
-                lambda c: c.execute(f"DROP TABLE IF EXISTS {postgres.store.qualified}"),
+                "removing the pool", lambda c: c.execute(f"DROP TABLE IF EXISTS {table}")
             )
-        finally:
-            postgres.close()
 
 
 class RedisHooks(_LeaseHooks):
     """``redis://``: a lease field deleted; marks are fields of the pool's hash."""
 
-    def read_mark(
-        self, coordinator: Coordinator, space: str, identity: Mapping[str, int]
+    def _stored_mark(
+        self, coordinator: RedisCoordinator, space: str, cluster: int, number: int
     ) -> HighWaterMark | None:
-        store = _driver(coordinator, RedisCoordinator).store
-        cluster, number = _numbered(space, identity)
+        store = coordinator.store
         raw = store.client.redis.hget(store.key(space), f"mark:{cluster}:{number}")
         if raw is None:
             return None
@@ -308,19 +312,13 @@ class RedisHooks(_LeaseHooks):
         return HighWaterMark.from_bytes(text.partition(" ")[2].encode())
 
     def settle(self, url: CoordinatorUrl) -> None:
-        redis = _with(url, RedisCoordinator)
-        try:
+        with _connected(url, RedisCoordinator) as redis:
             client = redis.store.client.redis
             run_id = client.info("server")["run_id"]
             record = json.dumps({"incarnation": run_id, "since_ms": 0, "ttl_ms": 0})
             for space in SPACES:
                 client.hsetnx(redis.store.key(space), "pool", record)
-        finally:
-            redis.close()
 
     def remove_pool(self, url: CoordinatorUrl) -> None:
-        redis = _with(url, RedisCoordinator)
-        try:
+        with _connected(url, RedisCoordinator) as redis:
             redis.store.client.redis.delete(*(redis.store.key(space) for space in SPACES))
-        finally:
-            redis.close()
