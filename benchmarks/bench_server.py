@@ -7,6 +7,7 @@
     .venv/bin/python benchmarks/bench_server.py --limits-only  # the limits' CPU cost (~3 s)
     .venv/bin/python benchmarks/bench_server.py --workers-only --duration 5 --rounds 3  # ~2 min
     .venv/bin/python benchmarks/bench_server.py --cpu-only --duration 5 --rounds 3  # ~1.5 min
+    .venv/bin/python benchmarks/bench_server.py --tls-only --duration 5 --rounds 3  # ~1.5 min
 
 Four servers run side by side for the whole benchmark, each in its own process:
 
@@ -57,6 +58,16 @@ per 1,000 IDs and render the same text; only the waiting differs. The servers' C
 time comes from ``/proc/<pid>/stat`` before and after each wrk run; reported per ID
 served, and the ratio to the floor with as many generators.
 
+http against https (also alone with ``--tls-only``; certificates made by trustme, of
+the test extra): ``idmint serve`` and ``idmint serve --tls-cert ... --tls-key ...``
+side by side, ``/v1/id`` and ``/v1/ids?count=1000`` over keep-alive connections, and
+``/v1/id`` with ``Connection: close`` (wrk connects again for every request: a TLS
+handshake each), alternating for ``--rounds`` rounds; as the peer, the hello app on
+uvicorn's own TLS (``uvicorn --ssl-certfile``) against plain uvicorn, keep-alive and a
+new connection per request: what TLS costs the stack itself. The servers' CPU per
+request comes from ``/proc/<pid>/stat``; the new-connection rows' difference is what a
+handshake costs the server.
+
 Last, the request limits' cost is measured without wrk, in CPU time, which other load
 on the machine moves far less than requests/s: one process serves keep-alive requests
 to itself over a socket pair (client and server on one event loop), alternately with
@@ -104,14 +115,26 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 # -- the hello app ----------------------------------------------------------------------
 
 
+class _NoCredentials:
+    context = None  # plain HTTP
+
+
 class HelloApp:
     """The smallest useful ASGI app: ``hello`` as text/plain, with lifespan support.
 
-    ``start_now`` is the hook :func:`idmint.server.run.serve` calls before serving
-    (the ID server claims its generator IDs there); the hello app has nothing to do.
+    ``start_now``, ``credentials``, ``request_reload`` and ``released`` are what
+    :func:`idmint.server.run.serve` uses of the ID server besides ASGI (it claims
+    its generator IDs in ``start_now``, listens with ``credentials.context``);
+    the hello app has nothing to do, no TLS and nothing to release.
     """
 
+    credentials = _NoCredentials()
+    released: list[str] = []  # noqa: RUF012 - never changed
+
     def start_now(self) -> None:
+        pass
+
+    def request_reload(self) -> None:
         pass
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -145,7 +168,7 @@ def serve_hello(*, stock: bool = False) -> int:
     def announce(port: int) -> None:
         print(f"hello server: open http://127.0.0.1:{port}/", flush=True)
 
-    run.create_app = lambda **_: HelloApp()  # type: ignore[attr-defined,assignment]
+    run.create_app = lambda *_, **__: HelloApp()  # type: ignore[attr-defined,assignment]
     if stock:
         run.limited_http_protocol = lambda limits: "auto"  # type: ignore[assignment,return-value]
     return run.serve(host="127.0.0.1", port=0, announce=announce)
@@ -812,6 +835,163 @@ def report_cpu(runs: dict[str, list[CpuRun]]) -> None:
     print(f"\n(Target: at most {CPU_TARGET:g} times the floor's CPU per ID.)")
 
 
+# -- TLS ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TlsTarget:
+    label: str
+    server: str
+    """``idmint`` (``idmint serve``) or ``hello`` (the peer: uvicorn's own TLS)."""
+    path: str
+    ids_per_request: int
+    new_connection: bool = False
+
+
+TLS_TARGETS = [
+    TlsTarget("`/v1/id`, keep-alive", "idmint", "/v1/id", 1),
+    TlsTarget(f"`/v1/ids?count={BATCH}`, keep-alive", "idmint", f"/v1/ids?count={BATCH}", BATCH),
+    TlsTarget("`/v1/id`, a new connection per request", "idmint", "/v1/id", 1, True),
+    TlsTarget("hello on uvicorn's own TLS, keep-alive", "hello", "/", 0),
+    TlsTarget("hello on uvicorn's own TLS, a new connection per request", "hello", "/", 0, True),
+]
+
+
+@dataclass
+class TlsRun:
+    result: WrkResult
+    cpu_s: float
+
+
+def _certificates(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, made by trustme (the test extra)."""
+    import trustme
+
+    leaf = trustme.CA().issue_cert("127.0.0.1")
+    cert, key = directory / "server.pem", directory / "server.key"
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    leaf.private_key_pem.write_to_path(str(key))
+    key.chmod(0o600)
+    return cert, key
+
+
+def run_wrk_tls(
+    wrk: str, server: Server, target: TlsTarget, duration: float
+) -> tuple[WrkResult, float]:
+    """One wrk run against ``server`` and the server's CPU seconds meanwhile."""
+    argv = [wrk, "-t1", f"-c{CONNECTIONS}", f"-d{duration:g}s"]
+    if target.new_connection:
+        argv += ["-H", "Connection: close"]  # wrk connects again after each answer
+    before = process_cpu_s(server.process.pid)
+    completed = subprocess.run(
+        [*argv, server.url + target.path],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=duration + 60,
+    )
+    return parse_wrk(completed.stdout), process_cpu_s(server.process.pid) - before
+
+
+def _tls_servers(directory: Path) -> dict[tuple[str, str], Server]:
+    """``idmint serve`` and the hello app on uvicorn, each over http and over https."""
+    python = sys.executable
+    cert, key = _certificates(directory)
+    idmint = [python, "-m", "idmint", "serve", "--port", "0"]
+    hello = [python, "-m", "uvicorn", "--factory", "bench_server:HelloApp", "--port", "0"]
+    hello += ["--app-dir", str(Path(__file__).resolve().parent), "--no-access-log"]
+    uvicorn_says = r"Uvicorn running on (https?://\S+?) "
+    servers: dict[tuple[str, str], Server] = {}
+    try:
+        servers["idmint", "http"] = start_server("idmint serve", idmint)
+        servers["idmint", "https"] = start_server(
+            "idmint serve --tls-cert",
+            [*idmint, "--tls-cert", str(cert), "--tls-key", str(key)],
+            announce=r"open (https://\S+?)/?(?:\s|$)",
+        )
+        servers["hello", "http"] = start_server(
+            "uvicorn hello", hello, announce=uvicorn_says, merged=True
+        )
+        servers["hello", "https"] = start_server(
+            "uvicorn hello --ssl-certfile",
+            [*hello, "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)],
+            announce=uvicorn_says,
+            merged=True,
+        )
+    except BaseException:
+        for server in servers.values():
+            server.stop()
+        raise
+    return servers
+
+
+def measure_tls(wrk: str, duration: float, rounds: int) -> dict[tuple[str, str], list[TlsRun]]:
+    """Each TLS target over http and over https, alternating, with the server's CPU."""
+    runs: dict[tuple[str, str], list[TlsRun]] = {}
+    with tempfile.TemporaryDirectory(prefix="idmint-bench-tls-") as directory:
+        servers = _tls_servers(Path(directory))
+        try:
+            for target in TLS_TARGETS:
+                for over in ("http", "https"):
+                    run_wrk_tls(wrk, servers[target.server, over], target, 1)  # warm-up
+            for _ in range(rounds):
+                for target in TLS_TARGETS:
+                    for over in ("http", "https"):
+                        result, cpu_s = run_wrk_tls(
+                            wrk, servers[target.server, over], target, duration
+                        )
+                        runs.setdefault((target.label, over), []).append(TlsRun(result, cpu_s))
+        finally:
+            for server in servers.values():
+                server.stop()
+    return runs
+
+
+def report_tls(runs: dict[tuple[str, str], list[TlsRun]]) -> None:
+    print(
+        f"\nhttp against https (TLS 1.3), wrk -t1 -c{CONNECTIONS}; the server's CPU from "
+        "/proc/<pid>/stat; medians of the rounds\n"
+    )
+    print(
+        "| target | over | requests/s | IDs/s | server CPU per request | "
+        "https vs http, requests/s (rounds) | non-2xx / socket errors |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|")
+    cpu_per_request: dict[tuple[str, str], float] = {}
+    for target in TLS_TARGETS:
+        plain = [run.result.requests_per_s for run in runs[target.label, "http"]]
+        for over in ("http", "https"):
+            results = runs[target.label, over]
+            rate = statistics.median(run.result.requests_per_s for run in results)
+            per_request = statistics.median(
+                run.cpu_s / max(1, run.result.requests) for run in results
+            )
+            cpu_per_request[target.label, over] = per_request
+            errors = sum(run.result.non_2xx for run in results)
+            socket_errors = sum(run.result.socket_errors for run in results)
+            versus = "1.00"
+            if over == "https":
+                ratios = [
+                    run.result.requests_per_s / base
+                    for run, base in zip(results, plain, strict=True)
+                ]
+                versus = (
+                    f"**{statistics.median(ratios):.2f}** ({', '.join(f'{r:.2f}' for r in ratios)})"
+                )
+            ids = f"{rate * target.ids_per_request:,.0f}" if target.ids_per_request else "-"
+            print(
+                f"| {target.label} | {over} | {rate:,.0f} | {ids} | {per_request * 1e6:,.0f} us "
+                f"| {versus} | {errors} / {socket_errors} |"
+            )
+    for server in ("idmint", "hello"):
+        new = next(t for t in TLS_TARGETS if t.new_connection and t.server == server)
+        handshake = cpu_per_request[new.label, "https"] - cpu_per_request[new.label, "http"]
+        print(
+            f"\nA new TLS connection costs the {server} server about {handshake * 1e6:,.0f} us "
+            "of CPU more than a plain one (the difference of its new-connection rows)."
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per wrk run")
@@ -833,6 +1013,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--schemes-only", action="store_true", help="only short60 against uid64 batches"
+    )
+    parser.add_argument(
+        "--tls-only", action="store_true", help="only http against https, and the handshake"
     )
     args = parser.parse_args(argv)
     if args.serve_hello or args.serve_hello_stock:
@@ -858,6 +1041,10 @@ def main(argv: list[str] | None = None) -> int:
         report_cpu(measure_cpu(wrk, duration, rounds))
         print(f"Load average after: {load_average()}")
         return 0
+    if args.tls_only:
+        report_tls(measure_tls(wrk, duration, rounds))
+        print(f"Load average after: {load_average()}")
+        return 0
     if not args.workers_only:
         throughput, latency = measure(wrk, duration, rounds)
         report(throughput, latency)
@@ -865,6 +1052,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.workers_only:
         report_schemes(measure_schemes(wrk, duration, rounds))
         report_cpu(measure_cpu(wrk, duration, rounds))
+        report_tls(measure_tls(wrk, duration, rounds))
         limits_cost()
     print(f"Load average after: {load_average()}")
     return 0

@@ -8,7 +8,8 @@
 # - etcd (etcd-server, etcd-client);
 # - wrk (HTTP load generator), chromium and chromium-driver (browser tests), procps;
 # - gcc and libc6-dev (the fault tests build an LD_PRELOAD shim that steps the clock);
-# - systemd, for systemd-analyze (the example unit in deploy/ is verified).
+# - systemd, for systemd-analyze (the example unit in deploy/ is verified);
+# - openssl, which docs/server.md's TLS example makes its certificates with.
 # - PostgreSQL (postgresql: server binaries in /usr/lib/postgresql/<version>/bin) for the
 #   storage and postgresql:// claims tests, and util-linux's setpriv, which runs it as an
 #   unprivileged user; redis-server for the redis:// claims tests.
@@ -39,6 +40,7 @@ readonly PACKAGES=(
     chromium-driver
     procps
     systemd
+    openssl
     postgresql
     util-linux
 )

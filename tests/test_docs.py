@@ -312,11 +312,12 @@ def place_for(block: Block, request: pytest.FixtureRequest, directory: Path) -> 
             code = code.replace(placeholder, str(path))
         return code
 
-    # A reader's settings would change what the examples do; the session's lock
-    # directory (IDMINT_LOCAL_DIR) stays, so that nothing touches the reader's pool.
+    # A reader's settings would change what the examples do; a pool directory of
+    # the block's own (IDMINT_LOCAL_DIR) keeps it from the reader's pool and from
+    # identities that other tests of the session hold (generator=5, say).
     env = {
         **{name: value for name, value in os.environ.items() if not name.startswith("IDMINT_")},
-        "IDMINT_LOCAL_DIR": os.environ["IDMINT_LOCAL_DIR"],
+        "IDMINT_LOCAL_DIR": str(directory / "pool"),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYTHONUNBUFFERED": "1",
     }

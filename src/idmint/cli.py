@@ -112,15 +112,6 @@ def _integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
 
 
-def _workers(text: str) -> int:
-    from idmint.server.settings import parse_workers
-
-    try:
-        return parse_workers(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
 def _positive_count(text: str) -> int:
     value = _integer(text)
     if value < 0:
@@ -217,6 +208,42 @@ class _HelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+def _add_serve_settings(serve: argparse.ArgumentParser) -> None:
+    """A flag per setting of the server's configuration, from its table.
+
+    Defaults are applied by ``ServerConfig.from_sources`` (flag, else
+    environment, else default), so every flag's own default is None: "not given".
+    """
+    from idmint.server.config import SERVE_SETTINGS
+
+    for setting in SERVE_SETTINGS:
+        if setting.switch:
+            serve.add_argument(
+                setting.flag, action=argparse.BooleanOptionalAction, help=setting.help_text()
+            )
+            continue
+        serve.add_argument(
+            setting.flag,
+            type=_read_with(setting.parse),
+            choices=setting.choices,
+            metavar=setting.metavar,
+            help=setting.help_text(),
+        )
+
+
+def _read_with(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type from a setting's parser: its ValueError is argparse's usage error."""
+
+    def read(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    read.__name__ = parse.__name__.strip("_")
+    return read
+
+
 def _add_fleet_commands(commands: Any) -> None:
     """serve, claims, discovery: the server and what is held in ZooKeeper or etcd."""
     serve = commands.add_parser(
@@ -226,70 +253,8 @@ def _add_fleet_commands(commands: Any) -> None:
         "requests and release claims. Each option can also be set by the environment "
         "variable named in its help; the option wins.",
     )
-    # Defaults are applied by idmint.server.settings (flag, else environment, else
-    # default), so every flag's own default is None: "not given".
-    serve.add_argument("--host", help="address to bind (default 127.0.0.1; IDMINT_HOST)")
-    serve.add_argument(
-        "--port", type=_integer, help="0 picks a free port (default 8000; IDMINT_PORT)"
-    )
-    serve.add_argument(
-        "--scheme", choices=list(SCHEMES), help="ID scheme (default uid64; IDMINT_SCHEME)"
-    )
-    serve.add_argument("--coordinator", metavar="URL", help="as for generate (IDMINT_COORDINATOR)")
-    serve.add_argument(
-        "--generators",
-        type=_integer,
-        metavar="K",
-        help="hold K generator IDs (default 1; IDMINT_GENERATORS)",
-    )
-    serve.add_argument(
-        "--workers",
-        type=_workers,
-        metavar="N",
-        help="serve from N worker processes on the port, each with its own --generators K "
-        "claims; auto: one per available core (default 1; IDMINT_WORKERS)",
-    )
-    serve.add_argument(
-        "--token-file", metavar="F", help="require this bearer token on /v1/* (IDMINT_TOKEN_FILE)"
-    )
-    serve.add_argument(
-        "--max-count", type=_integer, help="limit of /v1/ids (default 10000; IDMINT_MAX_COUNT)"
-    )
-    serve.add_argument(
-        "--discovery",
-        metavar="URL",
-        help="register the server in this zk:// discovery tree (IDMINT_DISCOVERY)",
-    )
+    _add_serve_settings(serve)
     serve.add_argument("--mode", choices=_modes(), help="uid64 mode")
-    serve.add_argument(
-        "--log-level",
-        choices=["debug", "info", "warning", "error", "critical"],
-        help="stderr log level (default info; IDMINT_LOG_LEVEL)",
-    )
-    serve.add_argument(
-        "--log-format",
-        choices=["text", "json"],
-        help="text lines or one JSON object per line (default text; IDMINT_LOG_FORMAT)",
-    )
-    serve.add_argument(
-        "--access-log",
-        action=argparse.BooleanOptionalAction,
-        help="log one line per request (default off; IDMINT_ACCESS_LOG)",
-    )
-    serve.add_argument(
-        "--request-timeout",
-        type=float,
-        metavar="S",
-        help="close a connection whose request has not fully arrived after S seconds "
-        "(default 10; IDMINT_REQUEST_TIMEOUT)",
-    )
-    serve.add_argument(
-        "--worker-timeout",
-        type=float,
-        metavar="S",
-        help="with --workers: kill and replace a worker whose event loop has not turned "
-        "for S seconds; 0: never (default 30; IDMINT_WORKER_TIMEOUT)",
-    )
     # The server logs on stderr (waits for a coordinator included) and needs no stdout.
     serve.set_defaults(handler=_cmd_serve, keeps_a_log=True)
 
@@ -394,7 +359,23 @@ def _add_fetch(commands: Any) -> None:
     )
     fetch.add_argument("--node-bits", type=_integer, help=_NODE_BITS_HELP)
     fetch.add_argument(
-        "--token-file", metavar="F", help="the servers' bearer token (IDMINT_TOKEN_FILE)"
+        "--token-file",
+        metavar="F",
+        help="the servers' bearer token, read again when a server refuses it (IDMINT_TOKEN_FILE)",
+    )
+    fetch.add_argument(
+        "--tls-ca",
+        metavar="F",
+        help="check https servers' certificates against the CA certificates in this PEM file "
+        "(default: the system's)",
+    )
+    fetch.add_argument(
+        "--tls-cert",
+        metavar="F",
+        help="a client certificate (PEM) for servers that ask for one (mutual TLS)",
+    )
+    fetch.add_argument(
+        "--tls-key", metavar="F", help="its private key (default: in the --tls-cert file)"
     )
     fetch.add_argument(
         "--timeout",
@@ -625,61 +606,57 @@ def _options(names: Iterable[str]) -> str:
 
 def _cmd_serve(args: argparse.Namespace, out: _Output) -> int:
     from idmint.errors import ConfigurationError
+    from idmint.server.config import ServerConfig
     from idmint.server.run import serve, startup_line
-    from idmint.server.settings import resolve_serve_settings
 
     try:
-        settings = resolve_serve_settings(vars(args), os.environ)
+        config = ServerConfig.from_sources(
+            vars(args), os.environ, options={"mode": args.mode} if args.mode else {}
+        )
     except ConfigurationError as error:
         raise UsageError(str(error)) from None
-    token = _token(args.token_file, settings.pop("token_file"))
 
     def announce(port: int) -> None:
-        line = startup_line(settings["scheme"], settings["host"], port, settings["workers"])
+        line = startup_line(
+            config.scheme, config.host, port, config.workers, tls=config.tls_cert is not None
+        )
         # The server's work is serving: a closed or full stdout costs only this line.
         with contextlib.suppress(OutputError, BrokenPipeError):
             out.write(line + "\n")
             out.flush()
 
-    return serve(
-        **settings,
-        token=token,
-        options={"mode": args.mode} if args.mode else None,
-        announce=announce,
-    )
-
-
-def _token(flag: str | None, path: str | None) -> str | None:
-    """The bearer token in ``path`` (from --token-file, else IDMINT_TOKEN_FILE)."""
-    if path is None:
-        return None
-    source = "--token-file" if flag is not None else "IDMINT_TOKEN_FILE"
-    try:
-        with open(path, encoding="utf-8") as handle:
-            token = handle.read().strip()
-    except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"cannot read {source}: {error}") from None
-    if not token:
-        raise UsageError(f"{source} {path} is empty")
-    return token
+    return serve(config, announce=announce)
 
 
 def _cmd_fetch(args: argparse.Namespace, out: _Output) -> int:
     from idmint.client import IdClient
     from idmint.errors import ConfigurationError
 
-    token_file = args.token_file or os.environ.get("IDMINT_TOKEN_FILE") or None
+    sources = {
+        "token_file": "--token-file" if args.token_file else "IDMINT_TOKEN_FILE",
+        "tls_ca": "--tls-ca",
+        "tls_cert": "--tls-cert",
+        "tls_key": "--tls-key",
+    }
     try:
         client = IdClient(
             args.server,
             discovery=args.discovery,
             scheme=args.scheme,
             node_bits=args.node_bits,
-            token=_token(args.token_file, token_file),
+            token_file=args.token_file or os.environ.get("IDMINT_TOKEN_FILE") or None,
+            tls_ca=args.tls_ca,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
             timeout=args.timeout,
         )
     except ConfigurationError as error:
-        raise UsageError(str(error)) from None
+        # The client names its keywords; here they were given as flags.
+        message = str(error)
+        for keyword, source in sources.items():
+            if message.startswith((keyword + ":", keyword + " ")):
+                message = source + message[len(keyword) :]
+        raise UsageError(message) from None
     render: Callable[[list[IdValue]], str] = (
         _json_lines if args.format == "json" else lambda values: "".join(f"{v}\n" for v in values)
     )

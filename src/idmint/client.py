@@ -52,7 +52,15 @@ parent's batch would ask the servers for more than they issue in time).
 **Discovery.** With ``discovery``, the servers are the instances of service
 ``idmint`` that ``idmint serve --discovery`` registers, kept current by a
 ZooKeeper watch rather than looked up per call; with ``scheme``, only those
-serving it. Servers whose registration is gone are dropped at once.
+serving it (over https when they registered so). Servers whose registration
+is gone are dropped at once.
+
+**TLS and tokens.** ``https://`` servers are checked against ``tls_ca`` (the
+system's CAs by default); ``tls_cert`` and ``tls_key`` are the client's own
+certificate for servers that ask for one (mutual TLS). A certificate the
+client cannot verify is a refusal like a refused token. ``token_file`` is
+read again when a server refuses the token, so a rotated token reaches a
+running client.
 """
 
 from __future__ import annotations
@@ -64,6 +72,7 @@ import functools
 import http.client
 import json
 import os
+import ssl
 import threading
 import time
 import weakref
@@ -73,7 +82,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from idmint.errors import ConfigurationError, IdmintError, NoServerAnswered, ServerRefused
+from idmint.errors import (
+    ConfigurationError,
+    IdmintError,
+    NoServerAnswered,
+    ServerRefused,
+    reason_of,
+)
 from idmint.schemes import SCHEMES, IdValue
 from idmint.schemes._base import a_scheme
 
@@ -179,6 +194,10 @@ class _Core:
         scheme: str | None,
         node_bits: int | None,
         token: str | None,
+        token_file: str | None,
+        tls_ca: str | None,
+        tls_cert: str | None,
+        tls_key: str | None,
         timeout: float,
         request_timeout: float,
         min_batch: int,
@@ -206,12 +225,10 @@ class _Core:
             isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < min_batch
         ):
             raise ConfigurationError(f"max_batch must be at least min_batch, got {max_batch!r}")
-        if token is not None and (not isinstance(token, str) or not token.strip()):
-            raise ConfigurationError("the bearer token is empty")
+        self._set_credentials(token, token_file, (tls_ca, tls_cert, tls_key))
         self.scheme = scheme
         self.type: type[IdValue] | None = SCHEMES[scheme] if scheme is not None else None
         self.node_bits = node_bits
-        self.headers = {"Authorization": f"Bearer {token.strip()}"} if token else {}
         self.timeout = _positive("timeout", timeout)
         self.request_timeout = _positive("request_timeout", request_timeout)
         self.refill_every = _positive("refill_every", refill_every)
@@ -238,6 +255,46 @@ class _Core:
         if urls is not None and not self.servers:
             raise ConfigurationError("no ID server URL given")
         self.owner = os.getpid()
+
+    def _set_credentials(
+        self,
+        token: str | None,
+        token_file: str | None,
+        tls_files: tuple[str | None, str | None, str | None],
+    ) -> None:
+        if token is not None and (not isinstance(token, str) or not token.strip()):
+            raise ConfigurationError("the bearer token is empty")
+        if token is not None and token_file is not None:
+            raise ConfigurationError("give token or token_file, not both")
+        self.token_file = token_file
+        if token_file is not None:
+            token = _token_in(token_file)
+        self.headers = {"Authorization": f"Bearer {token.strip()}"} if token else {}
+        self.tls_files = tls_files
+        self._tls: ssl.SSLContext | None = None
+        if any(tls_files):  # a file that cannot be used is an error now, not at first use
+            self._tls = _tls_context(*tls_files)
+
+    @property
+    def tls(self) -> ssl.SSLContext:
+        """What https servers are checked with (the system's CAs unless ``tls_ca``)."""
+        if self._tls is None:
+            self._tls = _tls_context(*self.tls_files)
+        return self._tls
+
+    def token_renewed(self) -> bool:
+        """After a refusal: re-read ``token_file``; whether it holds another token now."""
+        if self.token_file is None:
+            return False
+        try:
+            token = _token_in(self.token_file)
+        except ConfigurationError:
+            return False  # unreadable now: the refusal stands, with the token it refused
+        headers = {"Authorization": f"Bearer {token}"}
+        if headers == self.headers:
+            return False
+        self.headers = headers
+        return True
 
     # -- servers -------------------------------------------------------------------------
     def add(self, url: str, *, registered: bool = True) -> None:
@@ -268,7 +325,8 @@ class _Core:
         if self.scheme is not None and instance.metadata.get("scheme", self.scheme) != self.scheme:
             return None
         host = f"[{instance.host}]" if ":" in instance.host else instance.host
-        return f"http://{host}:{instance.port}"
+        scheme = "https" if instance.metadata.get("protocol") == "https" else "http"
+        return f"{scheme}://{host}:{instance.port}"
 
     def turn(self, first: _Server | None = None) -> list[_Server]:
         """Every server, from ``first`` (else from the next in turn) round."""
@@ -305,7 +363,10 @@ class _Core:
         """Set ``server`` aside for ``error``; :class:`ServerRefused` once every server refused."""
         status = error.status if isinstance(error, _Answer) else 0
         server.failed(
-            _why(error), time.monotonic(), until_ready=status == 503, refused=status in REFUSALS
+            _why(error),
+            time.monotonic(),
+            until_ready=status == 503,
+            refused=status in REFUSALS or _refused_tls(error),
         )
         if server not in tried:
             tried.append(server)
@@ -313,10 +374,10 @@ class _Core:
             servers = list(self.servers.values())
         if servers and all(known.refused for known in servers):
             reasons = "; ".join(f"{known.url}: {known.why}" for known in servers)
-            raise ServerRefused(
-                f"every ID server refused the client's token ({reasons}); give the "
-                "servers' token (token=..., idmint fetch --token-file)"
-            )
+            hint = ""
+            if any(not known.why.startswith("TLS") for known in servers):
+                hint = "; give the servers' token (token=..., idmint fetch --token-file)"
+            raise ServerRefused(f"every ID server refused this client ({reasons}){hint}")
 
     def gave_up(self, tried: Sequence[_Server]) -> NoServerAnswered:
         if not self.servers and not tried:
@@ -397,9 +458,47 @@ class _Core:
         self.owner = os.getpid()
 
 
+_CLOSED = (ConnectionResetError, ssl.SSLEOFError)
+"""A connection closed under a request (``http.client.RemoteDisconnected`` is one too)."""
+
+
+def _closed_unanswered(server: _Server) -> str:
+    """Why a new connection may be closed before any answer: what the client can do."""
+    if server.tls:
+        # A server that refuses a client certificate (or its lack) ends the handshake
+        # without a word: asyncio and uvloop close before sending the TLS alert.
+        return (
+            "closed the connection after the TLS handshake without answering: it may "
+            "ask for a client certificate this client lacks or that it does not accept "
+            "(mutual TLS: tls_cert=..., idmint fetch --tls-cert)"
+        )
+    return "closed the connection without answering (does it serve https://?)"
+
+
+def _refused_tls(error: BaseException) -> bool:
+    """A TLS failure that waiting will not mend: a certificate one side does not accept.
+
+    A connection cut mid-handshake (the server stopping, its handshake
+    timeout) is an outage like any other.
+    """
+    return isinstance(error, ssl.SSLError) and not isinstance(
+        error, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
+    )
+
+
 def _why(error: BaseException) -> str:
     if isinstance(error, _Answer):
         return str(error)
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return (
+            f"TLS: the server's certificate cannot be verified ({error.verify_message}); "
+            "give the CA that signed it (tls_ca=..., idmint fetch --tls-ca)"
+        )
+    if _refused_tls(error):
+        assert isinstance(error, ssl.SSLError)
+        if error.reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE"):
+            return "TLS: the server does not speak TLS (an http:// server?)"
+        return "TLS: " + (error.reason or str(error)).lower().replace("_", " ")
     if isinstance(error, TimeoutError):
         return "timed out"
     if isinstance(error, asyncio.IncompleteReadError):
@@ -441,6 +540,10 @@ class _Client:
         scheme: str | None = None,
         node_bits: int | None = None,
         token: str | None = None,
+        token_file: str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
         timeout: float = 5.0,
         request_timeout: float = 2.0,
         min_batch: int = 100,
@@ -454,6 +557,10 @@ class _Client:
             scheme=scheme,
             node_bits=node_bits,
             token=token,
+            token_file=token_file,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
             timeout=timeout,
             request_timeout=request_timeout,
             min_batch=min_batch,
@@ -473,7 +580,13 @@ class IdClient(_Client):
     ``urls``: the servers (``http://host:port``); or ``discovery``: a ``zk://``
     discovery URL. ``scheme``: the scheme expected (checked against each
     server's; default: whatever they serve); ``node_bits`` for elastic64.
-    ``token``: the servers' bearer token. ``timeout``: how long a call may wait
+    ``token``: the servers' bearer token, or ``token_file``: a file holding it
+    (its first line that is not blank or a ``#`` comment), read again when a
+    server refuses it, so a rotated token reaches a running client.
+    ``tls_ca``: the CA file https servers' certificates are checked against
+    (default: the system's); ``tls_cert`` and ``tls_key``: the client's
+    certificate for servers that ask for one (mutual TLS; the key may be in
+    the certificate file). ``timeout``: how long a call may wait
     for IDs before :class:`~idmint.errors.NoServerAnswered`;
     ``request_timeout``: one request to one server. ``min_batch``,
     ``max_batch``, ``refill_every``: the batch (prefetch) size, see the module
@@ -676,6 +789,8 @@ class IdClient(_Client):
             server.max_count = _max_count_in(*self._request(server, "/openapi.json"))
         count = min(count, server.max_count)
         status, body = self._request(server, f"/v1/ids?count={count}")
+        if status in REFUSALS and self._core.token_renewed():
+            status, body = self._request(server, f"/v1/ids?count={count}")
         if status != 200:
             raise _Answer(status, _detail(body))
         return self._core.ids_in(server, body)
@@ -683,10 +798,8 @@ class IdClient(_Client):
     def _request(self, server: _Server, path: str) -> tuple[int, bytes]:
         """GET ``path`` over a keep-alive connection to ``server``."""
         core = self._core
-        try:
-            connection = server.idle.pop()
-        except IndexError:
-            connection = _connection(server, core)
+        fresh = not server.idle
+        connection = _connection(server, core) if fresh else server.idle.pop()
         connection.timeout = core.request_timeout
         if connection.sock is not None:
             connection.sock.settimeout(core.request_timeout)
@@ -694,6 +807,11 @@ class IdClient(_Client):
             connection.request("GET", path, headers=core.headers)
             response = connection.getresponse()
             body = response.read()
+        except _CLOSED as error:
+            connection.close()
+            if fresh:
+                raise _Answer(0, _closed_unanswered(server)) from error
+            raise
         except BaseException:
             connection.close()
             raise
@@ -907,6 +1025,8 @@ class AsyncIdClient(_Client):
             server.max_count = _max_count_in(*await self._request(server, "/openapi.json"))
         count = min(count, server.max_count)
         status, body = await self._request(server, f"/v1/ids?count={count}")
+        if status in REFUSALS and self._core.token_renewed():
+            status, body = await self._request(server, f"/v1/ids?count={count}")
         if status != 200:
             raise _Answer(status, _detail(body))
         return self._core.ids_in(server, body)
@@ -918,18 +1038,25 @@ class AsyncIdClient(_Client):
 
     async def _exchange(self, server: _Server, path: str) -> tuple[int, bytes]:
         """One GET on a keep-alive connection."""
-        try:
-            reader, writer = server.idle.pop()
-        except IndexError:
+        fresh = not server.idle
+        if fresh:
             reader, writer = await asyncio.open_connection(
-                server.host, server.port, ssl=True if server.tls else None
+                server.host, server.port, ssl=self._core.tls if server.tls else None
             )
+        else:
+            reader, writer = server.idle.pop()
         try:
             head = f"GET {path} HTTP/1.1\r\nHost: {server.host}:{server.port}\r\n"
             head += "".join(f"{name}: {value}\r\n" for name, value in self._core.headers.items())
             writer.write((head + "\r\n").encode("latin-1"))
-            await writer.drain()
-            status = _status_of(await reader.readline())
+            try:
+                await writer.drain()
+                line = await reader.readline()
+            except _CLOSED as error:
+                if fresh:
+                    raise _Answer(0, _closed_unanswered(server)) from error
+                raise
+            status = _status_of(line, closed=_closed_unanswered(server) if fresh else None)
             length, chunked, keep = 0, False, True
             while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
                 name, _, value = line.decode("latin-1").partition(":")
@@ -981,7 +1108,10 @@ def _joined(outcomes: Sequence[list[IdValue] | BaseException]) -> list[IdValue]:
     return values
 
 
-def _status_of(line: bytes) -> int:
+def _status_of(line: bytes, *, closed: str | None = None) -> int:
+    """The status of an answer's first line; ``closed``: why when there is none."""
+    if not line and closed is not None:
+        raise _Answer(0, closed)
     parts = line.split()
     if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
         raise _Answer(0, f"not an HTTP answer: {line[:80]!r}")
@@ -1003,8 +1133,50 @@ async def _chunked(reader: asyncio.StreamReader) -> bytes:
 
 def _connection(server: _Server, core: _Core) -> http.client.HTTPConnection:
     if server.tls:
-        return http.client.HTTPSConnection(server.host, server.port, timeout=core.request_timeout)
+        return http.client.HTTPSConnection(
+            server.host, server.port, timeout=core.request_timeout, context=core.tls
+        )
     return http.client.HTTPConnection(server.host, server.port, timeout=core.request_timeout)
+
+
+def _token_in(path: str) -> str:
+    """The token in a client's token file: its first line not blank nor a ``#`` comment.
+
+    A server's token file (several tokens during a rotation) can be shared: the
+    client uses its first token until a server refuses it, then reads again.
+    """
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigurationError(f"token_file: cannot read {path}: {reason_of(error)}") from None
+    for line in lines:
+        token = line.strip()
+        if token and not token.startswith("#"):
+            return token
+    raise ConfigurationError(f"token_file: {path} is empty (it holds no token)")
+
+
+def _tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext:
+    """A client context: server certificates checked against ``ca`` (else the system's CAs)."""
+    if key is not None and cert is None:
+        raise ConfigurationError("tls_key needs tls_cert (the certificate it belongs to)")
+    try:
+        context = ssl.create_default_context(cafile=ca)
+    except (OSError, ssl.SSLError) as error:
+        raise ConfigurationError(
+            f"tls_ca: cannot read CA certificates from {ca}: {reason_of(error)}"
+        ) from None
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert is not None:
+        try:
+            context.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as error:
+            raise ConfigurationError(
+                f"tls_cert: cannot use the certificate {cert} with the key "
+                f"{key or 'in it'}: {reason_of(error)}"
+            ) from None
+    return context
 
 
 def _detail(body: bytes) -> str:

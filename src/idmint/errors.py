@@ -28,7 +28,8 @@ raise with one clause, and a few branches that match how a caller reacts:
  ├── ``NoServerAnswered``: an ID client found no ID server that could give
  │    IDs in time (every server tried is named, with why).
  │    └── ``ServerRefused``: the servers answered, but refused the client's
- │         credentials (401, 403): waiting will not help.
+ │         credentials (401, 403), or their TLS certificates cannot be
+ │         verified: waiting will not help.
  └── (nothing else: library bugs surface as ordinary Python exceptions)
 
 Warnings (something works, at a cost worth knowing) derive from
@@ -73,6 +74,7 @@ __all__ = [
     "VolatileMarks",
     "error_from_json",
     "error_to_json",
+    "reason_of",
 ]
 
 EXIT_RUNTIME = 1
@@ -187,6 +189,20 @@ def install_line(extra: str) -> str:
     return shlex.join([*words, f"{target}[{extra}]"])
 
 
+def reason_of(error: BaseException) -> str:
+    """What went wrong, for a message: OpenSSL's reason, the OS's ``strerror``, or the text.
+
+    ``No such file or directory`` rather than ``[Errno 2] No such file or
+    directory: 'x'`` (the message names the file already).
+    """
+    reason = getattr(error, "reason", None)
+    if isinstance(reason, str) and reason:
+        return reason
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error)
+
+
 @contextlib.contextmanager
 def needs_extra(extra: str, module: str, *, needed_by: str) -> Iterator[None]:
     """Turn a failed import of ``module`` (or a submodule) into :class:`MissingExtra`.
@@ -271,9 +287,10 @@ class NoServerAnswered(IdmintError):
 
 
 class ServerRefused(NoServerAnswered):
-    """The ID servers answered, but refused the client: a missing or wrong token (401, 403).
+    """The ID servers answered, but refused the client: a missing or wrong token (401,
+    403), or a TLS certificate the client cannot verify (another CA, another name).
 
-    Unlike an outage, waiting does not help; the token must change.
+    Unlike an outage, waiting does not help; the token or the TLS settings must change.
     """
 
     exit_status = EXIT_REFUSED

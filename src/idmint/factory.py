@@ -35,6 +35,7 @@ from idmint.schemes._base import a_scheme
 
 __all__ = [
     "IDENTITY_OPTIONS",
+    "MAX_GENERATORS",
     "SCHEME_OPTIONS",
     "coordinator_for",
     "generator_on",
@@ -111,6 +112,10 @@ def coordinator_for(scheme: str, coordinator: UrlLike | None = None, **options: 
     return _url(generator_class, coordinator, given).redacted()
 
 
+MAX_GENERATORS = 64
+"""The most generators one :func:`new_generators` call (one server process) holds."""
+
+
 def new_generators(
     scheme: str, count: int, coordinator: UrlLike | None = None, *, offset: int = 0, **options: Any
 ) -> list[TickGenerator[Any]]:
@@ -127,8 +132,10 @@ def new_generators(
     The URL is parsed once and connected once: the generators share the
     coordinator, which the last of them to close closes.
     """
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 64:
-        raise ConfigurationError(f"the number of generators must be 1..64, got {count!r}")
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_GENERATORS:
+        raise ConfigurationError(
+            f"the number of generators must be 1..{MAX_GENERATORS}, got {count!r}"
+        )
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ConfigurationError(f"the identity offset must be a whole number, got {offset!r}")
     generator_class = _generator_class(scheme)

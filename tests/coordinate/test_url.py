@@ -30,7 +30,7 @@ MALFORMED = [
     ("zk://h:2181/x?queue", "the query 'queue' is not name=value"),
     ("127.0.0.1:2181", "is not a URL"),
     ("://h:2181", "has no scheme"),
-    ("consul://h:8500/x", "unknown coordinator scheme 'consul'"),
+    ("nosuch://h:6379/x", "unknown coordinator scheme 'nosuch'"),
 ]
 
 

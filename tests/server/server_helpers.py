@@ -28,6 +28,7 @@ import queue
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -78,7 +79,7 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 START_TIMEOUT_S = 60.0
 """How long a server may take to print that it listens (a claim in ZooKeeper included)."""
 
-_ANNOUNCE = re.compile(r"idmint server for (\S+) IDs: open http://(\[[^]]+\]|[^:/]+):(\d+)/")
+_ANNOUNCE = re.compile(r"idmint server for (\S+) IDs: open (https?)://(\[[^]]+\]|[^:/]+):(\d+)/")
 
 JsonValue = Any
 """What ``json.loads`` returns."""
@@ -95,10 +96,16 @@ class IdmintServer:
     """
 
     def __init__(
-        self, *args: str, token: str | None = None, env: dict[str, str] | None = None
+        self,
+        *args: str,
+        token: str | None = None,
+        env: dict[str, str] | None = None,
+        verify: ssl.SSLContext | None = None,
     ) -> None:
         self.args = list(args)
         self.token = token
+        self.verify = verify
+        """How :meth:`client` checks an https server (and the certificate it presents)."""
         self.env = dict(env or {})
         self.url = ""
         self.port = 0
@@ -156,8 +163,8 @@ class IdmintServer:
                 f"(status {self.returncode}); stdout {line!r}; stderr:\n{self.stderr_text()}"
             )
         self.scheme = match.group(1)
-        self.port = int(match.group(3))
-        self.url = f"http://{match.group(2)}:{self.port}"
+        self.port = int(match.group(4))
+        self.url = f"{match.group(2)}://{match.group(3)}:{self.port}"
         return self
 
     def _read_stdout(self, stream: IO[str]) -> None:
@@ -242,24 +249,40 @@ class IdmintServer:
         headers = {}
         if authorized and self.token is not None:
             headers["Authorization"] = f"Bearer {self.token}"
-        return client(self.url, headers=headers, timeout=timeout)
+        return client(self.url, headers=headers, timeout=timeout, verify=self.verify)
 
 
 @contextlib.contextmanager
 def running_server(
-    *args: str, token: str | None = None, env: dict[str, str] | None = None
+    *args: str,
+    token: str | None = None,
+    env: dict[str, str] | None = None,
+    verify: ssl.SSLContext | None = None,
 ) -> Iterator[IdmintServer]:
     """``idmint serve --port 0 *args``, started, and stopped (SIGTERM) on exit."""
-    with IdmintServer(*args, token=token, env=env) as server:
+    with IdmintServer(*args, token=token, env=env, verify=verify) as server:
         server.start()
         yield server
 
 
 def client(
-    base_url: str, *, headers: dict[str, str] | None = None, timeout: float = 30.0
+    base_url: str,
+    *,
+    headers: dict[str, str] | None = None,
+    timeout: float = 30.0,
+    verify: ssl.SSLContext | None = None,
 ) -> httpx.Client:
-    """An httpx client that ignores proxy settings from the environment."""
-    return httpx.Client(base_url=base_url, headers=headers, timeout=timeout, trust_env=False)
+    """An httpx client that ignores proxy settings from the environment.
+
+    ``verify``: the TLS context for an https server (default: httpx's, the system CAs).
+    """
+    return httpx.Client(
+        base_url=base_url,
+        headers=headers,
+        timeout=timeout,
+        trust_env=False,
+        verify=verify if verify is not None else True,
+    )
 
 
 def _pdeathsig_prefix() -> list[str]:

@@ -781,7 +781,7 @@ def test_max_count_option(token_server: IdmintServer) -> None:
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [(None, "cannot read --token-file"), ("  \n", "is empty")],
+    [(None, "--token-file: cannot read"), ("  \n", "is empty")],
 )
 def test_token_file_errors(tmp_path: Path, content: str | None, message: str) -> None:
     path = tmp_path / "token"

@@ -22,7 +22,7 @@ from tests.server.server_helpers import running_server
 from idmint import ConfigurationError, new_generator
 from idmint.coordinate.static import POD_INDEX_VARIABLE, pod_index
 from idmint.factory import new_generators
-from idmint.server.settings import SERVE_SETTINGS
+from idmint.server.config import SERVE_SETTINGS
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 READ_BY_IDMINT = {setting.variable for setting in SERVE_SETTINGS} | {POD_INDEX_VARIABLE}

@@ -45,7 +45,7 @@ from tests.server.server_helpers import (
 )
 
 from idmint.schemes import Uid64
-from idmint.server.settings import available_cores
+from idmint.server.config import available_cores
 
 START_TIMEOUT_S = 60.0
 

@@ -38,13 +38,17 @@ objects would be most of its budget.
 The server logs one WARNING when it stops being able to issue IDs (every
 claim in doubt or lost: it answers 503) and one INFO when it can again; the
 claims' own lines say why.
+
+Its credentials (:attr:`IdServer.credentials`: the tokens ``/v1/*`` accept,
+the TLS certificate ``idmint serve`` listens with) are re-read by
+:meth:`IdServer.request_reload`, which ``idmint serve`` calls on SIGHUP
+(:mod:`idmint.server.credentials`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import hmac
 import json
 import logging
 import re
@@ -59,7 +63,6 @@ from urllib.parse import parse_qs, unquote
 from idmint.coordinate.base import Claim, ClaimState
 from idmint.errors import (
     ClockMovedBackwards,
-    ConfigurationError,
     GeneratorError,
     IdmintError,
     InvalidId,
@@ -67,6 +70,8 @@ from idmint.errors import (
 from idmint.factory import coordinator_for, new_generators
 from idmint.generate.core import TickGenerator
 from idmint.schemes import SCHEMES, parse_id
+from idmint.server.config import ServerConfig, given_config
+from idmint.server.credentials import Credentials
 from idmint.server.metrics import Family, Metrics, Samples
 from idmint.server.openapi import openapi_document
 from idmint.server.siblings import Siblings
@@ -80,7 +85,6 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 Handler = Callable[[Scope], Awaitable[tuple[int, list[Any], bytes]]]
 
-DEFAULT_MAX_COUNT = 10_000
 ISSUING_CHECK_S = 0.1
 """How often the server looks whether it can issue IDs, to log when that changes."""
 MAX_ID_LENGTH = 64  # longer than any scheme's text form, dashed muids included
@@ -114,36 +118,27 @@ class HttpError(Exception):
 
 
 def create_app(
+    config: ServerConfig | None = None,
     *,
-    scheme: str = "uid64",
-    coordinator: str | None = None,
-    generators: int = 1,
-    token: str | None = None,
-    max_count: int = DEFAULT_MAX_COUNT,
-    discovery: str | None = None,
     advertise: tuple[str, int] | None = None,
-    options: dict[str, Any] | None = None,
     identity_offset: int = 0,
+    **settings: Any,
 ) -> IdServer:
-    """The ASGI app. Nothing is claimed until the app starts (ASGI lifespan).
+    """The ASGI app for ``config``, or for a :class:`ServerConfig` made of ``settings``.
 
-    So each worker process of an ASGI server (``uvicorn --workers N``, gunicorn,
-    with or without ``--preload``) claims its own identities from this host's
-    pool when it starts, never the parent before a fork. A configured identity
+    ``create_app(scheme="muid", generators=4, token="...")`` takes any field of
+    :class:`~idmint.server.config.ServerConfig` as a keyword. Nothing is
+    claimed until the app starts (ASGI lifespan). So each worker process of an
+    ASGI server (``uvicorn --workers N``, gunicorn, with or without
+    ``--preload``) claims its own identities from this host's pool when it
+    starts, never the parent before a fork. A configured identity
     (``static://?generator=G``) would be the same in every worker and refused
     in all but one: ``identity_offset`` (for worker i of K generators each:
-    i x K) makes each take its own block.
+    i x K) makes each take its own block. ``advertise``: the address to
+    register in discovery.
     """
     return IdServer(
-        scheme=scheme,
-        coordinator=coordinator,
-        generators=generators,
-        token=token,
-        max_count=max_count,
-        discovery=discovery,
-        advertise=advertise,
-        options=options or {},
-        identity_offset=identity_offset,
+        given_config(config, settings), advertise=advertise, identity_offset=identity_offset
     )
 
 
@@ -152,35 +147,25 @@ class IdServer:
 
     def __init__(
         self,
+        config: ServerConfig,
         *,
-        scheme: str,
-        coordinator: str | None,
-        generators: int,
-        token: str | None,
-        max_count: int,
-        discovery: str | None,
-        advertise: tuple[str, int] | None,
-        options: dict[str, Any],
+        advertise: tuple[str, int] | None = None,
         identity_offset: int = 0,
     ) -> None:
-        if scheme not in SCHEMES:
-            raise ConfigurationError(
-                f"unknown scheme {scheme!r}; expected one of {', '.join(SCHEMES)}"
-            )
-        if not isinstance(generators, int) or not 1 <= generators <= 64:
-            raise ConfigurationError(f"generators must be 1..64, got {generators!r}")
-        if not isinstance(max_count, int) or not 1 <= max_count <= 1_000_000:
-            raise ConfigurationError(f"max_count must be 1..1000000, got {max_count!r}")
-        if token is not None and not token.strip():
-            raise ConfigurationError("the bearer token is empty")
-        self.scheme = scheme
-        self.coordinator = coordinator
-        self.generator_count = generators
-        self.max_count = max_count
-        self._token = token.strip().encode() if token else None
-        self._discovery_url = discovery
+        self.config = config
+        self.scheme = config.scheme
+        self.coordinator = config.coordinator
+        self.generator_count = config.generators
+        self.max_count = config.max_count
+        self.credentials = Credentials(config)
+        """The tokens callers must show and the TLS certificate served; see :meth:`reload`."""
+        self._token_required = self.credentials.tokens is not None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._reload_wanted = False
+        self._reloading: asyncio.Task[None] | None = None
+        self._discovery_url = config.discovery
         self._advertise = advertise
-        self._options = options
+        self._options = config.options
         self.identity_offset = identity_offset
         self.siblings: Siblings | None = None
         """Set in a worker of ``idmint serve --workers N``: the whole server's view."""
@@ -195,7 +180,10 @@ class IdServer:
         """What the last :meth:`shutdown` gave back, for people."""
         self.metrics = Metrics(version=_version())
         self.metrics.families.extend(self._generator_families())
-        self._openapi = json.dumps(openapi_document(max_count, token=token is not None)).encode()
+        self.metrics.families.extend(self.credentials.families())
+        self._openapi = json.dumps(
+            openapi_document(self.max_count, token=self._token_required)
+        ).encode()
         self._static_files: dict[str, tuple[bytes, bytes]] = {}
         self._routes: dict[str, Handler] = {
             "/v1/id": self._one_id,
@@ -256,7 +244,12 @@ class IdServer:
         if host in ("", "0.0.0.0", "::"):
             # Bound to every address: a client elsewhere needs one it can reach.
             host = socket.getfqdn()
-        metadata = {"scheme": self.scheme, "generators": str(self.generator_count)}
+        metadata = {
+            "scheme": self.scheme,
+            "generators": str(self.generator_count),
+            # Clients that follow discovery connect the way the server listens.
+            "protocol": "https" if self.credentials.tls else "http",
+        }
         if self.siblings is not None:
             # Each worker is an instance of its own (it holds its own claims).
             metadata.update(worker=str(self.siblings.index), workers=str(self.siblings.count))
@@ -273,6 +266,9 @@ class IdServer:
         if self._issuing_watch is not None:
             self._issuing_watch.cancel()
             self._issuing_watch = None
+        if self._reloading is not None:
+            self._reloading.cancel()
+        self._loop = None
         if self.siblings is not None:
             await self.siblings.stop()  # its last snapshot, with every request counted
         generators, self.generators = self.generators, []
@@ -284,6 +280,29 @@ class IdServer:
         if self._discovery is not None:
             await asyncio.to_thread(self._discovery.close)
         self._started = False
+
+    # -- credentials -----------------------------------------------------------------------------
+    def request_reload(self) -> None:
+        """Re-read the token file and TLS files soon, on the app's event loop.
+
+        Safe from a signal handler and from any thread. Requests that arrive
+        while a reload runs make one more reload after it, however many they
+        are (a burst of SIGHUPs reads the files at most twice).
+        """
+        self._reload_wanted = True
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._start_reload)
+
+    def _start_reload(self) -> None:
+        if self._reloading is None or self._reloading.done():
+            assert self._loop is not None
+            self._reloading = self._loop.create_task(self._reload_while_wanted())
+
+    async def _reload_while_wanted(self) -> None:
+        while self._reload_wanted:
+            self._reload_wanted = False
+            await asyncio.to_thread(self.credentials.reload)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -297,7 +316,10 @@ class IdServer:
                     log.error("idmint server could not start: %s", error)  # noqa: TRY400
                     await send({"type": "lifespan.startup.failed", "message": str(error)})
                     return
-                self._issuing_watch = asyncio.get_running_loop().create_task(self._watch_issuing())
+                self._loop = asyncio.get_running_loop()
+                self._issuing_watch = self._loop.create_task(self._watch_issuing())
+                if self._reload_wanted:  # asked for while starting
+                    self._start_reload()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.shutdown()
@@ -324,7 +346,7 @@ class IdServer:
         started = time.perf_counter()
         try:
             self._check_body(scope)
-            if self._token is not None:
+            if self._token_required:
                 self._check_token(scope)
             # The first try of _mint_one, inlined: an await costs as much as minting.
             value = next(self._cycle).generate_nowait()
@@ -410,14 +432,12 @@ class IdServer:
                 )
 
     def _check_token(self, scope: Scope) -> None:
-        if self._token is None:
+        if not self._token_required:
             return
         for name, value in scope.get("headers", ()):
             if name == b"authorization":
                 scheme, _, credential = value.partition(b" ")
-                if scheme.lower() == b"bearer" and hmac.compare_digest(
-                    credential.strip(), self._token
-                ):
+                if scheme.lower() == b"bearer" and self.credentials.authorized(credential.strip()):
                     return
                 break
         raise HttpError(
@@ -486,10 +506,14 @@ class IdServer:
         return any(self._usable(g) for g in self.generators)
 
     async def _watch_issuing(self) -> None:
-        """Log once when the server stops being able to issue IDs, and once when it can again."""
+        """Log once when the server stops being able to issue IDs, and once when it can again.
+
+        Also says when the certificate served comes near its expiry.
+        """
         issuing = True
         while True:
             await asyncio.sleep(ISSUING_CHECK_S)
+            self.credentials.check_expiry()
             if not self.generators:
                 continue  # starting or stopping: not a claim's doing
             now = self.can_issue()

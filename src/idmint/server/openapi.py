@@ -336,8 +336,8 @@ def openapi_document(max_count: int, *, token: bool = False) -> dict[str, Any]:
                 "bearerToken": {
                     "type": "http",
                     "scheme": "bearer",
-                    "description": "The server's token (idmint serve --token-file); "
-                    "required on /v1/* only when the server has one",
+                    "description": "One of the server's tokens (idmint serve --token-file, "
+                    "one a line); required on /v1/* only when the server has one",
                 }
             },
             "responses": _COMMON_RESPONSES,

@@ -9,7 +9,7 @@ serves nothing; it
   same user that also sets ``SO_REUSEPORT`` could, as for any such server);
 * starts each worker as a new interpreter (``python -m idmint.server.worker``,
   never a fork of itself, so nothing the supervisor holds is inherited) and
-  hands it its settings over a private socket pair, where the worker answers
+  hands it the server's configuration, whole, over a private socket pair, where the worker answers
   ``ready`` or why it could not start;
 * prints the startup line once every worker serves; if one cannot start, stops
   the others and fails with its error (one line, the CLI's exit status);
@@ -20,6 +20,8 @@ serves nothing; it
   for ``worker_timeout`` seconds would otherwise keep its share of new
   connections and answer none. Messages that arrived while the supervisor
   itself was stopped are read before anyone is judged silent;
+* on SIGHUP tells each worker (over its control socket) to re-read its
+  token and TLS files;
 * on SIGTERM/SIGINT sends each worker SIGTERM, waits while they finish their
   in-flight requests and release their claims, and returns 0 (1 if one had to
   be killed). A second SIGINT is passed on: uvicorn then stops at once.
@@ -64,10 +66,11 @@ from typing import Any
 
 import idmint
 from idmint.errors import ConfigurationError, IdmintError, error_from_json
-from idmint.server.limits import GRACEFUL_SHUTDOWN_S, WORKER_TIMEOUT_S
+from idmint.server.config import ServerConfig
+from idmint.server.limits import GRACEFUL_SHUTDOWN_S
 from idmint.server.sockets import bound_socket
 
-__all__ = ["WorkerSettings", "serve_workers"]
+__all__ = ["serve_workers"]
 
 log = logging.getLogger("idmint.server")
 
@@ -81,24 +84,6 @@ died sooner (or never started) after a pause that doubles each time."""
 
 FIRST_PAUSE_S = 0.5
 MAX_PAUSE_S = 30.0
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerSettings:
-    """What every worker is given: ``idmint serve``'s settings but the port and count."""
-
-    host: str
-    scheme: str
-    coordinator: str | None
-    generators: int
-    token: str | None
-    max_count: int
-    discovery: str | None
-    options: dict[str, Any]
-    log_level: str
-    log_format: str
-    access_log: bool
-    request_timeout: float
 
 
 @dataclasses.dataclass
@@ -124,18 +109,10 @@ class _WorkerFailed(Exception):
     """A worker could not start; ``args[0]`` is the error to raise."""
 
 
-def serve_workers(
-    settings: WorkerSettings,
-    *,
-    workers: int,
-    port: int,
-    announce: Callable[[int], None] | None,
-    worker_timeout: float = WORKER_TIMEOUT_S,
-) -> int:
-    """Run ``workers`` workers on ``settings.host:port`` until SIGTERM/SIGINT; see the module.
+def serve_workers(config: ServerConfig, *, announce: Callable[[int], None] | None) -> int:
+    """Run ``config.workers`` workers on ``config.host:config.port`` until SIGTERM/SIGINT.
 
-    ``worker_timeout``: seconds a serving worker may go unheard before it is
-    killed and replaced; 0 for never.
+    See the module. Each worker is handed ``config`` whole.
     """
     if not sys.platform.startswith("linux"):
         # BSD's and macOS's SO_REUSEPORT lets every worker bind, then gives one of
@@ -150,21 +127,12 @@ def serve_workers(
             "idmint serve with workers must run in the main thread: its supervisor "
             "handles SIGTERM, SIGINT and SIGCHLD"
         )
-    try:
-        json.dumps(settings.options)
-    except (TypeError, ValueError):
-        raise ConfigurationError(
-            "with workers, generator options must be plain values (each worker is a new "
-            f"process that is sent them): {settings.options!r}"
-        ) from None
     if not sys.executable:
         raise ConfigurationError("cannot start workers: the Python interpreter's path is unknown")
-    reservation = _reserve_port(settings.host, port)
+    reservation = _reserve_port(config.host, config.port)
     run_dir = Path(tempfile.mkdtemp(prefix="idmint-serve-"))
     try:
-        supervisor = _Supervisor(
-            settings, workers, reservation.getsockname()[1], run_dir, worker_timeout
-        )
+        supervisor = _Supervisor(config, reservation.getsockname()[1], run_dir)
         return supervisor.run(announce)
     finally:
         reservation.close()
@@ -184,19 +152,12 @@ def _reserve_port(host: str, port: int) -> socket.socket:
 
 
 class _Supervisor:
-    def __init__(
-        self,
-        settings: WorkerSettings,
-        count: int,
-        port: int,
-        run_dir: Path,
-        worker_timeout: float = WORKER_TIMEOUT_S,
-    ) -> None:
-        self.settings = settings
-        self.worker_timeout = worker_timeout
+    def __init__(self, config: ServerConfig, port: int, run_dir: Path) -> None:
+        self.config = config
+        self.worker_timeout = config.worker_timeout
         self.port = port
         self.run_dir = run_dir
-        self.workers = [_Worker(index) for index in range(count)]
+        self.workers = [_Worker(index) for index in range(config.workers)]
         self.selector = selectors.DefaultSelector()
         self.stop_signal: int | None = None
         self.forced = False
@@ -341,7 +302,7 @@ class _Supervisor:
         def note(signum: int, frame: FrameType | None) -> None:
             self._signals.append(signum)
 
-        handled = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
+        handled = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP)
         previous_fd = signal.set_wakeup_fd(wake.fileno(), warn_on_full_buffer=False)
         previous = {signum: signal.signal(signum, note) for signum in handled}
         try:
@@ -355,8 +316,10 @@ class _Supervisor:
 
     def _handle_signals(self) -> None:
         signals, self._signals = self._signals, []
+        if signal.SIGHUP in signals and self.stop_signal is None:
+            self._reload_all()  # once for however many arrived since the last look
         for signum in signals:
-            if signum == signal.SIGCHLD:
+            if signum in (signal.SIGCHLD, signal.SIGHUP):
                 continue  # _reap looks at every worker
             if self.stop_signal is None:
                 self.stop_signal = signum
@@ -369,6 +332,23 @@ class _Supervisor:
                 # A second Ctrl-C: uvicorn stops at once without waiting for requests.
                 self.forced = True
                 self._signal_all(signal.SIGINT)
+
+    def _reload_all(self) -> None:
+        """SIGHUP, passed on: each worker re-reads its token and TLS files.
+
+        Over the control socket rather than as a signal: a worker that has not
+        yet set its handler up would be ended by SIGHUP's default. One that is
+        still starting reads the message once it serves (and read the files
+        when it started anyway); a replacement started later reads the files
+        as they are then.
+        """
+        told = 0
+        for worker in self.workers:
+            if worker.control is not None:
+                with contextlib.suppress(OSError):  # gone: its replacement reads the files
+                    worker.control.sendall(b'{"reload": true}\n')
+                    told += 1
+        log.info("SIGHUP: %d workers re-read their credentials", told)
 
     # -- workers ---------------------------------------------------------------------------
     def _spawn(self, worker: _Worker) -> None:
@@ -385,7 +365,7 @@ class _Supervisor:
             "generation": worker.generation,
             "port": self.port,
             "run_dir": str(self.run_dir),
-            "settings": dataclasses.asdict(self.settings),
+            "config": self.config.to_json(),
         }
         env = dict(os.environ)
         # The workers import the idmint this process runs, wherever it was imported from.

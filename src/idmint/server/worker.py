@@ -2,7 +2,8 @@
 
 Started by the supervisor (:mod:`idmint.server.supervisor`), never by hand.
 ``FD`` is this worker's end of a socket pair: the supervisor writes the
-settings as one JSON line; the worker answers ``{"ready": pid}`` once uvicorn
+server's configuration (:class:`~idmint.server.config.ServerConfig`) and this
+worker's place as one JSON line; the worker answers ``{"ready": pid}`` once uvicorn
 serves, or ``{"failed": ...}`` (:func:`idmint.errors.error_to_json`) if it cannot
 start. The
 supervisor answers ``{"go": true}`` once the server is up (every worker ready,
@@ -36,9 +37,16 @@ from typing import Any
 
 from idmint.errors import IdmintError, error_to_json
 from idmint.server.app import IdServer, create_app
-from idmint.server.limits import HEARTBEAT_S, RequestLimits
+from idmint.server.config import ServerConfig
+from idmint.server.limits import HEARTBEAT_S
 from idmint.server.logs import LogHold, server_logging
-from idmint.server.run import stop_signals_handled_by, uvicorn_config
+from idmint.server.run import (
+    Hangups,
+    new_server,
+    reloads_on_hangup,
+    server_class,
+    stop_signals_handled_by,
+)
 from idmint.server.siblings import Siblings
 from idmint.server.sockets import listen_socket
 
@@ -78,22 +86,36 @@ async def _beat(control: socket.socket) -> None:
         await asyncio.sleep(HEARTBEAT_S)
 
 
-def _read_line(control: socket.socket) -> bytes:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = control.recv(65536)
-        if not chunk:
-            raise SystemExit("idmint worker: the supervisor closed the control socket")
-        data += chunk
-    return data
+class _Lines:
+    """The supervisor's messages, one JSON object a line."""
+
+    def __init__(self, control: socket.socket) -> None:
+        self._control = control
+        self._received = b""
+
+    def next(self) -> dict[str, Any] | None:
+        """The next message; None once the supervisor's end is closed."""
+        while b"\n" not in self._received:
+            try:
+                chunk = self._control.recv(65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                return None
+            self._received += chunk
+        line, _, self._received = self._received.partition(b"\n")
+        message = json.loads(line)
+        return message if isinstance(message, dict) else {}
 
 
-def _watch_supervisor(control: socket.socket, hold: LogHold) -> None:
-    """Pass the held log on at ``go``; stop this worker when the supervisor's end closes."""
-    with contextlib.suppress(OSError):
-        while data := control.recv(4096):
-            if b"go" in data:
-                hold.release()
+def _watch_supervisor(lines: _Lines, hold: LogHold, hangups: Hangups) -> None:
+    """Pass the held log on at ``go``, re-read the credentials at ``reload``; stop this
+    worker when the supervisor's end closes."""
+    while (message := lines.next()) is not None:
+        if "go" in message:
+            hold.release()
+        if "reload" in message:
+            hangups()
     hold.release()
     log.warning("the supervisor is gone: stopping this worker")
     os.kill(os.getpid(), signal.SIGTERM)
@@ -108,15 +130,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     # stderr through Python's last-resort handler.
     if not logging.getLogger().handlers:
         logging.getLogger().addHandler(logging.NullHandler())
-    control = socket.socket(fileno=int(arguments[0]))
-    place = json.loads(_read_line(control))
-    settings = place["settings"]
+    with reloads_on_hangup() as hangups:  # first: SIGHUP's default would end the process
+        control = socket.socket(fileno=int(arguments[0]))
+        lines = _Lines(control)
+        place = lines.next()
+        if place is None:
+            raise SystemExit("idmint worker: the supervisor closed the control socket")
+        return _serve(control, lines, place, hangups)
+
+
+def _serve(control: socket.socket, lines: _Lines, place: dict[str, Any], hangups: Hangups) -> int:
+    config = ServerConfig.from_json(place["config"])
     stop = _Stop()
     with (
         server_logging(
-            level=settings["log_level"],
-            format=settings["log_format"],
-            access_log=settings["access_log"],
+            level=config.log_level,
+            format=config.log_format,
+            access_log=config.access_log,
             worker=place["index"],
         ),
         stop_signals_handled_by(stop),
@@ -125,35 +155,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         hold = LogHold() if place["index"] == 0 else LogHold(passing=())
         hold.start()
         try:
-            return _run(control, place, settings, stop, hold)
+            return _run(
+                control,
+                lines=lines,
+                place=place,
+                config=config,
+                stop=stop,
+                hold=hold,
+                hangups=hangups,
+            )
         finally:
             hold.drop()  # never told to go: the server did not start
 
 
 def _run(
     control: socket.socket,
+    *,
+    lines: _Lines,
     place: dict[str, Any],
-    settings: dict[str, Any],
+    config: ServerConfig,
     stop: _Stop,
     hold: LogHold,
+    hangups: Hangups,
 ) -> int:
-    import uvicorn
-
-    host: str = settings["host"]
+    host = config.host
     port: int = place["port"]
     try:
-        limits = RequestLimits(request_timeout_s=settings["request_timeout"])
         app = create_app(
-            scheme=settings["scheme"],
-            coordinator=settings["coordinator"],
-            generators=settings["generators"],
-            token=settings["token"],
-            max_count=settings["max_count"],
-            discovery=settings["discovery"],
+            config,
             advertise=(host, port),
-            options=settings["options"],
-            identity_offset=place["index"] * settings["generators"],
+            identity_offset=place["index"] * config.generators,
         )
+        hangups.serve(app)
         app.siblings = Siblings(
             index=place["index"],
             count=place["count"],
@@ -177,7 +210,7 @@ def _run(
         _release(app)
         return 0
 
-    class ReportingServer(uvicorn.Server):
+    class ReportingServer(server_class()):  # type: ignore[misc]
         heartbeat: asyncio.Task[None] | None = None
 
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -191,15 +224,13 @@ def _run(
                 self.heartbeat.cancel()
             await super().shutdown(sockets=sockets)
 
-    server = ReportingServer(
-        uvicorn_config(app, host, port, limits, access_log=settings["access_log"])
-    )
+    server = new_server(app, config, port, ReportingServer)
     stop.server = server
     if stop.requested:  # a signal between the check above and now
         server.should_exit = True
     threading.Thread(
         target=_watch_supervisor,
-        args=(control, hold),
+        args=(lines, hold, hangups),
         name="idmint-supervisor-watch",
         daemon=True,
     ).start()
