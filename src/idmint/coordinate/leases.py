@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from idmint.coordinate.base import ClaimSource, DriverClaim, HighWaterMark, holder_description
-from idmint.errors import CoordinationError, CoordinatorUnavailable
+from idmint.errors import CoordinationError, CoordinatorRefused, CoordinatorUnavailable
 
 __all__ = [
     "STEP_BACK_SLACK_MS",
@@ -62,6 +62,8 @@ __all__ = [
     "PoolRecord",
     "SharedClients",
     "Take",
+    "first_line",
+    "reach_within",
 ]
 
 log = logging.getLogger("idmint.coordinate")
@@ -70,6 +72,53 @@ STEP_BACK_SLACK_MS = 1000
 """A lease whose expiry lies more than its TTL + this ahead of the store's clock
 is taken as lapsed: the store's clock stepped back since it was renewed, and a
 live holder renews it again within a third of its TTL."""
+
+ResultT = TypeVar("ResultT")
+
+
+def first_line(error: BaseException) -> str:
+    """A store's error for a message: its first line, at most 300 characters."""
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:300]
+
+
+def reach_within(
+    seconds: float,
+    attempt: Callable[[float], ResultT],
+    translate: Callable[[Exception], Exception],
+    *,
+    store: str,
+    description: str,
+    settings: str,
+) -> ResultT:
+    """``attempt(seconds_left)`` until it succeeds, for at most ``seconds``: a
+    coordinator's first contact with its store, which may still be starting.
+
+    An outage (``translate`` makes it a :class:`CoordinatorUnavailable`) is
+    tried again every 0.1 s; a refusal or any other error is raised at once,
+    translated. After ``seconds``, one :class:`CoordinatorUnavailable` says what
+    to check: ``settings`` names the URL's parts that decide where it connects.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return attempt(deadline - time.monotonic())
+        except Exception as error:
+            translated = translate(error)
+            if translated is error:
+                raise
+            if not isinstance(translated, CoordinatorUnavailable) or isinstance(
+                translated, CoordinatorRefused
+            ):
+                raise translated from error
+            if time.monotonic() + 0.1 >= deadline:
+                raise CoordinatorUnavailable(
+                    f"could not reach {store} at {description} within {seconds:g} s "
+                    f"({translated}); check that it is running and the URL's {settings} "
+                    "are right, or wait longer with connect_timeout=SECONDS"
+                ) from error
+        time.sleep(0.1)  # in the constructor: there is no claim to close yet
+
 
 PROBES = 8
 """Free IDs a claimant asks for at once, from a random place in the pool."""
