@@ -22,7 +22,7 @@ muid needs none (its medallion is random per generator), nor short60 with
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, TypeVar
 
 from idmint.coordinate import DEFAULT_COORDINATOR, CoordinatorUrl, connect
@@ -160,11 +160,14 @@ def new_generators(
                 claim = _claim(generator_class, source, given.get("clock"))
             else:
                 counted = generator_class.identity_fields[0]
-                nth = {**configured, counted: configured[counted] + offset + index}
+                shift = offset + index
+                nth = {**configured, counted: configured[counted] + shift}
+                # A shifted ID is no longer the URL's: an error names it as itself.
+                named = _named(url, identity, derived=(counted,) if shift else ())
                 claim = source.claim(
                     clock=given.get("clock"),
                     space=_space(generator_class),
-                    identity=generator_class.checked_identity(nth, _named(url, identity)),
+                    identity=generator_class.checked_identity(nth, named),
                 )
             made.append(_on_claim(generator_class, claim, given, claim.close, close_source))
     except BaseException:
@@ -281,11 +284,14 @@ def _configured_identity(
     return generator_class.checked_identity(configured, _named(url, identity))
 
 
-def _named(url: CoordinatorUrl, identity: Mapping[str, Any]) -> Callable[[str], str]:
-    """How an error names an identity field: as an option, or as the URL's."""
+def _named(
+    url: CoordinatorUrl, identity: Mapping[str, Any], *, derived: Collection[str] = ()
+) -> Callable[[str], str]:
+    """How an error names an identity field: as an option, or as the URL's (unless
+    it is ``derived`` from the URL's, as a worker's generator ID is)."""
 
     def named(name: str) -> str:
-        if name in identity or name not in url.options:
+        if name in identity or name in derived or name not in url.options:
             return name
         return f"{url.scheme}:// option {name}"
 
