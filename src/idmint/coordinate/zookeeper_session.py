@@ -119,6 +119,7 @@ class ZooKeeperAccess:
         ``owner``: a claim's own digest credential (see :meth:`owned_acl`),
         added to the session's identities.
         """
+        kazoo_module()  # without kazoo: MissingExtra, naming the line that installs it
         from kazoo.client import KazooClient
         from kazoo.handlers.threading import KazooTimeoutError
         from kazoo.retry import KazooRetry
