@@ -21,12 +21,12 @@ muid needs none (its medallion is random per generator), nor short60 with
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, TypeVar
 
-from idmint.coordinate import DEFAULT_COORDINATOR, driver, parse_url
+from idmint.coordinate import DEFAULT_COORDINATOR, CoordinatorUrl, connect
 from idmint.coordinate.base import Claim, Coordinator
-from idmint.coordinate.static import StaticCoordinator
 from idmint.errors import ConfigurationError
 from idmint.generate.core import COMMON_OPTIONS, TickGenerator
 from idmint.generate.generators import GENERATORS
@@ -38,12 +38,14 @@ __all__ = [
     "MAX_GENERATORS",
     "SCHEME_OPTIONS",
     "coordinator_for",
+    "generator_on",
     "new_generator",
     "new_generators",
 ]
 
 GeneratorClass = type[TickGenerator[Any]]
 FactT = TypeVar("FactT")
+UrlLike = str | CoordinatorUrl
 
 
 class _PerScheme(Mapping[str, FactT]):
@@ -81,33 +83,22 @@ def _generator_class(scheme: str) -> GeneratorClass:
 
 
 def new_generator(
-    scheme: str, coordinator: str | None = None, **options: Any
+    scheme: str, coordinator: UrlLike | None = None, **options: Any
 ) -> TickGenerator[Any]:
     """A generator for ``scheme``; options that are ``None`` are left at their defaults.
 
-    ``coordinator`` is a URL (see :mod:`idmint.coordinate`); with none, an
-    identity given in the options is held on this host, and with neither a free
-    identity is claimed on this host (``local://``). Close the generator (or use
-    it in a ``with`` block) to give a claimed identity back; interpreter exit
-    does it too. Options that do not apply to the scheme raise
+    ``coordinator`` is a URL (see :mod:`idmint.coordinate`), as text or parsed;
+    with none, an identity given in the options is held on this host, and with
+    neither a free identity is claimed on this host (``local://``). Close the
+    generator (or use it in a ``with`` block) to give a claimed identity back;
+    interpreter exit does it too. Options that do not apply to the scheme raise
     ``ConfigurationError`` rather than being ignored: ``--generator 5`` on muid
     is a mistake to point out.
     """
-    generator_class = _generator_class(scheme)
-    given = {name: value for name, value in options.items() if value is not None}
-    _check_options(generator_class, given)
-    refusal = generator_class.identity_free_because(given)
-    if refusal is not None:
-        if coordinator is not None or given.keys() & set(generator_class.identity_fields):
-            raise ConfigurationError(refusal)
-        return generator_class(**given)
-    identity = {name: given.pop(name) for name in generator_class.identity_fields if name in given}
-    if coordinator is None:
-        coordinator = _unnamed_coordinator(bool(identity))
-    return _claimed(generator_class, coordinator, identity, given)
+    return new_generators(scheme, 1, coordinator, **options)[0]
 
 
-def coordinator_for(scheme: str, coordinator: str | None = None, **options: Any) -> str | None:
+def coordinator_for(scheme: str, coordinator: UrlLike | None = None, **options: Any) -> str | None:
     """The coordinator ``new_generator(scheme, coordinator, **options)`` claims from.
 
     The URL given, else ``static://`` for an identity in the options, else
@@ -115,19 +106,10 @@ def coordinator_for(scheme: str, coordinator: str | None = None, **options: Any)
     (muid, short60 with random bits).
     """
     generator_class = _generator_class(scheme)
-    given = {name: value for name, value in options.items() if value is not None}
+    given = _given(options)
     if generator_class.identity_free_because(given) is not None:
         return None
-    if coordinator is None:
-        coordinator = _unnamed_coordinator(
-            bool(given.keys() & set(generator_class.identity_fields))
-        )
-    return parse_url(coordinator).redacted()
-
-
-def _unnamed_coordinator(identity_given: bool) -> str:
-    """Where an identity comes from when no coordinator is named."""
-    return "static://" if identity_given else DEFAULT_COORDINATOR
+    return _url(generator_class, coordinator, given).redacted()
 
 
 MAX_GENERATORS = 64
@@ -135,7 +117,7 @@ MAX_GENERATORS = 64
 
 
 def new_generators(
-    scheme: str, count: int, coordinator: str | None = None, *, offset: int = 0, **options: Any
+    scheme: str, count: int, coordinator: UrlLike | None = None, *, offset: int = 0, **options: Any
 ) -> list[TickGenerator[Any]]:
     """``count`` generators for ``scheme``, each with an identity of its own.
 
@@ -146,6 +128,9 @@ def new_generators(
     ...), so that processes sharing one configuration (the workers of
     ``idmint serve --workers``) take distinct blocks; claimed identities ignore
     it. If one cannot be made, those made are closed.
+
+    The URL is parsed once and connected once: the generators share the
+    coordinator, which the last of them to close closes.
     """
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_GENERATORS:
         raise ConfigurationError(
@@ -154,51 +139,89 @@ def new_generators(
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ConfigurationError(f"the identity offset must be a whole number, got {offset!r}")
     generator_class = _generator_class(scheme)
-    first, block = _configured_identity(generator_class, coordinator, options)
-    if block is not None and offset + count > block:
-        raise ConfigurationError(
-            f"this pod's block of IDs (block={block}) is too small for {offset + count} "
-            "generators (workers x generators): the next pod's IDs start there. Raise "
-            "the coordinator URL's block"
-        )
-    tuning = {
-        name: value
-        for name, value in options.items()
-        if name not in generator_class.identity_fields
-    }
+    given = _given(options)
+    _check_options(generator_class, given)
+    refusal = generator_class.identity_free_because(given)
+    if refusal is not None:
+        if coordinator is not None or given.keys() & set(generator_class.identity_fields):
+            raise ConfigurationError(refusal)
+        return [generator_class(**given) for _ in range(count)]
+    identity = {name: given.pop(name) for name in generator_class.identity_fields if name in given}
+    url = _url(generator_class, coordinator, identity)
+    source = connect(url)
     made: list[TickGenerator[Any]] = []
     try:
+        configured = _configured_identity(generator_class, source, url, identity)
+        if configured is not None:
+            _check_block(source, offset + count)
+        close_source = _last_one_closes(source, count)
         for index in range(count):
-            if first is None:
-                made.append(new_generator(scheme, coordinator, **options))
+            if configured is None:
+                claim = _claim(generator_class, source, given.get("clock"))
             else:
                 counted = generator_class.identity_fields[0]
-                nth = {**first, counted: first[counted] + offset + index}
-                made.append(new_generator(scheme, None, **tuning, **nth))
+                shift = offset + index
+                nth = {**configured, counted: configured[counted] + shift}
+                # A shifted ID is no longer the URL's: an error names it as itself.
+                named = _named(url, identity, derived=(counted,) if shift else ())
+                claim = source.claim(
+                    clock=given.get("clock"),
+                    space=_space(generator_class),
+                    identity=generator_class.checked_identity(nth, named),
+                )
+            made.append(_on_claim(generator_class, claim, given, claim.close, close_source))
     except BaseException:
         for generator in made:
             generator.close()
+        if not made:
+            source.close()
         raise
     return made
 
 
-def _configured_identity(
-    generator_class: GeneratorClass, coordinator: str | None, options: dict[str, Any]
-) -> tuple[dict[str, int] | None, int | None]:
-    """The configured identity the URL and options give together (None when claimed),
-    and how many consecutive identities from it are this process's (None: no limit)."""
-    given = {
-        name: value
-        for name, value in options.items()
-        if name in generator_class.identity_fields and value is not None
-    }
-    if generator_class.space is None or (coordinator is None and not given):
-        return None, None
-    parsed = parse_url(coordinator if coordinator is not None else "static://")
-    if parsed.scheme != "static":
-        return None, None
-    static = StaticCoordinator(parsed)
-    return _static_identity(generator_class, static, parsed.options, given), static.block
+def generator_on(claim: Claim, scheme: str, **options: Any) -> TickGenerator[Any]:
+    """A ``scheme`` generator on a claim held elsewhere (a discovery registration's).
+
+    Closing the generator leaves the claim to its holder.
+    """
+    generator_class = _generator_class(scheme)
+    given = _given(options)
+    _check_options(generator_class, given)
+    if given.keys() & set(generator_class.identity_fields):
+        raise ConfigurationError(f"the identity comes from {claim.description}, not from options")
+    return _on_claim(generator_class, claim, given)
+
+
+def _given(options: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in options.items() if value is not None}
+
+
+def _space(generator_class: GeneratorClass) -> str:
+    space = generator_class.space
+    assert space is not None  # identity_free_because() answered for the others
+    return space
+
+
+def _url(
+    generator_class: GeneratorClass, coordinator: UrlLike | None, identity: Mapping[str, Any]
+) -> CoordinatorUrl:
+    """The coordinator URL, parsed: the one given; where none is, ``static://`` for an
+    identity in the options, else ``local://`` (a free identity on this host)."""
+    if coordinator is None:
+        given = identity.keys() & set(generator_class.identity_fields)
+        coordinator = "static://" if given else DEFAULT_COORDINATOR
+    return CoordinatorUrl.parse(coordinator)
+
+
+def _check_block(coordinator: Coordinator, needed: int) -> None:
+    """Refuse more configured identities than the URL's block gives this process."""
+    block = coordinator.identity_block
+    if block is not None and needed > block:
+        raise ConfigurationError(
+            f"this pod's block of IDs (block={block}) is too small for {needed} generators "
+            "(workers x generators): the next pod's IDs start there. Raise the coordinator "
+            "URL's block"
+        )
 
 
 def _check_options(generator_class: GeneratorClass, given: dict[str, Any]) -> None:
@@ -212,106 +235,96 @@ def _check_options(generator_class: GeneratorClass, given: dict[str, Any]) -> No
         )
 
 
-def _claimed(
-    generator_class: GeneratorClass, url: str, identity: dict[str, Any], given: dict[str, Any]
-) -> TickGenerator[Any]:
-    """A generator on an identity claimed (or held) through the coordinator at ``url``."""
-    parsed = parse_url(url)
-    if generator_class.follows_fleet_width and parsed.scheme in ("zk", "zookeeper"):
-        return _in_node_groups(generator_class, url, identity, given)
-    coordinator: Coordinator = driver(parsed.scheme)(parsed)
-    try:
-        claim = _claim(generator_class, coordinator, parsed.options, identity, given.get("clock"))
-    except BaseException:
-        coordinator.close()
-        raise
-    return _on_claim(generator_class, claim, given, coordinator.close)
+def _claim(generator_class: GeneratorClass, coordinator: Coordinator, clock: Any) -> Claim:
+    """A free identity claimed from ``coordinator`` in the generator class's space."""
+    return coordinator.claim(
+        clock=clock, pool=generator_class.identity_pool(), space=_space(generator_class)
+    )
 
 
-def _claim(
+def _configured_identity(
     generator_class: GeneratorClass,
     coordinator: Coordinator,
-    url_options: dict[str, str],
+    url: CoordinatorUrl,
     identity: dict[str, Any],
-    clock: Any,
-) -> Claim:
-    space = generator_class.space
-    assert space is not None  # identity_free_because() answered for the others
-    if isinstance(coordinator, StaticCoordinator):
-        fixed = _static_identity(generator_class, coordinator, url_options, identity)
-        return coordinator.claim(clock=clock, space=space, identity=fixed)
-    for name in identity:
-        raise ConfigurationError(
-            f"{name} is claimed from {coordinator.url}, not given; use the URL's "
-            "generators=LO-HI and cluster=C options to narrow the choice"
-        )
-    return coordinator.claim(clock=clock, pool=generator_class.identity_pool(), space=space)
-
-
-def _static_identity(
-    generator_class: GeneratorClass,
-    coordinator: StaticCoordinator,
-    url_options: dict[str, str],
-    identity: dict[str, Any],
-) -> dict[str, int]:
-    """The configured identity: the URL's and the options', which must agree, checked
-    against the scheme's ranges."""
+) -> dict[str, int] | None:
+    """The configured identity the URL and the options give together, which must agree
+    (None where the coordinator claims a free one, which options cannot name)."""
+    from_url = coordinator.configured_identity()
+    if from_url is None:
+        for name in identity:
+            raise ConfigurationError(
+                f"{name} is claimed from {coordinator.url}, not given; use the URL's "
+                "generators=LO-HI and cluster=C options to narrow the choice"
+            )
+        return None
     counted = generator_class.identity_fields[0]
-    if coordinator.block is not None and counted in identity:
+    if coordinator.identity_block is not None and counted in identity:
         raise ConfigurationError(
             f"{coordinator.url} takes the identity from the pod's index; give no {counted}"
         )
     for name, value in identity.items():
-        if name in url_options and getattr(coordinator, name) != value:
+        if name in url.options and from_url.get(name) != value:
             raise ConfigurationError(
                 f"{name} {value} contradicts the coordinator URL's {name}="
-                f"{getattr(coordinator, name)}; give it in one place"
+                f"{from_url.get(name)}; give it in one place"
             )
     configured = {
-        name: identity.get(name, getattr(coordinator, name, None))
+        name: value
         for name in generator_class.identity_fields
+        if (value := identity.get(name, from_url.get(name))) is not None
     }
-    if configured[counted] is None:
+    if counted not in configured:
         raise ConfigurationError(
             f"{a_scheme(generator_class.id_type.scheme)} generator with a configured identity "
             f"needs its {counted} ID ({counted}=N); leave the identity out to claim a free one "
             "on this host"
         )
+    # Checked here, with the names the user wrote; each generator's is checked again.
+    return generator_class.checked_identity(configured, _named(url, identity))
+
+
+def _named(
+    url: CoordinatorUrl, identity: Mapping[str, Any], *, derived: Collection[str] = ()
+) -> Callable[[str], str]:
+    """How an error names an identity field: as an option, or as the URL's (unless
+    it is ``derived`` from the URL's, as a worker's generator ID is)."""
 
     def named(name: str) -> str:
-        return name if name in identity or name not in url_options else f"static:// option {name}"
+        if name in identity or name in derived or name not in url.options:
+            return name
+        return f"{url.scheme}:// option {name}"
 
-    return generator_class.checked_identity(
-        {name: value for name, value in configured.items() if value is not None}, named
-    )
+    return named
+
+
+def _last_one_closes(coordinator: Coordinator, users: int) -> Callable[[], None]:
+    """A closer for each of ``users`` generators: the last one called closes ``coordinator``."""
+    left = [users]
+    lock = threading.Lock()
+
+    def close() -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            coordinator.close()
+
+    return close
 
 
 def _on_claim(
-    generator_class: GeneratorClass, claim: Claim, given: dict[str, Any], *closers: Any
+    generator_class: GeneratorClass,
+    claim: Claim,
+    given: dict[str, Any],
+    *closers: Callable[[], None],
 ) -> TickGenerator[Any]:
-    """``generator_class`` on ``claim``; closing the generator closes the claim."""
+    """``generator_class`` on ``claim``; closing the generator calls ``closers``."""
     try:
         generator: TickGenerator[Any] = generator_class(claim=claim, **given)
     except BaseException:
-        claim.close()
         for close in closers:
             close()
         raise
-    generator._closers.extend([*closers, claim.close])
+    generator._closers.extend(closers)
     return generator
-
-
-def _in_node_groups(
-    generator_class: GeneratorClass, url: str, identity: dict[str, Any], given: dict[str, Any]
-) -> TickGenerator[Any]:
-    """A generator on a node ID claimed in ZooKeeper's groups (idmint.discovery)."""
-    from idmint.discovery.nodes import NodeIdCoordinator
-
-    parsed = parse_url(url)
-    for name in identity:
-        raise ConfigurationError(
-            f"{name} comes from the node-ID claim at {parsed.redacted()}, not from options"
-        )
-    coordinator = NodeIdCoordinator(parsed)
-    claim = coordinator.claim(clock=given.get("clock"))
-    return _on_claim(generator_class, claim, given)

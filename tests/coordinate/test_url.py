@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from idmint import ConfigurationError, new_generator
-from idmint.coordinate import connect, parse_url
+from idmint.coordinate import CoordinatorUrl, connect, driver, parse_url
 
 MALFORMED = [
     ("zk://127.0.0.1:99999/x", "port '99999' of 127.0.0.1"),
@@ -72,3 +72,58 @@ def test_credentials_are_percent_decoded() -> None:
     parsed = parse_url("etcd://u%3Ax:p%40ss@h:2379/p")
     assert (parsed.username, parsed.password) == ("u:x", "p@ss")
     assert "p@ss" not in parsed.redacted()
+
+
+@pytest.mark.parametrize(
+    ("url", "within"),
+    [
+        (
+            "zk://u:p%40ss@[::1]:2181,h2/idmint?queue=false",
+            "zk://u:p%40ss@[::1]:2181,h2/idmint/kit_1?queue=false",
+        ),
+        ("zk://h:2181", "zk://h:2181/idmint/kit_1"),
+        ("etcd://h:2379/ids/?ttl=2", "etcd://h:2379/ids/kit_1?ttl=2"),
+        (
+            "postgresql://u@h/db?sslmode=disable",
+            "postgresql://u@h/db?sslmode=disable&table=idmint_claims_kit_1",
+        ),
+        ("redis://h/0?prefix=app", "redis://h/0?prefix=app:kit_1"),
+        ("memory://pool", "memory://pool-kit_1"),
+        ("local:///srv/ids?ttl=2", "local:///srv/ids/kit_1?ttl=2"),
+    ],
+)
+def test_a_pool_within_a_url_is_the_drivers_own_kind_of_root(url: str, within: str) -> None:
+    """Where the contract kit claims: under the URL's root, beside its table; the rest kept."""
+    parsed = parse_url(url)
+    found = driver(parsed.scheme).pool_within(parsed, "kit_1")
+    assert found is not None
+    expected = parse_url(within)
+    assert (found.hosts, found.path, found.options) == (
+        expected.hosts,
+        expected.path,
+        expected.options,
+    )
+    assert (found.scheme, found.username, found.password) == (
+        parsed.scheme,
+        parsed.username,
+        parsed.password,
+    )
+
+
+@pytest.mark.parametrize("url", ["static://?generator=5", "local://"])
+def test_a_url_that_names_one_pool_has_none_within(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("IDMINT_LOCAL_DIR", raising=False)
+    parsed = parse_url(url)
+    assert driver(parsed.scheme).pool_within(parsed, "kit_1") is None
+
+
+def test_a_url_is_parsed_once_and_keeps_its_parts_when_changed() -> None:
+    parsed = CoordinatorUrl.parse("zk://admin:s3cret@h1:2181/root?session_timeout=2")
+    assert CoordinatorUrl.parse(parsed) is parsed
+    moved = parsed.replace(hosts=[("127.0.0.1", 1)], options={"connect_timeout": 1})
+    assert moved.hosts == (("127.0.0.1", 1),)
+    assert (moved.path, moved.username, moved.password) == ("/root", "admin", "s3cret")
+    assert moved.options == {"connect_timeout": "1"}
+    assert "s3cret" not in moved.redacted()

@@ -37,13 +37,16 @@ VOLATILE = ("/tmp", "/var/tmp", "/dev/shm")
 
 @dataclass
 class Run:
-    """One process of a phase: ``idmint ARGS`` (or a Python program) and how it is started."""
+    """One process of a phase: ``idmint ARGS`` (or another module, or a Python program) and
+    how it is started."""
 
     name: str
     args: list[str]
     """idmint's arguments; or, with ``code``, the Python program's."""
     code: str | None = None
     """Run ``python -c code ARGS`` instead of ``python -m idmint ARGS``."""
+    module: str = "idmint"
+    """The module ``python -m`` runs (``idmint.testing``: the contract kit)."""
     env: dict[str, str] = field(default_factory=dict)
     user: int | None = None
     """Run as this uid (and gid), with no supplementary groups."""
@@ -160,7 +163,7 @@ def _set_up_host(keep: list[Path], var_lib: str) -> None:
 
 
 def _command(run: dict[str, object], spec: dict[str, object]) -> list[str]:
-    program = ["-c", str(run["code"])] if run["code"] is not None else ["-m", "idmint"]
+    program = ["-c", str(run["code"])] if run["code"] is not None else ["-m", str(run["module"])]
     argv = [str(spec["python"]), *program, *map(str, run["args"])]  # type: ignore[call-overload]
     if run["user"] is not None:
         uid = str(run["user"])

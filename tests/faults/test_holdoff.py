@@ -46,7 +46,7 @@ def test_the_real_time_bound_restarts_for_each_new_mark(
     assert grant is not None
     generator.batch(1_000)
 
-    backend.expire(claim)
+    backend.expire(root, claim)
     expired_at = time.monotonic()
     wait_for_new_claim(claim, grant.epoch, timeout=DEFAULT_TTL_S + SKEW_S + 10)
     waited = time.monotonic() - expired_at

@@ -90,6 +90,32 @@ def test_seven_processes_of_all_kinds_share_one_pool(host: SimulatedHost) -> Non
     assert len(set(generators)) == len(runs), generators
 
 
+def test_the_contract_kit_passes_on_this_hosts_pool(host: SimulatedHost) -> None:
+    """``python -m idmint.testing local://`` where the pool is the host's real one: its
+    abstract sockets, its /var/lib/idmint. The checks share the pool (there is one
+    per host), each on IDs of its own; those needing a session to expire or a
+    server to stop do not apply to holds that last as long as their process."""
+    (outcomes,) = host.boot([Run("kit", ["local://"], module="idmint.testing")])
+    kit = outcomes["kit"]
+    assert kit.returncode == 0, kit.stdout + kit.stderr
+    lines = kit.stdout.splitlines()
+    assert lines[0] == "checking local:// with LocalHooks", lines[0]
+    skipped = {line.split()[1].rstrip(":") for line in lines if line.startswith("skipped")}
+    assert skipped == {
+        "a_configured_identity_is_held_once",
+        "an_unreachable_coordinator_is_unavailable_quickly",
+        "an_expired_claim_comes_back_above_its_mark",
+        "an_expired_claim_moves_to_a_free_id",
+        "a_short_outage_fences_then_resumes",
+        "a_long_outage_fences_then_resumes",
+        "an_outage_that_loses_the_session_fences_then_claims_again",
+    }
+    assert lines[-1] == "12 passed, 7 skipped", kit.stdout
+    assert kit.stderr == ""
+    # It claimed in the host's pool: the marks it left are the host's.
+    assert list((host.var_lib / "idmint" / "0" / "generator").glob("0-*.mark"))
+
+
 @pytest.mark.parametrize(
     "identity",
     [("--coordinator", "local://?generators=5-5"), ("--generator", "5")],

@@ -1,16 +1,17 @@
 """Shared helpers for the claims tests (``tests/integration/test_claims_*.py``).
 
 * :class:`Backend` names a coordinator under test (``static``, ``zk``, ``etcd``,
-  ``postgres``, ``redis``, ...) and
-  builds its URLs; the ``backend`` fixture (``conftest.py``) makes one from a name
-  given by indirect parametrization over :data:`ALL_BACKENDS` or
-  :data:`CLAIMED_BACKENDS`.
+  ``postgres``, ``redis``, ...), builds its URLs, and gives its driver's contract
+  hooks (:mod:`idmint.testing.hooks`: the driver's own test adapter, plus stopping
+  and starting the server the session runs); the ``backend`` fixture
+  (``conftest.py``) makes one from a name given by indirect parametrization over
+  :data:`ALL_BACKENDS` or :data:`CLAIMED_BACKENDS`. What only the store can tell
+  (a high-water mark, an expired session) goes through those hooks: nothing here
+  knows a driver's insides.
 * :class:`CliProcess` runs ``python -m idmint`` with its output drained by threads,
   each line stamped with the monotonic time it arrived.
-* :class:`Minter` mints from an in-process generator in a thread, recording when each
-  ID was asked for and returned, and every error.
-* :class:`RenewalWatch` samples a claim's renewal counter, so tests can check that no
-  ID was issued past the deadline the renewals allowed.
+* :class:`Minter`, :class:`RenewalWatch` and :func:`minting` (from
+  :mod:`idmint.testing.minting`) mint in a thread while a claim's renewals are watched.
 
 Waiting is always on a condition with a deadline (:func:`tests.servers.wait_until`);
 nothing sleeps in place of synchronisation.
@@ -18,14 +19,11 @@ nothing sleeps in place of synchronisation.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
-import threading
-import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,10 +37,12 @@ from tests.servers.etcd import EtcdCluster
 from tests.servers.ports import LOOPBACK, free_port
 from tests.servers.postgres import PostgresServer
 from tests.servers.redis import RedisServer
-from tests.servers.zookeeper import ZooKeeperEnsemble, expire_session
+from tests.servers.zookeeper import ZooKeeperEnsemble
 
 from idmint import Uid64
-from idmint.coordinate import Claim, ClaimInfo, connect
+from idmint.coordinate import Claim, ClaimInfo, CoordinatorUrl, connect
+from idmint.testing import HOOKS, Hooks
+from idmint.testing.minting import Minter, MintError, RenewalWatch, minting, wait_for_new_claim
 
 __all__ = [
     "ALL_BACKENDS",
@@ -279,136 +279,55 @@ class Backend:
         """A URL of this kind whose host is a reserved port where nothing listens."""
         return self.url(root, hosts=f"{LOOPBACK}:{free_port()}", **options)
 
-    # -- what only the server can tell -----------------------------------------------
+    # -- what only the store can tell: the driver's contract hooks ---------------------
+
+    def hooks(self) -> Hooks:
+        """The driver's test adapter, able also to stop and start this session's server."""
+        adapter = HOOKS.find(self.scheme) or Hooks
+        server = self.server
+        if server is None:
+            return adapter()
+
+        class WithServer(adapter):  # type: ignore[valid-type,misc]
+            def stop_server(self, url: CoordinatorUrl) -> None:
+                if isinstance(server, (PostgresServer, RedisServer)):
+                    server.stop()
+                else:
+                    server.stop_member(0)
+
+            def start_server(self, url: CoordinatorUrl) -> None:
+                if isinstance(server, (PostgresServer, RedisServer)):
+                    server.start()
+                else:
+                    server.start_member(0)
+
+        return WithServer()
+
+    def kit_url(self, ttl: float = DEFAULT_TTL_S) -> CoordinatorUrl:
+        """A URL whose pool the contract kit makes pools of its own in."""
+        root = None if self.name in ("local", "static") else self.new_root(settled=False)
+        if self.name == "local":
+            root = str(Path(os.environ["IDMINT_LOCAL_DIR"]) / unique_root().strip("/"))
+        if self.name == "postgres":
+            root = "idmint_claims"  # the kit's pools are tables beside it
+        return CoordinatorUrl.parse(self.url(root, ttl=ttl))
 
     def read_mark(self, root: str, generator: int, cluster: int = 0) -> dict[str, Any] | None:
-        """The high-water mark recorded for ``generator`` (the documented layout), if any."""
-        if self.name == "local":
-            path = Path(root) / "generator" / f"{cluster}-{generator}.mark"
-            if not path.exists():
-                return None
-            local_mark: dict[str, Any] = json.loads(path.read_text())
-            return local_mark
-        if self.name == "memory":
-            marks = self._memory(root).pool.marks
-            found = marks.get(("generator", cluster, generator))
-            return None if found is None else found[0].to_json()
-        server = self._server()
-        if isinstance(server, PostgresServer):
-            rows = server.psql(
-                "SELECT json_build_object('ceiling_ms', ceiling_ms, 'renewed_ms', renewed_ms, "
-                "'released_ms', released_ms, 'holder', mark_holder, 'incarnation', incarnation) "
-                f"FROM \"{root}\" WHERE space = 'generator' AND cluster = {cluster} "
-                f"AND id = {generator} AND ceiling_ms IS NOT NULL",
-                CLAIMS_DATABASE,
-            ).strip()
-            return json.loads(rows) if rows else None
-        if isinstance(server, RedisServer):
-            with server.client() as client:
-                raw = client.hget(f"{root}:generator", f"mark:{cluster}:{generator}")
-            if raw is None:
-                return None
-            incarnation, _, text = raw.decode().partition(" ")
-            redis_mark: dict[str, Any] = {**json.loads(text), "incarnation": incarnation}
-            return redis_mark
-        if isinstance(server, ZooKeeperEnsemble):
-            from kazoo.client import KazooClient
-            from kazoo.exceptions import NoNodeError
-
-            client = KazooClient(hosts=server.hosts, auth_data=[server.super_auth])
-            client.start(timeout=15)
-            try:
-                data, _ = client.get(f"{root}/hwm/{generator}")
-            except NoNodeError:
-                return None
-            finally:
-                client.stop()
-                client.close()
-            mark: dict[str, Any] = json.loads(data)
-            return mark
-        etcd = server.client(credentials=server.root_credentials)
-        values = etcd.get(f"{root}/hwm/{cluster}:{generator}")
-        if not values:
-            return None
-        etcd_mark: dict[str, Any] = json.loads(values[0])
-        return etcd_mark
-
-    def expire(self, claim: Claim) -> None:
-        """End the claim on the server: expire its ZooKeeper session, revoke its lease.
-
-        ZooKeeper tells the client at once (the claim goes LOST); etcd does not, and
-        the claim learns it at its next renewal.
-        """
-        if self.name == "memory":
-            pool = claim._pool  # type: ignore[attr-defined]
-            with pool.lock:
-                pool._end(claim._session)  # type: ignore[attr-defined]
-            return
-        server = self._server()
-        if isinstance(server, (PostgresServer, RedisServer)):
-            # The lease goes, as when it lapses and another holder takes it: the
-            # claim learns it at its next renewal.
-            token = claim._token  # type: ignore[attr-defined]
-            held = claim._held  # type: ignore[attr-defined]
-            assert held is not None, "the claim holds no lease"
-            store = claim.store  # type: ignore[attr-defined]
-            if isinstance(server, PostgresServer):
-                server.psql(
-                    f'UPDATE "{store.table}" SET token = NULL, expires_ms = NULL '
-                    f"WHERE token = '{token}'",
-                    CLAIMS_DATABASE,
-                )
-            else:
-                with server.client() as client:
-                    client.hdel(store.key(claim.space), f"lease:{held[0]}:{held[1]}")  # type: ignore[attr-defined]
-            return
-        if isinstance(server, ZooKeeperEnsemble):
-            client = claim._client  # type: ignore[attr-defined]
-            # Reconnecting (after a restart, say): expire the session it gets back.
-            wait_for(
-                lambda: client.connected and client.client_id is not None,
-                timeout=15,
-                what="the claim's ZooKeeper client to be connected",
+        """The high-water mark recorded for ``generator`` (through the driver's hooks)."""
+        with connect(self.url(root, ttl=None)) as coordinator:
+            mark = self.hooks().read_mark(
+                coordinator, "generator", {"generator": generator, "cluster": cluster}
             )
-            expire_session(client)
-            return
-        lease = claim._lease  # type: ignore[attr-defined]
-        assert lease is not None, "the etcd claim holds no lease"
-        client = server.client(credentials=server.root_credentials)
-        client.post(client.get_url("/kv/lease/revoke"), json={"ID": lease})
+        return None if mark is None else mark.to_json()
 
-    def stop_server(self) -> float:
-        """Stop the (single) server; return the monotonic time it was certainly down."""
-        if self.name == "memory":
-            for root in self.roots:
-                with self._memory(root).pool.lock:
-                    self._memory(root).pool.reachable = False
-            return time.monotonic()
-        server = self._server()
-        if isinstance(server, (PostgresServer, RedisServer)):
-            server.stop()
-        else:
-            server.stop_member(0)
-        return time.monotonic()
+    def expire(self, root: str, claim: Claim) -> None:
+        """End the claim on the server: expire its ZooKeeper session, end its lease.
 
-    def start_server(self) -> None:
-        """Start the server again (same port, same data) and wait until it serves."""
-        if self.name == "memory":
-            for root in self.roots:
-                pool = self._memory(root).pool
-                with pool.lock:
-                    pool.reachable = True
-                    pool.changed.notify_all()
-            return
-        server = self._server()
-        if isinstance(server, (PostgresServer, RedisServer)):
-            server.start()
-        else:
-            server.start_member(0)
-
-    @staticmethod
-    def _memory(root: str) -> Any:
-        return connect(f"memory://{root}")
+        ZooKeeper tells the client at once (the claim goes LOST); the others do not,
+        and the claim learns it at its next renewal.
+        """
+        with connect(self.url(root, ttl=None)) as coordinator:
+            self.hooks().expire(coordinator, claim)
 
     def list_claims(self, url: str) -> list[ClaimInfo]:
         coordinator = connect(url)
@@ -423,44 +342,26 @@ class Backend:
         return self.server
 
 
-def settle_pool(backend: Backend, root: str, *, ttl_s: float = 0.0) -> None:
+def settle_pool(backend: Backend, root: str) -> None:
     """Make the database pool ``root`` as a fleet's is after its first minute.
 
     Its record (the documented layout) says the store's current incarnation has
     been seen since the epoch: claims need not settle past holders it may have
-    forgotten. The rule itself is tested on new pools. ``ttl_s``: the longest TTL
-    the record says claimants declared (a claimant with a longer one raises it).
+    forgotten. The rule itself is tested on new pools. Done as the server's
+    administrator (a test role may not create the table).
     """
     server = backend._server()
-    ttl_ms = round(ttl_s * 1000)
     if isinstance(server, RedisServer):
-        with server.client() as client:
-            run_id = client.info("server")["run_id"]
-            record = json.dumps({"incarnation": run_id, "since_ms": 0, "ttl_ms": ttl_ms})
-            for space in ("generator", "node", "short60"):
-                client.hset(f"{root}:{space}", "pool", record)
-        return
-    assert isinstance(server, PostgresServer)
-    admin = Backend(
-        "postgres",
-        server,
-        credentials=("postgres", server.password) if server.password else None,
-        ca_path=server.ca_path,
-    )
-    coordinator = connect(admin.url(root, ttl=None))
-    try:
-        coordinator.store._run(  # creates the table first
-            "settling the pool",
-            lambda connection: connection.execute(
-                f'INSERT INTO "public"."{root}" (space, cluster, id, incarnation, since_ms, '
-                "lease_ms) SELECT space, -1, -1, (extract(epoch FROM pg_postmaster_start_time()) "
-                "* 1000000)::bigint::text, 0, %s FROM unnest(ARRAY['generator', 'node', "
-                "'short60']) AS space",
-                (ttl_ms,),
-            ),
+        admin_url = server.url(root)
+    else:
+        admin = Backend(
+            "postgres",
+            server,
+            credentials=("postgres", server.password) if server.password else None,
+            ca_path=server.ca_path,
         )
-    finally:
-        coordinator.close()
+        admin_url = admin.url(root, ttl=None)
+    backend.hooks().settle(CoordinatorUrl.parse(admin_url))
 
 
 def settled_local_directory() -> Path:
@@ -518,181 +419,6 @@ class CliProcess(_CliProcess):
 
     def ids(self) -> list[Uid64]:
         return decode(self.lines)
-
-
-# -- in-process minting --------------------------------------------------------------
-
-
-@dataclass
-class MintError:
-    called_at: float
-    raised_at: float
-    error: BaseException
-
-
-@dataclass
-class Minter:
-    """Calls ``generator.generate()`` in a thread until stopped, recording everything.
-
-    For the i-th ID: ``values[i]`` (its int), ``asked[i]`` and ``returned[i]`` (the
-    monotonic time before the call and after it returned). The generator decided to
-    issue it somewhere between the two. Errors are recorded with the time of the call
-    and of the raise, and minting carries on.
-    """
-
-    generator: Any
-    values: list[int] = field(default_factory=list)
-    asked: list[float] = field(default_factory=list)
-    returned: list[float] = field(default_factory=list)
-    errors: list[MintError] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def start(self) -> Minter:
-        self._thread = threading.Thread(target=self._run, name="minter", daemon=True)
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        generate = self.generator.generate
-        clock = time.monotonic
-        values, asked, returned = self.values, self.asked, self.returned
-        while not self._stop.is_set():
-            before = clock()
-            try:
-                value = generate()
-            except Exception as error:
-                self.errors.append(MintError(before, clock(), error))
-                continue
-            after = clock()
-            values.append(int(value))
-            asked.append(before)
-            returned.append(after)
-
-    @property
-    def count(self) -> int:
-        return len(self.values)
-
-    def wait_for_count(self, count: int, *, timeout: float, what: str = "") -> None:
-        self._wait(lambda: len(self.values) >= count, timeout, what or f"{count} IDs minted")
-
-    def wait_for_errors(self, count: int, *, timeout: float, what: str = "") -> None:
-        self._wait(
-            lambda: len(self.errors) >= count, timeout, what or f"{count} errors from generate()"
-        )
-
-    def _wait(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
-        try:
-            wait_until(
-                predicate, timeout=timeout, description=what, interval=0.01, check=self._check_alive
-            )
-        except TimeoutError as timeout_error:
-            raise TimeoutError(f"{timeout_error}; {self.describe()}") from None
-
-    def describe(self) -> str:
-        """The minting so far and the claim's state, for failure messages."""
-        claim = getattr(self.generator, "claim", None)
-        state = f"claim {claim.state.value} ({claim.problem})" if claim is not None else ""
-        last = f"; last error: {self.errors[-1].error}" if self.errors else ""
-        return f"{len(self.values)} IDs, {len(self.errors)} errors, {state}{last}"
-
-    def _check_alive(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
-            raise AssertionError("the minting thread is not running")
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            assert not self._thread.is_alive(), "the minting thread did not stop"
-
-    def issued_between(self, start: float, end: float) -> list[int]:
-        """Indexes of the IDs the generator certainly decided on within [start, end]."""
-        return [i for i, t in enumerate(self.asked) if t >= start and self.returned[i] <= end]
-
-    def __enter__(self) -> Minter:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-
-class RenewalWatch:
-    """Samples ``claim.renewals`` in a thread to bound the claim's deadline from above.
-
-    A renewal observed first at ``o`` and not yet at the sample before, ``p``, landed
-    in ``(p, o]``. The deadline it gives is at most its landing + TTL - margin, so at
-    any time ``t`` the claim's deadline is at most ``max(o_k for p_k < t) + TTL -
-    margin``: :meth:`check_deadline` asserts every ID was asked for before that bound.
-    """
-
-    def __init__(self, claim: Claim, *, interval: float = 0.002) -> None:
-        self.claim = claim
-        self.interval = interval
-        started = time.monotonic()
-        # Renewals before the watch began all landed before `started`.
-        self.landed: list[tuple[float, float, int]] = [(-1.0, started, claim.renewals)]
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="renewal-watch", daemon=True)
-
-    def _run(self) -> None:
-        previous = time.monotonic()
-        seen = self.landed[-1][2]
-        while not self._stop.wait(self.interval):
-            renewals = self.claim.renewals
-            observed = time.monotonic()
-            if renewals != seen:
-                self.landed.append((previous, observed, renewals))
-                seen = renewals
-            previous = observed
-
-    def renewals_after(self, moment: float) -> int:
-        """How many renewals certainly landed after ``moment``."""
-        before = [count for previous, _, count in self.landed if previous < moment]
-        return self.landed[-1][2] - before[-1]
-
-    def check_deadline(self, minter: Minter) -> None:
-        """Assert no ID was issued past the deadline the observed renewals allowed."""
-        allowance = self.claim.ttl_s - self.claim.margin_s
-        landed = self.landed
-        position = 0
-        bound = -1.0
-        for index, (asked, returned) in enumerate(zip(minter.asked, minter.returned, strict=True)):
-            while position < len(landed) and landed[position][0] < returned:
-                bound = max(bound, landed[position][1] + allowance)
-                position += 1
-            assert asked < bound, (
-                f"ID #{index} ({Uid64(minter.values[index])}) was asked for at {asked:.3f}, "
-                f"after the deadline {bound:.3f} the renewals before it allowed"
-            )
-
-    def __enter__(self) -> RenewalWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-
-@contextlib.contextmanager
-def minting(generator: Any) -> Iterator[tuple[Minter, RenewalWatch]]:
-    """Mint from ``generator`` in a thread while watching its claim's renewals."""
-    with RenewalWatch(generator.claim) as watch, Minter(generator) as minter:
-        yield minter, watch
-
-
-def wait_for_new_claim(claim: Claim, after_epoch: int, *, timeout: float) -> None:
-    """Wait until ``claim`` has made a claim newer than ``after_epoch``."""
-
-    def renewed() -> bool:
-        grant = claim.last_grant
-        return grant is not None and grant.epoch > after_epoch
-
-    try:
-        wait_until(renewed, timeout=timeout, description="a new claim", interval=0.01)
-    except TimeoutError as error:
-        raise TimeoutError(f"{error}; the claim is {claim.state.value}: {claim.problem}") from None
 
 
 def wait_for(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:

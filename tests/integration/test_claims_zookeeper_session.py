@@ -57,7 +57,7 @@ def test_a_new_session_granted_less_fences_with_what_it_got(tmp_path: Path) -> N
             ensemble.configure(maxSessionTimeout=SHORT_SESSION_LIMIT_MS)
             ensemble.start_member(0)
             grant = claim.wait(timeout_s=30)
-            Backend("zk", ensemble).expire(claim)
+            Backend("zk", ensemble).expire("/granted", claim)
             wait_for_new_claim(claim, grant.epoch, timeout=30)
 
             grant = claim.wait(timeout_s=10)

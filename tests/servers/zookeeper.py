@@ -28,7 +28,6 @@ import hashlib
 import os
 import secrets
 import socket
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -470,63 +469,11 @@ def expire_session(
     wait_reconnect: bool = True,
     attempts: int = 5,
 ) -> None:
-    """Expire the session of a connected kazoo client on the server.
+    """Expire the session of a connected kazoo client on the server (and by default wait
+    until it has reconnected with a new one): the ZooKeeper driver's contract hook, as
+    :func:`idmint.testing.adapters.expire_zookeeper_session` describes."""
+    from idmint.testing.adapters import expire_zookeeper_session
 
-    A second connection attaches to the same session (same session id and password)
-    and closes it: the server ends the session, deletes its ephemeral nodes and drops
-    the original connection, whose reconnection attempt is then told that the session
-    expired. The client moves to ``KazooState.LOST`` (``KeeperState.EXPIRED_SESSION``)
-    and, like every kazoo client, opens a new session by itself.
-
-    kazoo 2.11's own harness (``kazoo.testing.harness``) only simulates the expiry on
-    the client side (``client._call(_SESSION_EXPIRED, None)``); that leaves the old
-    session, and its ephemeral nodes, alive on the server until it times out, which is
-    not what tests of session loss need.
-
-    :param client: a started, connected ``KazooClient``.
-    :param timeout: seconds to wait for each state change.
-    :param wait_reconnect: also wait until the client is connected again (new session).
-    :param attempts: how many times to try the closing connection before giving up.
-    :raises RuntimeError: if the client is not connected.
-    :raises TimeoutError: if the client does not notice the expiry, or reconnect.
-    """
-    from kazoo.client import KazooClient
-    from kazoo.protocol.states import KazooState
-
-    client_id = client.client_id
-    if client_id is None:
-        raise RuntimeError("the kazoo client is not connected")
-    lost = threading.Event()
-    reconnected = threading.Event()
-
-    def watch(state: KazooState) -> bool:
-        if state == KazooState.LOST:
-            lost.set()
-        elif state == KazooState.CONNECTED and lost.is_set():
-            reconnected.set()
-            return True  # remove the listener
-        return False
-
-    client.add_listener(watch)
-    try:
-        hosts = ",".join(f"{host}:{port}" for host, port in client.hosts)
-        for _ in range(attempts):
-            twin = KazooClient(
-                hosts=hosts,
-                client_id=client_id,
-                auth_data=list(client.auth_data),
-            )
-            try:
-                twin.start(timeout=timeout)
-            finally:
-                twin.stop()
-                twin.close()
-            if lost.wait(timeout / attempts):
-                break
-        if not lost.wait(timeout):
-            raise TimeoutError("the kazoo client did not see its session expire")
-        if wait_reconnect and not reconnected.wait(timeout):
-            raise TimeoutError("the kazoo client did not reconnect after expiry")
-    finally:
-        if not (wait_reconnect and reconnected.is_set()):
-            client.remove_listener(watch)
+    expire_zookeeper_session(
+        client, timeout=timeout, wait_reconnect=wait_reconnect, attempts=attempts
+    )

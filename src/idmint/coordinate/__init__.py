@@ -1,7 +1,8 @@
 """Where generator identities come from: configured, or claimed from a shared store.
 
-A coordinator is chosen by URL scheme (like tooz's backends); each driver's
-module docstring gives its URL grammar and an options table:
+A coordinator is chosen by URL scheme, from the drivers registered in package
+metadata (:mod:`idmint.coordinate.registry`); each driver's module docstring
+gives its URL grammar and an options table. idmint's own:
 
 ==============  ==============================================  ===========================
 scheme          driver                                          needs
@@ -22,30 +23,33 @@ scheme          driver                                          needs
 
 from __future__ import annotations
 
-import functools
-from typing import Any
-
 from idmint.coordinate.base import (
     Claim,
     ClaimInfo,
     ClaimOptions,
     ClaimState,
     Coordinator,
+    DriverClaim,
     Grant,
+    HighWaterMark,
     release_all_claims,
 )
+from idmint.coordinate.registry import Registry
 from idmint.coordinate.url import CoordinatorUrl, parse_url
 from idmint.errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_COORDINATOR",
+    "DRIVERS",
     "Claim",
     "ClaimInfo",
     "ClaimOptions",
     "ClaimState",
     "Coordinator",
     "CoordinatorUrl",
+    "DriverClaim",
     "Grant",
+    "HighWaterMark",
     "connect",
     "driver",
     "drivers",
@@ -57,59 +61,29 @@ DEFAULT_COORDINATOR = "local://"
 """Where identities come from when nothing is said: a free one on this host."""
 
 ENTRY_POINT_GROUP = "idmint.coordinators"
-"""Drivers register under this entry-point group, by URL scheme (``zk = pkg.mod:Class``)."""
+"""Drivers register under this entry-point group, by URL scheme (``zk = pkg.mod:Class``);
+idmint's own are registered there too (pyproject.toml), and nowhere else."""
 
-_BUILT_IN = {
-    "static": "idmint.coordinate.static:StaticCoordinator",
-    "local": "idmint.coordinate.local:LocalCoordinator",
-    "memory": "idmint.coordinate.memory:MemoryCoordinator",
-    "zk": "idmint.coordinate.zookeeper:ZooKeeperCoordinator",
-    "zookeeper": "idmint.coordinate.zookeeper:ZooKeeperCoordinator",
-    "etcd": "idmint.coordinate.etcd:EtcdCoordinator",
-    "etcds": "idmint.coordinate.etcd:EtcdCoordinator",
-    "postgresql": "idmint.coordinate.postgres:PostgresCoordinator",
-    "postgres": "idmint.coordinate.postgres:PostgresCoordinator",
-    "redis": "idmint.coordinate.redis:RedisCoordinator",
-    "rediss": "idmint.coordinate.redis:RedisCoordinator",
-}
-"""The drivers idmint ships, also registered in its package metadata; this table
-serves a source tree that was never installed."""
+DRIVERS: Registry[Coordinator] = Registry(ENTRY_POINT_GROUP, Coordinator, "coordinator driver")
 
 
 def drivers() -> dict[str, str]:
-    """URL scheme -> ``module:Class`` of every driver known, built-in or installed."""
-    return {**_BUILT_IN, **_installed()}
-
-
-@functools.cache
-def _installed() -> dict[str, str]:
-    # Reading every installed package's metadata costs milliseconds: once per process.
-    from importlib.metadata import entry_points
-
-    return {entry.name: entry.value for entry in entry_points(group=ENTRY_POINT_GROUP)}
+    """URL scheme -> ``module:Class`` of every installed driver (two: both, joined)."""
+    return {scheme: " and ".join(found) for scheme, found in DRIVERS.registered().items()}
 
 
 def driver(scheme: str) -> type[Coordinator]:
     """The driver class for URL scheme ``scheme`` (imported on first use)."""
-    from importlib import import_module
-
-    target = _BUILT_IN.get(scheme) or _installed().get(scheme)
-    if target is None:
-        known = drivers()
+    found = DRIVERS.find(scheme)
+    if found is None:
         raise ConfigurationError(
             f"unknown coordinator scheme {scheme!r}; expected one of "
-            + ", ".join(f"{name}://" for name in sorted(known))
+            + ", ".join(f"{name}://" for name in DRIVERS.schemes())
         )
-    module_name, _, attribute = target.partition(":")
-    loaded = getattr(import_module(module_name), attribute)
-    if not (isinstance(loaded, type) and issubclass(loaded, Coordinator)):
-        raise ConfigurationError(
-            f"the {scheme}:// driver {target} is not an idmint.coordinate.Coordinator"
-        )
-    return loaded
+    return found
 
 
-def connect(url: str) -> Any:
+def connect(url: str | CoordinatorUrl) -> Coordinator:
     """The coordinator for ``url``; raises ``ConfigurationError`` for an unknown scheme."""
-    parsed = parse_url(url)
+    parsed = CoordinatorUrl.parse(url)
     return driver(parsed.scheme)(parsed)

@@ -52,9 +52,9 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Generic, Protocol, TypeVar
 
 from idmint.clock import SYSTEM_CLOCK, Clock
 from idmint.coordinate.url import CoordinatorUrl
@@ -71,8 +71,10 @@ __all__ = [
     "Claim",
     "ClaimInfo",
     "ClaimOptions",
+    "ClaimSource",
     "ClaimState",
     "Coordinator",
+    "DriverClaim",
     "Grant",
     "HighWaterMark",
     "holder_description",
@@ -120,12 +122,7 @@ class HighWaterMark:
     holder: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "ceiling_ms": self.ceiling_ms,
-            "renewed_ms": self.renewed_ms,
-            "released_ms": self.released_ms,
-            "holder": self.holder,
-        }
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> HighWaterMark:
@@ -615,6 +612,17 @@ class Claim:
             "Widen generators=LO-HI, or see who holds them with `idmint claims list`"
         )
 
+    def _mark(self, ceiling_ms: int, *, released: bool = False) -> HighWaterMark:
+        """The high-water mark this holder records: ``ceiling_ms``, renewed now (and
+        released now, for the final one)."""
+        now_ms = self.clock.time_ns() // 1_000_000
+        return HighWaterMark(
+            ceiling_ms=ceiling_ms,
+            renewed_ms=now_ms,
+            released_ms=now_ms if released else None,
+            holder=holder_description(),
+        )
+
     def _maintain(self) -> None:
         """Driver work done in the renewal thread after each renewal (default: none)."""
 
@@ -811,6 +819,127 @@ class Claim:
         return f"<{type(self).__name__} {self.description} {self._state.value}>"
 
 
+class ClaimSource(Protocol):
+    """What a driver's claim reads of the coordinator that makes it."""
+
+    ttl_s: float
+    description: str
+    """Where the claims are made, for messages: ``etcd://host:2379/idmint``."""
+
+
+SourceT = TypeVar("SourceT", bound=ClaimSource)
+
+
+class DriverClaim(Claim, Generic[SourceT]):
+    """The skeleton every driver's claim shares: a claim from a coordinator's pool.
+
+    Made by :meth:`Coordinator._new_claim` as ``claim_type(coordinator, options,
+    clock, space, identity)``; a driver sets its own state in :meth:`_begin` and
+    reads its coordinator as ``self.coordinator``. Its :meth:`_acquire` looks at the pool until a
+    look finds an identity to take (:meth:`_look`, the driver's), waiting
+    between looks for the pool to change (:meth:`_wait_for_change`) at most
+    ``look_every_s``, and gives up after ``claim_timeout`` with
+    :meth:`_nothing_free`. A driver that claims otherwise (ZooKeeper's node
+    groups) overrides :meth:`_acquire` itself.
+    """
+
+    look_every_s: float = 0.25
+    """Longest wait between two looks at a pool in which nothing was free."""
+
+    def __init__(
+        self,
+        coordinator: SourceT,
+        options: ClaimOptions,
+        clock: Clock | None,
+        space: str = "generator",
+        identity: Mapping[str, int] | None = None,
+    ) -> None:
+        what = "identity" if identity is not None else f"{space} ID claim"
+        super().__init__(
+            options=options,
+            ttl_s=coordinator.ttl_s,
+            clock=clock,
+            description=f"{what} at {coordinator.description}",
+        )
+        self.coordinator = coordinator
+        self.space = space
+        self.where = coordinator.description
+        self._fixed = dict(identity) if identity is not None else None
+        """The configured identity to hold (None: a free one from the pool)."""
+        self._begin()
+
+    def _begin(self) -> None:
+        """Set the driver's own state of a new claim (default: none)."""
+
+    @property
+    def cluster(self) -> int:
+        """The cluster claimed in: the URL's (generator IDs), else 0."""
+        return (self.options.cluster or 0) if self.space == "generator" else 0
+
+    def _identity(self, number: int, cluster: int) -> dict[str, int]:
+        """Identity ``number`` of the space: a generator ID has a cluster, a node ID none."""
+        if self.space == "generator":
+            return {"generator": number, "cluster": cluster}
+        return {"node": number}
+
+    def _acquire(self) -> tuple[Mapping[str, int], int]:
+        deadline = time.monotonic() + self._patience_s()
+        while True:
+            self.soonest_holdoff_end_s = math.inf
+            found = self._look(deadline)
+            if found is not None:
+                return found
+            if time.monotonic() >= deadline:
+                raise self._nothing_free()
+            if self._wait_for_change(self._next_look_s(deadline, every_s=self.look_every_s)):
+                raise ClaimLost(f"{self.description}: closed while claiming")
+
+    def _patience_s(self) -> float:
+        """How long a claimant looks for a free identity: ``claim_timeout``."""
+        return self.options.claim_timeout_s
+
+    def _look(self, deadline: float) -> tuple[Mapping[str, int], int] | None:
+        """One look at the pool: take a free identity that is not held off, and return
+        it with its floor (None: nothing could be taken; look again)."""
+        raise NotImplementedError
+
+    def _wait_for_change(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for the pool to change; True if the claim was closed."""
+        return self._sleep(seconds)
+
+    def _nothing_free(self) -> Exception:
+        """The error for a claimant that found nothing free within its patience."""
+        return self._pool_exhausted(f"cluster {self.cluster}", self.where)
+
+    def _release(self, final_ceiling_ms: int | None) -> None:
+        """Record the final high-water mark where the claim still can, then let go."""
+        try:
+            write = self._final_mark_writer()
+            if write is not None:
+                self._record_final_mark(final_ceiling_ms, write)
+        finally:
+            self._let_go()
+
+    def _final_mark_writer(self) -> Callable[[HighWaterMark], object] | None:
+        """What writes the final mark now (None: the claim holds nothing to write it to)."""
+        return None
+
+    def _let_go(self) -> None:
+        """Give the identity up: close the session, revoke the lease, unlock."""
+
+    def _record_final_mark(
+        self, final_ceiling_ms: int | None, write: Callable[[HighWaterMark], object]
+    ) -> None:
+        """Write the final high-water mark with ``write``, best effort: if it fails, the
+        ceiling last recorded stays, which is only more cautious."""
+        if final_ceiling_ms is None:
+            return
+        try:
+            write(self._mark(final_ceiling_ms, released=True))
+        except CoordinationError as error:
+            log.info("%s: could not record the final high-water mark: %s", self, error)
+
+
 class Coordinator:
     """A connection to a coordination service, made by :func:`idmint.coordinate.connect`.
 
@@ -822,6 +951,10 @@ class Coordinator:
 
     url: str
     """The URL, password hidden: for messages."""
+    description: str
+    """Where its claims are made (the URL without its options), for messages."""
+    ttl_s: float
+    """The session timeout or lease TTL its claims fence with."""
     _options_template: ClaimOptions
 
     def __init__(self, url: CoordinatorUrl) -> None:
@@ -845,20 +978,24 @@ class Coordinator:
         *,
         clock: Clock | None = None,
         pool: range | None = None,
-        space: str = "generator",
+        space: str | None = None,
         identity: Mapping[str, int] | None = None,
     ) -> Claim:
         """Claim an identity (blocking); the claim renews itself until closed.
 
         ``space`` says what kind: ``generator`` (uid64: identity ``{"generator",
         "cluster"}``), ``node`` (elastic64: ``{"node"}``, width 8) or ``short60``
-        (``{"node"}``, 0..511); each space is a pool of its own. ``pool`` narrows
-        the IDs to what the scheme can hold. ``identity`` asks for exactly that
-        one (a configured identity), where the driver holds configured ones.
+        (``{"node"}``, 0..511); each space is a pool of its own; by default the
+        driver's ``default_space``. ``pool`` narrows the IDs to what the scheme
+        can hold. ``identity`` asks for exactly that one (a configured identity),
+        where the driver holds configured ones.
         """
-        if space not in SPACES:
+        space = space or self.default_space
+        if identity is None:
+            identity = self.identity_in(space)
+        if space not in self.spaces:
             raise ConfigurationError(
-                f"no identity space {space!r}; expected one of {', '.join(SPACES)}"
+                f"{self.url} claims no {space!r} identities; it claims {', '.join(self.spaces)}"
             )
         if identity is not None and not self.holds_configured_identities:
             raise ConfigurationError(
@@ -871,6 +1008,31 @@ class Coordinator:
     holds_configured_identities: bool = False
     """Whether :meth:`claim` takes an ``identity`` (a configured one) to hold."""
 
+    default_space: str = "generator"
+    """The space :meth:`claim` claims in when none is named."""
+
+    spaces: tuple[str, ...] = SPACES
+    """The spaces it claims in."""
+
+    identity_block: int | None = None
+    """With a configured identity: how many consecutive IDs from it this process may
+    use (a StatefulSet pod's block); None: no limit."""
+
+    @classmethod
+    def pool_within(cls, url: CoordinatorUrl, name: str) -> CoordinatorUrl | None:
+        """A URL of a pool of its own called ``name`` inside ``url``'s (a root under its
+        root, a table beside its table): where :mod:`idmint.testing` runs its checks,
+        touching nothing else. None (the default): this driver's URL names one pool."""
+        return None
+
+    def configured_identity(self) -> dict[str, int] | None:
+        """The identity fields the URL configures (``static://``), or None for a
+        driver that claims a free identity from a pool."""
+        return None
+
+    claim_type: type[DriverClaim[Any]]
+    """The driver's claim, made by :meth:`_new_claim` (unless the driver overrides that)."""
+
     def _new_claim(
         self,
         options: ClaimOptions,
@@ -879,7 +1041,29 @@ class Coordinator:
         identity: Mapping[str, int] | None,
     ) -> Claim:
         """The driver's claim for ``space`` (not started: :meth:`claim` starts it)."""
-        raise NotImplementedError
+        source, claim_type = self._claimed_by(space)
+        return claim_type(source, options, clock, space, identity)
+
+    def _claimed_by(self, space: str) -> tuple[ClaimSource, type[DriverClaim[Any]]]:
+        """What makes the claims of ``space``: the source they read, and their class
+        (default: this coordinator and :attr:`claim_type`)."""
+        return self, self.claim_type
+
+    def identity_in(self, space: str) -> dict[str, int] | None:
+        """The identity a claim of ``space`` holds when none is asked for: the URL's
+        configured one (``static://``); None (the default): a free one."""
+        return None
+
+    def _take_url(
+        self, url: CoordinatorUrl, known: Sequence[str], *, needs_hosts: bool = False
+    ) -> None:
+        """Check ``url``'s options (and hosts), and keep what every driver keeps of it:
+        ``url`` (password hidden) and the common claim options."""
+        url.check_known(known)
+        if needs_hosts and not url.hosts:
+            raise ConfigurationError(f"{url.redacted()}: give at least one host:port")
+        self.url = url.redacted()
+        self._options_template = ClaimOptions.from_url(url)
 
     def list_claims(self) -> Sequence[ClaimInfo]:
         raise NotImplementedError

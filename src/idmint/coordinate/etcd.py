@@ -55,21 +55,18 @@ import contextlib
 import http.client
 import json
 import logging
-import math
 import random
 import ssl
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from idmint.clock import Clock
 from idmint.coordinate.base import (
-    Claim,
     ClaimInfo,
-    ClaimOptions,
     Coordinator,
+    DriverClaim,
     HighWaterMark,
     holder_description,
     holder_of,
@@ -77,7 +74,6 @@ from idmint.coordinate.base import (
 from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
 from idmint.coordinate.waiting import noticed_if_slow
 from idmint.errors import (
-    ClaimLost,
     ConfigurationError,
     CoordinationError,
     CoordinatorRefused,
@@ -100,6 +96,12 @@ def _b64(data: str | bytes) -> str:
 
 def _unb64(text: str | None) -> bytes:
     return base64.b64decode(text) if text else b""
+
+
+def _prefix_range(prefix: str) -> dict[str, Any]:
+    """The key range of every key that starts with ``prefix``."""
+    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    return {"key": _b64(prefix), "range_end": _b64(end)}
 
 
 class _Refusal(Exception):
@@ -306,8 +308,7 @@ class EtcdGateway:
     def get_prefix(
         self, prefix: str, *, keys_only: bool = False
     ) -> list[tuple[str, bytes, dict[str, Any]]]:
-        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        request: dict[str, Any] = {"key": _b64(prefix), "range_end": _b64(end)}
+        request: dict[str, Any] = _prefix_range(prefix)
         if keys_only:
             request["keys_only"] = True
         reply = self.post(f"listing {prefix}", "/kv/range", request)
@@ -315,6 +316,10 @@ class EtcdGateway:
             (_unb64(kv["key"]).decode(), _unb64(kv.get("value")), kv)
             for kv in reply.get("kvs") or []
         ]
+
+    def delete_prefix(self, prefix: str) -> None:
+        """Delete every key that starts with ``prefix``."""
+        self.post(f"deleting {prefix}", "/kv/deleterange", _prefix_range(prefix))
 
     def read_pairs(
         self, base: str, pairs: Sequence[tuple[int, int]]
@@ -364,188 +369,35 @@ class EtcdGateway:
             member.close()
 
 
-class EtcdCoordinator(Coordinator):
-    """An etcd cluster used as a pool of generator IDs (see the module docs)."""
-
-    def __init__(self, url: CoordinatorUrl) -> None:
-        url.check_known(OPTIONS)
-        if not url.hosts:
-            raise ConfigurationError(f"{url.redacted()}: give at least one host:port")
-        self.url = url.redacted()
-        self.prefix = (url.path or DEFAULT_PREFIX).rstrip("/")
-        self.ttl_s = url.number("ttl", DEFAULT_TTL_S, minimum=2)
-        if self.ttl_s != int(self.ttl_s):
-            raise ConfigurationError(f"etcd:// option ttl must be whole seconds, got {self.ttl_s}")
-        tls = url.flag("tls", url.scheme == "etcds") or bool(url.options.get("ca"))
-        self.hosts = tuple((host, port or 2379) for host, port in url.hosts)
-        self.gateway = EtcdGateway(
-            self.hosts,
-            tls=tls,
-            ca=url.options.get("ca"),
-            cert=url.options.get("cert"),
-            key=url.options.get("key"),
-            timeout_s=url.number("timeout", 2.0, minimum=0.1),
-            username=url.username,
-            password=url.password,
-        )
-        self._options_template = ClaimOptions.from_url(url)
-        self.description = f"etcd://{','.join(f'{h}:{p}' for h, p in self.hosts)}{self.prefix}"
-        self._cluster_id: bytes | None = None
-        self._check_reachable()
-
-    def _check_reachable(self) -> None:
-        """Wait up to ``connect_timeout`` for a member to answer, and not much longer."""
-        connect_timeout = self._options_template.connect_timeout_s
-        deadline = time.monotonic() + connect_timeout
-        with noticed_if_slow(f"etcd at {self.description}", connect_timeout) as waited:
-            while True:
-                remaining = deadline - time.monotonic()
-                try:
-                    # No attempt may run past the deadline by more than a moment.
-                    with self.gateway.timeout_at_most(max(0.1, remaining / len(self.hosts))):
-                        found = self.gateway.get(f"{self.prefix}/cluster-id")
-                except CoordinatorRefused:
-                    raise  # credentials or TLS: waiting would not help
-                except CoordinatorUnavailable as error:
-                    if time.monotonic() + 0.1 >= deadline:
-                        raise CoordinatorUnavailable(
-                            f"could not reach etcd at {self.description} (waited "
-                            f"{waited.seconds:.1f} s: {self.gateway.last_failures or error}); "
-                            "check that the cluster is running and the URL's hosts, ports and "
-                            "TLS settings are right, or wait longer with connect_timeout=SECONDS"
-                        ) from error
-                    time.sleep(0.1)  # in the constructor: there is no claim to close yet
-                else:
-                    # Kept for the first claim: read a moment ago, and it rarely changes.
-                    self._cluster_id = found[0] if found is not None else None
-                    return
-
-    def clusters(self) -> list[int]:
-        """The cluster IDs to claim in, from ``cluster-id``, creating it ("0") when missing."""
-        if self._cluster_id is not None:
-            stored, self._cluster_id = self._cluster_id, None
-            return self.clusters_in(stored)
-        key = f"{self.prefix}/cluster-id"
-        found = self.gateway.get(key)
-        if found is None:
-            default = str(self._options_template.cluster or 0)
-            self.gateway.txn(
-                f"creating {key}",
-                {
-                    "compare": [
-                        {"target": "VERSION", "key": _b64(key), "result": "EQUAL", "version": 0}
-                    ],
-                    "success": [{"request_put": {"key": _b64(key), "value": _b64(default)}}],
-                },
-            )
-            found = self.gateway.get(key)
-        return self.clusters_in(found[0] if found else b"0")
-
-    def clusters_in(self, stored: bytes) -> list[int]:
-        """The cluster IDs to claim in, given what ``cluster-id`` holds."""
-        key = f"{self.prefix}/cluster-id"
-        text = stored.decode("utf-8", "replace")
-        try:
-            clusters = [int(part.strip()) for part in text.split(",") if part.strip()]
-        except ValueError:
-            raise ConfigurationError(
-                f"{key} holds {text!r}; expected comma-separated cluster IDs such as '0' or '1, 2'"
-            ) from None
-        wanted = self._options_template.cluster
-        if wanted is not None:
-            if wanted not in clusters:
-                raise ConfigurationError(
-                    f"{key} lists clusters {text!r}, not the cluster={wanted} the URL asks for"
-                )
-            return [wanted]
-        return clusters
-
-    def _new_claim(
-        self,
-        options: ClaimOptions,
-        clock: Clock | None,
-        space: str,
-        identity: Mapping[str, int] | None,
-    ) -> EtcdClaim:
-        return EtcdClaim(self, options, clock, space=space)
-
-    def space_prefix(self, space: str) -> str:
-        """Where a space's ``pool`` and ``hwm`` keys live: the prefix itself for
-        generator IDs (java-uniqueid's layout), ``<prefix>/<space>`` for the others."""
-        return self.prefix if space == "generator" else f"{self.prefix}/{space}"
-
-    def read_marks(
-        self, space: str = "generator"
-    ) -> dict[tuple[int, int], tuple[HighWaterMark, int]]:
-        """Every high-water mark of ``space``: (cluster, ID) -> (mark, mod_revision)."""
-        marks = {}
-        for key, value, kv in self.gateway.get_prefix(f"{self.space_prefix(space)}/hwm/"):
-            pair = _pair(key)
-            if pair is not None:
-                marks[pair] = (HighWaterMark.from_bytes(value), int(kv.get("mod_revision", 0)))
-        return marks
-
-    def list_claims(self) -> list[ClaimInfo]:
-        rows: list[ClaimInfo] = []
-        for space in ("generator", "node", "short60"):
-            marks = self.read_marks(space)
-            found = []
-            for key, value, _kv in self.gateway.get_prefix(f"{self.space_prefix(space)}/pool/"):
-                pair = _pair(key)
-                if pair is None:
-                    continue
-                holder, since = holder_of(value)
-                mark = marks.get(pair)
-                found.append(
-                    ClaimInfo(
-                        cluster=pair[0],
-                        generator=pair[1],
-                        holder=holder,
-                        since_ms=since,
-                        high_water_mark_ms=mark[0].ceiling_ms if mark else None,
-                        space=space,
-                    )
-                )
-            rows += sorted(found, key=lambda row: (row.cluster, row.generator))
-        return rows
-
-    def close(self) -> None:
-        self.gateway.close()
-
-
-class EtcdClaim(Claim):
+class EtcdClaim(DriverClaim["EtcdCoordinator"]):
     """One (cluster, generator) pair held by a lease."""
 
-    def __init__(
-        self,
-        coordinator: EtcdCoordinator,
-        options: ClaimOptions,
-        clock: Clock | None,
-        *,
-        space: str = "generator",
-    ) -> None:
-        super().__init__(
-            options=options,
-            ttl_s=coordinator.ttl_s,
-            clock=clock,
-            description=f"{space} ID claim at {coordinator.description}",
-        )
-        self._coordinator = coordinator
-        self.space = space
-        self._base = coordinator.space_prefix(space)
-        self._gateway = coordinator.gateway
+    def _begin(self) -> None:
+        self._base = self.coordinator.space_prefix(self.space)
+        self._gateway = self.coordinator.gateway
         self._lease: int | None = None
         self._key: str | None = None
         self._hwm_key: str | None = None
         self._hwm_revision = 0  # 0: no mark yet (compare create_revision == 0)
         self._lease_sent_mono = 0  # when the lease was granted or last kept alive
         self._token = uuid.uuid4().hex
+        self._claiming: _Claiming | None = None
+
+    @property
+    def lease(self) -> int | None:
+        """The etcd lease the claim is bound to, while it holds one."""
+        return self._lease
 
     def _acquire(self) -> tuple[Mapping[str, int], int]:
+        """Claim a free ID: a look at a few random IDs (the whole pool when they are
+        taken), then one transaction."""
         self._lease_sent_mono = self.clock.monotonic_ns()
         lease = self._gateway.grant(int(self.ttl_s))
         try:
-            return self._acquire_with(lease)
+            # Only generator IDs belong to clusters; other spaces are one pool (0).
+            clusters = self.coordinator.clusters() if self.space == "generator" else [0]
+            self._claiming = _Claiming(lease, clusters, self.options.pool)
+            return super()._acquire()
         except BaseException:
             if self._lease != lease:
                 try:
@@ -553,37 +405,33 @@ class EtcdClaim(Claim):
                 except CoordinationError as error:
                     log.info("%s: could not revoke an unused lease (%s); it expires", self, error)
             raise
+        finally:
+            self._claiming = None
 
-    def _acquire_with(self, lease: int) -> tuple[Mapping[str, int], int]:
-        """Claim a free ID: a look at a few random IDs (the whole pool when they are
-        taken), then one transaction."""
-        coordinator = self._coordinator
-        # Only generator IDs belong to clusters; other spaces are one pool (0).
-        clusters = coordinator.clusters() if self.space == "generator" else [0]
-        pairs = [(cluster, number) for cluster in clusters for number in self.options.pool]
-        deadline = time.monotonic() + self.options.claim_timeout_s
-        taken: set[tuple[int, int]] = set()
-        while True:
-            self.soonest_holdoff_end_s = math.inf
-            for cluster, number, mark, revision in self._candidates(pairs, taken):
-                if self._try_claim(lease, cluster, number, mark, revision):
-                    self._lease = lease
-                    identity = (
-                        {"generator": number, "cluster": cluster}
-                        if self.space == "generator"
-                        else {"node": number}
-                    )
-                    return identity, mark.ceiling_ms if mark else -1
-                taken.add((cluster, number))
-            if time.monotonic() >= deadline:
-                raise self._pool_exhausted(f"clusters {clusters}", coordinator.description)
-            # Keep the lease alive while we wait for an ID to come free: a
-            # key may go at any moment, a hold-off ends when it ends.
-            self._lease_sent_mono = self.clock.monotonic_ns()
-            self._gateway.keepalive(lease)
-            taken.clear()
-            if self._sleep(self._next_look_s(deadline, every_s=0.25)):
-                raise ClaimLost(f"{self.description}: closed while claiming")
+    def _look(self, deadline: float) -> tuple[Mapping[str, int], int] | None:
+        claiming = self._claiming
+        assert claiming is not None
+        for cluster, number, mark, revision in self._candidates(claiming.pairs, claiming.taken):
+            if self._try_claim(claiming.lease, cluster, number, mark, revision):
+                self._lease = claiming.lease
+                return self._identity(number, cluster), mark.ceiling_ms if mark else -1
+            claiming.taken.add((cluster, number))
+        return None
+
+    def _wait_for_change(self, seconds: float) -> bool:
+        claiming = self._claiming
+        assert claiming is not None
+        # Keep the lease alive while we wait for an ID to come free: a key may go
+        # at any moment, a hold-off ends when it ends.
+        self._lease_sent_mono = self.clock.monotonic_ns()
+        self._gateway.keepalive(claiming.lease)
+        claiming.taken.clear()
+        return self._sleep(seconds)
+
+    def _nothing_free(self) -> Exception:
+        claiming = self._claiming
+        assert claiming is not None
+        return self._pool_exhausted(f"clusters {claiming.clusters}", self.where)
 
     def _candidates(
         self, pairs: list[tuple[int, int]], taken: set[tuple[int, int]]
@@ -699,12 +547,7 @@ class EtcdClaim(Claim):
         assert self._hwm_key is not None
         if self._gateway.keepalive(self._lease) <= 0:
             return False  # the lease expired: etcd has deleted our key
-        mark = HighWaterMark(
-            ceiling_ms=ceiling_ms,
-            renewed_ms=self.clock.time_ns() // 1_000_000,
-            holder=holder_description(),
-        )
-        return self._write_mark(mark)
+        return self._write_mark(self._mark(ceiling_ms))
 
     def _write_mark(self, mark: HighWaterMark) -> bool:
         assert self._key is not None
@@ -731,26 +574,12 @@ class EtcdClaim(Claim):
         self._hwm_revision = int(reply.get("header", {}).get("revision", 0))
         return True
 
-    def _release(self, final_ceiling_ms: int | None) -> None:
-        lease = self._lease
-        if lease is None:
-            return
-        try:
-            if final_ceiling_ms is not None and self._key is not None:
-                now_ms = self.clock.time_ns() // 1_000_000
-                mark = HighWaterMark(
-                    ceiling_ms=final_ceiling_ms,
-                    renewed_ms=now_ms,
-                    released_ms=now_ms,
-                    holder=holder_description(),
-                )
-                try:
-                    self._write_mark(mark)
-                except CoordinationError as error:
-                    # The recorded ceiling stays, which is only more cautious.
-                    log.info("%s: could not record the final high-water mark: %s", self, error)
-        finally:
-            self._lease = None
+    def _final_mark_writer(self) -> Callable[[HighWaterMark], object] | None:
+        return self._write_mark if self._lease is not None and self._key is not None else None
+
+    def _let_go(self) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
             self._gateway.revoke(lease)  # deletes the pool key
 
     def _reclaim(self) -> None:
@@ -764,6 +593,148 @@ class EtcdClaim(Claim):
     def _forget(self) -> None:
         # The lease is the parent's: revoking it here would end the parent's claim.
         self._lease = None
+
+
+class EtcdCoordinator(Coordinator):
+    """An etcd cluster used as a pool of generator IDs (see the module docs)."""
+
+    claim_type = EtcdClaim
+
+    def __init__(self, url: CoordinatorUrl) -> None:
+        self._take_url(url, OPTIONS, needs_hosts=True)
+        self.prefix = (url.path or DEFAULT_PREFIX).rstrip("/")
+        self.ttl_s = url.number("ttl", DEFAULT_TTL_S, minimum=2)
+        if self.ttl_s != int(self.ttl_s):
+            raise ConfigurationError(f"etcd:// option ttl must be whole seconds, got {self.ttl_s}")
+        tls = url.flag("tls", url.scheme == "etcds") or bool(url.options.get("ca"))
+        self.hosts = tuple((host, port or 2379) for host, port in url.hosts)
+        self.gateway = EtcdGateway(
+            self.hosts,
+            tls=tls,
+            ca=url.options.get("ca"),
+            cert=url.options.get("cert"),
+            key=url.options.get("key"),
+            timeout_s=url.number("timeout", 2.0, minimum=0.1),
+            username=url.username,
+            password=url.password,
+        )
+        self.description = f"etcd://{','.join(f'{h}:{p}' for h, p in self.hosts)}{self.prefix}"
+        self._cluster_id: bytes | None = None
+        self._check_reachable()
+
+    @classmethod
+    def pool_within(cls, url: CoordinatorUrl, name: str) -> CoordinatorUrl:
+        return url.replace(path=f"{(url.path or DEFAULT_PREFIX).rstrip('/')}/{name}")
+
+    def _check_reachable(self) -> None:
+        """Wait up to ``connect_timeout`` for a member to answer, and not much longer."""
+        connect_timeout = self._options_template.connect_timeout_s
+        deadline = time.monotonic() + connect_timeout
+        with noticed_if_slow(f"etcd at {self.description}", connect_timeout) as waited:
+            while True:
+                remaining = deadline - time.monotonic()
+                try:
+                    # No attempt may run past the deadline by more than a moment.
+                    with self.gateway.timeout_at_most(max(0.1, remaining / len(self.hosts))):
+                        found = self.gateway.get(f"{self.prefix}/cluster-id")
+                except CoordinatorRefused:
+                    raise  # credentials or TLS: waiting would not help
+                except CoordinatorUnavailable as error:
+                    if time.monotonic() + 0.1 >= deadline:
+                        raise CoordinatorUnavailable(
+                            f"could not reach etcd at {self.description} (waited "
+                            f"{waited.seconds:.1f} s: {self.gateway.last_failures or error}); "
+                            "check that the cluster is running and the URL's hosts, ports and "
+                            "TLS settings are right, or wait longer with connect_timeout=SECONDS"
+                        ) from error
+                    time.sleep(0.1)  # in the constructor: there is no claim to close yet
+                else:
+                    # Kept for the first claim: read a moment ago, and it rarely changes.
+                    self._cluster_id = found[0] if found is not None else None
+                    return
+
+    def clusters(self) -> list[int]:
+        """The cluster IDs to claim in, from ``cluster-id``, creating it ("0") when missing."""
+        if self._cluster_id is not None:
+            stored, self._cluster_id = self._cluster_id, None
+            return self.clusters_in(stored)
+        key = f"{self.prefix}/cluster-id"
+        found = self.gateway.get(key)
+        if found is None:
+            default = str(self._options_template.cluster or 0)
+            self.gateway.txn(
+                f"creating {key}",
+                {
+                    "compare": [
+                        {"target": "VERSION", "key": _b64(key), "result": "EQUAL", "version": 0}
+                    ],
+                    "success": [{"request_put": {"key": _b64(key), "value": _b64(default)}}],
+                },
+            )
+            found = self.gateway.get(key)
+        return self.clusters_in(found[0] if found else b"0")
+
+    def clusters_in(self, stored: bytes) -> list[int]:
+        """The cluster IDs to claim in, given what ``cluster-id`` holds."""
+        key = f"{self.prefix}/cluster-id"
+        text = stored.decode("utf-8", "replace")
+        try:
+            clusters = [int(part.strip()) for part in text.split(",") if part.strip()]
+        except ValueError:
+            raise ConfigurationError(
+                f"{key} holds {text!r}; expected comma-separated cluster IDs such as '0' or '1, 2'"
+            ) from None
+        wanted = self._options_template.cluster
+        if wanted is not None:
+            if wanted not in clusters:
+                raise ConfigurationError(
+                    f"{key} lists clusters {text!r}, not the cluster={wanted} the URL asks for"
+                )
+            return [wanted]
+        return clusters
+
+    def space_prefix(self, space: str) -> str:
+        """Where a space's ``pool`` and ``hwm`` keys live: the prefix itself for
+        generator IDs (java-uniqueid's layout), ``<prefix>/<space>`` for the others."""
+        return self.prefix if space == "generator" else f"{self.prefix}/{space}"
+
+    def read_marks(
+        self, space: str = "generator"
+    ) -> dict[tuple[int, int], tuple[HighWaterMark, int]]:
+        """Every high-water mark of ``space``: (cluster, ID) -> (mark, mod_revision)."""
+        marks = {}
+        for key, value, kv in self.gateway.get_prefix(f"{self.space_prefix(space)}/hwm/"):
+            pair = _pair(key)
+            if pair is not None:
+                marks[pair] = (HighWaterMark.from_bytes(value), int(kv.get("mod_revision", 0)))
+        return marks
+
+    def list_claims(self) -> list[ClaimInfo]:
+        rows: list[ClaimInfo] = []
+        for space in ("generator", "node", "short60"):
+            marks = self.read_marks(space)
+            found = []
+            for key, value, _kv in self.gateway.get_prefix(f"{self.space_prefix(space)}/pool/"):
+                pair = _pair(key)
+                if pair is None:
+                    continue
+                holder, since = holder_of(value)
+                mark = marks.get(pair)
+                found.append(
+                    ClaimInfo(
+                        cluster=pair[0],
+                        generator=pair[1],
+                        holder=holder,
+                        since_ms=since,
+                        high_water_mark_ms=mark[0].ceiling_ms if mark else None,
+                        space=space,
+                    )
+                )
+            rows += sorted(found, key=lambda row: (row.cluster, row.generator))
+        return rows
+
+    def close(self) -> None:
+        self.gateway.close()
 
 
 def _tls_refused(error: ssl.SSLError, endpoint: str, doing: str) -> CoordinatorRefused:
@@ -811,6 +782,16 @@ def _message(error: Exception) -> str:
 
 _PROBES = 4
 """IDs looked at together before reading the whole pool."""
+
+
+class _Claiming:
+    """A claim in progress: its lease, the pool's (cluster, ID) pairs, those seen taken."""
+
+    def __init__(self, lease: int, clusters: list[int], pool: range) -> None:
+        self.lease = lease
+        self.clusters = clusters
+        self.pairs = [(cluster, number) for cluster in clusters for number in pool]
+        self.taken: set[tuple[int, int]] = set()
 
 
 def _unchanged(key: str, revision: int) -> dict[str, Any]:

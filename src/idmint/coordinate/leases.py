@@ -41,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import random
 import threading
@@ -51,14 +50,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from idmint.clock import Clock
-from idmint.coordinate.base import (
-    Claim,
-    ClaimOptions,
-    HighWaterMark,
-    holder_description,
-)
-from idmint.errors import ClaimLost, CoordinationError, CoordinatorUnavailable
+from idmint.coordinate.base import ClaimSource, DriverClaim, HighWaterMark, holder_description
+from idmint.errors import CoordinationError, CoordinatorRefused, CoordinatorUnavailable
 
 __all__ = [
     "STEP_BACK_SLACK_MS",
@@ -69,6 +62,8 @@ __all__ = [
     "PoolRecord",
     "SharedClients",
     "Take",
+    "first_line",
+    "reach_within",
 ]
 
 log = logging.getLogger("idmint.coordinate")
@@ -77,6 +72,53 @@ STEP_BACK_SLACK_MS = 1000
 """A lease whose expiry lies more than its TTL + this ahead of the store's clock
 is taken as lapsed: the store's clock stepped back since it was renewed, and a
 live holder renews it again within a third of its TTL."""
+
+ResultT = TypeVar("ResultT")
+
+
+def first_line(error: BaseException) -> str:
+    """A store's error for a message: its first line, at most 300 characters."""
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:300]
+
+
+def reach_within(
+    seconds: float,
+    attempt: Callable[[float], ResultT],
+    translate: Callable[[Exception], Exception],
+    *,
+    store: str,
+    description: str,
+    settings: str,
+) -> ResultT:
+    """``attempt(seconds_left)`` until it succeeds, for at most ``seconds``: a
+    coordinator's first contact with its store, which may still be starting.
+
+    An outage (``translate`` makes it a :class:`CoordinatorUnavailable`) is
+    tried again every 0.1 s; a refusal or any other error is raised at once,
+    translated. After ``seconds``, one :class:`CoordinatorUnavailable` says what
+    to check: ``settings`` names the URL's parts that decide where it connects.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return attempt(deadline - time.monotonic())
+        except Exception as error:
+            translated = translate(error)
+            if translated is error:
+                raise
+            if not isinstance(translated, CoordinatorUnavailable) or isinstance(
+                translated, CoordinatorRefused
+            ):
+                raise translated from error
+            if time.monotonic() + 0.1 >= deadline:
+                raise CoordinatorUnavailable(
+                    f"could not reach {store} at {description} within {seconds:g} s "
+                    f"({translated}); check that it is running and the URL's {settings} "
+                    "are right, or wait longer with connect_timeout=SECONDS"
+                ) from error
+        time.sleep(0.1)  # in the constructor: there is no claim to close yet
+
 
 PROBES = 8
 """Free IDs a claimant asks for at once, from a random place in the pool."""
@@ -179,34 +221,20 @@ class LeaseStore(Protocol):
         ...
 
 
-StoreT = TypeVar("StoreT", bound=LeaseStore)
+class LeaseSource(ClaimSource, Protocol):
+    """A coordinator whose claims are leases in a store (PostgreSQL, Redis)."""
+
+    store: LeaseStore
 
 
-class LeaseClaim(Claim, Generic[StoreT]):
+class LeaseClaim(DriverClaim[LeaseSource]):
     """One identity held as a lease in a store that may forget (see the module docs)."""
 
-    def __init__(
-        self,
-        store: StoreT,
-        options: ClaimOptions,
-        clock: Clock | None,
-        *,
-        ttl_s: float,
-        space: str,
-        cluster: int,
-    ) -> None:
-        super().__init__(
-            options=options,
-            ttl_s=ttl_s,
-            clock=clock,
-            description=f"{space} ID claim at {store.description}",
-        )
+    def _begin(self) -> None:
         # A renewal is a write to a database the application shares: one per holder
         # per TTL/3 at most, and still two before the deadline, so one lost costs nothing.
-        self.renew_every_s = min(ttl_s / 3, (ttl_s - self.margin_s) / 2)
-        self.store = store
-        self.space = space
-        self.cluster = cluster if space == "generator" else 0
+        self.renew_every_s = min(self.ttl_s / 3, (self.ttl_s - self.margin_s) / 2)
+        self.store = self.coordinator.store
         self._held: tuple[int, int] | None = None
         self._token = ""
         self.proven = True
@@ -216,31 +244,34 @@ class LeaseClaim(Claim, Generic[StoreT]):
     def ttl_ms(self) -> int:
         return round(self.ttl_s * 1000)
 
+    @property
+    def lease(self) -> tuple[int, int, str] | None:
+        """The lease held: (cluster, number, token); None while none is."""
+        held = self._held
+        return None if held is None else (*held, self._token)
+
     def _acquire(self) -> tuple[Mapping[str, int], int]:
         # A token per claim: a retried take is recognised as ours, a later
         # claim is not mistaken for this one.
         self._token = uuid.uuid4().hex
         self._held = None
+        return super()._acquire()
+
+    def _look(self, deadline: float) -> tuple[Mapping[str, int], int] | None:
         pool = self.options.pool
-        deadline = time.monotonic() + self.options.claim_timeout_s
-        while True:
-            self.soonest_holdoff_end_s = math.inf
-            start = random.choice(pool)
-            want: int | None = PROBES
-            for _ in range(_LOOKS_AT_ONCE):
-                look = self.store.look(self.space, self.cluster, pool, start=start, want=want)
-                taken, raced = self._take_one_of(look)
-                if taken is not None:
-                    return taken
-                if not raced and (want is None or len(look.free) < PROBES):
-                    break  # every free identity is held off: wait for one
-                # Those few were held off (look at every free one), or another
-                # claimant took ours or wrote the pool's record first (look again).
-                want = None
-            if time.monotonic() >= deadline:
-                raise self._pool_exhausted(f"cluster {self.cluster}", self.store.description)
-            if self._sleep(self._next_look_s(deadline, every_s=0.25)):
-                raise ClaimLost(f"{self.description}: closed while claiming")
+        start = random.choice(pool)
+        want: int | None = PROBES
+        for _ in range(_LOOKS_AT_ONCE):
+            look = self.store.look(self.space, self.cluster, pool, start=start, want=want)
+            taken, raced = self._take_one_of(look)
+            if taken is not None:
+                return taken
+            if not raced and (want is None or len(look.free) < PROBES):
+                break  # every free identity is held off: wait for one
+            # Those few were held off (look at every free one), or another
+            # claimant took ours or wrote the pool's record first (look again).
+            want = None
+        return None
 
     def _take_one_of(self, look: Look) -> tuple[tuple[Mapping[str, int], int] | None, bool]:
         """Take the first usable identity of ``look``.
@@ -291,11 +322,11 @@ class LeaseClaim(Claim, Generic[StoreT]):
                     "%s: the store cannot prove who held %s last; nothing is issued "
                     "before %d (its record dates from %d)",
                     self.description,
-                    self._identity_text(self._identity(free)),
+                    self._identity_text(self._identity(free.number, free.cluster)),
                     floor,
                     record.since_ms,
                 )
-            return (self._identity(free), floor), False
+            return (self._identity(free.number, free.cluster), floor), False
         return None, raced
 
     def _record_after(self, look: Look, now_ms: int) -> tuple[PoolRecord, PoolRecord | None]:
@@ -322,35 +353,18 @@ class LeaseClaim(Claim, Generic[StoreT]):
                 if time.monotonic() >= retry_until or self._sleep(0.1):
                     raise
 
-    def _identity(self, free: Free) -> dict[str, int]:
-        if self.space == "generator":
-            return {"generator": free.number, "cluster": free.cluster}
-        return {"node": free.number}
-
     def _renew(self, ceiling_ms: int) -> bool:
         held = self._held
         if held is None:
             return False
-        mark = HighWaterMark(
-            ceiling_ms=ceiling_ms,
-            renewed_ms=self.clock.time_ns() // 1_000_000,
-            holder=holder_description(),
-        )
+        mark = self._mark(ceiling_ms)
         return self.store.renew(self.space, *held, token=self._token, ttl_ms=self.ttl_ms, mark=mark)
 
     def _release(self, final_ceiling_ms: int | None) -> None:
         held, self._held = self._held, None
         if held is None:
             return
-        mark = None
-        if final_ceiling_ms is not None:
-            now_ms = self.clock.time_ns() // 1_000_000
-            mark = HighWaterMark(
-                ceiling_ms=final_ceiling_ms,
-                renewed_ms=now_ms,
-                released_ms=now_ms,
-                holder=holder_description(),
-            )
+        mark = None if final_ceiling_ms is None else self._mark(final_ceiling_ms, released=True)
         self.store.release(self.space, *held, token=self._token, mark=mark)
 
     def _reclaim(self) -> None:

@@ -61,28 +61,22 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import math
 import os
 import stat
-import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from idmint.clock import Clock
 from idmint.coordinate.base import (
     SPACES,
-    Claim,
     ClaimInfo,
-    ClaimOptions,
     Coordinator,
+    DriverClaim,
     HighWaterMark,
-    holder_description,
 )
 from idmint.coordinate.hostpool import HostPool, mark_and_record, write_atomically
 from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
 from idmint.errors import (
-    ClaimLost,
     ConfigurationError,
     CoordinatorUnavailable,
     IdentityInUse,
@@ -141,12 +135,6 @@ def lock_key(space: str, identity: Mapping[str, int]) -> str:
     return str(identity["node"])
 
 
-def _identity_of(space: str, number: int, cluster: int) -> dict[str, int]:
-    if space == "generator":
-        return {"generator": number, "cluster": cluster}
-    return {"node": number}
-
-
 class Hold(Protocol):
     """An identity held on this host until closed."""
 
@@ -172,42 +160,154 @@ class Pool(Protocol):
     def write_mark(self, space: str, key: str, data: bytes) -> Path: ...
 
 
+class LocalClaim(DriverClaim["LocalCoordinator"]):
+    """One identity held on this host (an abstract socket or an flock'd file)."""
+
+    look_every_s = 0.05
+
+    def _begin(self) -> None:
+        self._pool = self.coordinator.pool
+        self._hold: Hold | None = None
+        self._key: str | None = None
+        self._since_ms = 0
+        self._young_floor_ms = -1
+        self._implausible: list[tuple[str, HighWaterMark]] = []
+
+    # -- Claim hooks ------------------------------------------------------------------
+    def _acquire(self) -> tuple[Mapping[str, int], int]:
+        self._let_go()
+        self._young_floor_ms = -1
+        if isinstance(self._pool, DirectoryPool):
+            self._young_floor_ms = self._pool.young_floor_ms(
+                self.space, self.clock.time_ns() // 1_000_000, round(self.ttl_s * 1000)
+            )
+        return super()._acquire()
+
+    def _patience_s(self) -> float:
+        return FIXED_RETRY_S if self._fixed is not None else self.options.claim_timeout_s
+
+    def _look(self, deadline: float) -> tuple[Mapping[str, int], int] | None:
+        pool = self._pool
+        self._implausible = []
+        now_ms = self.clock.time_ns() // 1_000_000
+        for identity in self._candidates(self.cluster):
+            key = lock_key(self.space, identity)
+            hold = pool.hold(self.space, key)
+            if hold is None:
+                continue
+            try:
+                mark, _ = pool.read_mark(self.space, key)
+            except BaseException:
+                hold.close()
+                raise
+            if self._fixed is None and mark is not None:
+                if mark.ceiling_ms > now_ms + IMPLAUSIBLE_AHEAD_MS:
+                    self._implausible.append((key, mark))
+                    hold.close()
+                    continue
+                if self._held_off((self.space, key), mark, now_ms):
+                    hold.close()
+                    continue
+            self._hold, self._key = hold, key
+            self._since_ms = now_ms
+            # Whoever held the ID before us is gone, so on this host's clock
+            # it minted nothing after this millisecond: start after it.
+            floor = max(mark.ceiling_ms if mark is not None else -1, now_ms, self._young_floor_ms)
+            return identity, floor
+        return None
+
+    def _candidates(self, cluster: int) -> Iterator[dict[str, int]]:
+        if self._fixed is not None:
+            yield self._fixed
+            return
+        for number in self.options.pool:
+            yield self._identity(number, cluster)
+
+    def _nothing_free(self) -> Exception:
+        if self._fixed is not None:
+            key = lock_key(self.space, self._fixed)
+            _, record = self._pool.read_mark(self.space, key)
+            holder = record.get("holder", "another process")
+            shown = ", ".join(f"{name} {value}" for name, value in self._fixed.items())
+            return IdentityInUse(
+                f"{shown} is already in use on this host by {holder} ({self._pool.description}, "
+                f"{self.space} {key}); two processes with one identity would mint the same "
+                "IDs. Give each process its own, or leave the identity out to claim a free one"
+            )
+        error = super()._nothing_free()
+        if self._implausible:
+            key, mark = self._implausible[0]
+            error.args = (
+                f"{error}. {len(self._implausible)} of them have a high-water mark more than a "
+                f"day ahead of this host's clock (e.g. {self.space} {key}: {mark.ceiling_ms} ms "
+                "since the epoch): check the clock, or who wrote the mark",
+            )
+        return error
+
+    def _renew(self, ceiling_ms: int) -> bool:
+        if self._hold is None or self._key is None:
+            return False
+        self._write_mark(self._mark(ceiling_ms))
+        # Checked after the write: a successor that took over a lock file
+        # deleted under us read a mark at least this high, so what we mint up
+        # to it is clear of what the successor mints.
+        return self._hold.intact()
+
+    def _write_mark(self, mark: HighWaterMark) -> None:
+        assert self._key is not None
+        record = {**mark.to_json(), "since_ms": self._since_ms, "pid": os.getpid()}
+        self._pool.write_mark(self.space, self._key, json.dumps(record).encode())
+
+    def _final_mark_writer(self) -> Callable[[HighWaterMark], object] | None:
+        return self._write_mark if self._hold is not None and self._hold.intact() else None
+
+    def _forget(self) -> None:
+        # Closing our copy does not let go: the parent's descriptor refers to
+        # the same socket or open file, and the hold lives there.
+        self._let_go()
+
+    def _reclaim(self) -> None:
+        self._let_go()
+        super()._reclaim()
+
+    def _let_go(self) -> None:
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            with contextlib.suppress(OSError):
+                hold.close()
+
+
 class LocalCoordinator(Coordinator):
     """This host's pool of identities, or a directory of lock files."""
+
+    claim_type = LocalClaim
 
     def __init__(self, url: CoordinatorUrl, *, default: bool = False) -> None:
         if fcntl is None:  # pragma: no cover - not POSIX
             raise ConfigurationError("local:// needs POSIX file locks (fcntl), not on this OS")
-        url.check_known(OPTIONS)
+        self._take_url(url, OPTIONS)
         if url.hosts:
             raise ConfigurationError(
                 f"local:// takes a directory, not a host ({url.hosts_text()}); write "
                 "local:///absolute/dir (three slashes) or local:// for this host's pool"
             )
-        self.url = url.redacted()
         self.directory = configured_directory(url.path)
         self.pool: Pool = HostPool() if self.directory is None else DirectoryPool(self.directory)
+        self.description = self.pool.description
         self.ttl_s = url.number("ttl", DEFAULT_TTL_S, minimum=0.5)
-        self._options_template = ClaimOptions.from_url(url)
         self.default = default
 
-    @property
-    def description(self) -> str:
-        return self.pool.description
+    @classmethod
+    def pool_within(cls, url: CoordinatorUrl, name: str) -> CoordinatorUrl | None:
+        # This host's pool is one per host: there is no pool of its own within it.
+        directory = configured_directory(url.path)
+        return None if directory is None else url.replace(path=str(directory / name))
 
     # -- the Coordinator interface ---------------------------------------------------
     holds_configured_identities = True
-
-    def _new_claim(
-        self,
-        options: ClaimOptions,
-        clock: Clock | None,
-        space: str,
-        identity: Mapping[str, int] | None,
-    ) -> LocalClaim:
-        """A free identity of ``space`` from the pool, or exactly ``identity``: then
-        if another process holds it, :class:`~idmint.errors.IdentityInUse` says which."""
-        return LocalClaim(self, options, clock, space, identity)
+    """A claim takes a free identity of its space from the pool, or exactly the one
+    given: then if another process holds it, :class:`~idmint.errors.IdentityInUse`
+    says which."""
 
     def list_claims(self) -> list[ClaimInfo]:
         rows: list[ClaimInfo] = []
@@ -230,154 +330,6 @@ class LocalCoordinator(Coordinator):
 
     def close(self) -> None:
         """Nothing to close: each claim holds its own lock."""
-
-
-class LocalClaim(Claim):
-    """One identity held on this host (an abstract socket or an flock'd file)."""
-
-    def __init__(
-        self,
-        coordinator: LocalCoordinator,
-        options: ClaimOptions,
-        clock: Clock | None,
-        space: str,
-        identity: Mapping[str, int] | None,
-    ) -> None:
-        what = "identity" if identity is not None else f"{space} ID claim"
-        super().__init__(
-            options=options,
-            ttl_s=coordinator.ttl_s,
-            clock=clock,
-            description=f"{what} at {coordinator.description}",
-        )
-        self._pool = coordinator.pool
-        self.space = space
-        self._fixed = dict(identity) if identity is not None else None
-        self._hold: Hold | None = None
-        self._key: str | None = None
-        self._since_ms = 0
-        self._implausible: list[tuple[str, HighWaterMark]] = []
-
-    # -- Claim hooks ------------------------------------------------------------------
-    def _acquire(self) -> tuple[Mapping[str, int], int]:
-        self._let_go()
-        pool = self._pool
-        young_floor_ms = -1
-        if isinstance(pool, DirectoryPool):
-            young_floor_ms = pool.young_floor_ms(
-                self.space, self.clock.time_ns() // 1_000_000, round(self.ttl_s * 1000)
-            )
-        fixed = self._fixed
-        cluster = self.options.cluster or 0
-        patience = FIXED_RETRY_S if fixed is not None else self.options.claim_timeout_s
-        deadline = time.monotonic() + patience
-        while True:
-            self.soonest_holdoff_end_s = math.inf
-            self._implausible = []
-            now_ms = self.clock.time_ns() // 1_000_000
-            for identity in self._candidates(cluster):
-                key = lock_key(self.space, identity)
-                hold = pool.hold(self.space, key)
-                if hold is None:
-                    continue
-                try:
-                    mark, _ = pool.read_mark(self.space, key)
-                except BaseException:
-                    hold.close()
-                    raise
-                if fixed is None and mark is not None:
-                    if mark.ceiling_ms > now_ms + IMPLAUSIBLE_AHEAD_MS:
-                        self._implausible.append((key, mark))
-                        hold.close()
-                        continue
-                    if self._held_off((self.space, key), mark, now_ms):
-                        hold.close()
-                        continue
-                self._hold, self._key = hold, key
-                self._since_ms = now_ms
-                # Whoever held the ID before us is gone, so on this host's clock
-                # it minted nothing after this millisecond: start after it.
-                floor = max(mark.ceiling_ms if mark is not None else -1, now_ms, young_floor_ms)
-                return identity, floor
-            if time.monotonic() >= deadline:
-                raise self._nothing_free(cluster)
-            if self._sleep(self._next_look_s(deadline, every_s=0.05)):
-                raise ClaimLost(f"{self.description}: closed while claiming")
-
-    def _candidates(self, cluster: int) -> Iterator[dict[str, int]]:
-        if self._fixed is not None:
-            yield self._fixed
-            return
-        for number in self.options.pool:
-            yield _identity_of(self.space, number, cluster)
-
-    def _nothing_free(self, cluster: int) -> Exception:
-        if self._fixed is not None:
-            key = lock_key(self.space, self._fixed)
-            _, record = self._pool.read_mark(self.space, key)
-            holder = record.get("holder", "another process")
-            shown = ", ".join(f"{name} {value}" for name, value in self._fixed.items())
-            return IdentityInUse(
-                f"{shown} is already in use on this host by {holder} ({self._pool.description}, "
-                f"{self.space} {key}); two processes with one identity would mint the same "
-                "IDs. Give each process its own, or leave the identity out to claim a free one"
-            )
-        error = self._pool_exhausted(f"cluster {cluster}", self._pool.description)
-        if self._implausible:
-            key, mark = self._implausible[0]
-            error.args = (
-                f"{error}. {len(self._implausible)} of them have a high-water mark more than a "
-                f"day ahead of this host's clock (e.g. {self.space} {key}: {mark.ceiling_ms} ms "
-                "since the epoch): check the clock, or who wrote the mark",
-            )
-        return error
-
-    def _renew(self, ceiling_ms: int) -> bool:
-        if self._hold is None or self._key is None:
-            return False
-        now_ms = self.clock.time_ns() // 1_000_000
-        self._write_mark(
-            HighWaterMark(ceiling_ms=ceiling_ms, renewed_ms=now_ms, holder=holder_description())
-        )
-        # Checked after the write: a successor that took over a lock file
-        # deleted under us read a mark at least this high, so what we mint up
-        # to it is clear of what the successor mints.
-        return self._hold.intact()
-
-    def _write_mark(self, mark: HighWaterMark) -> None:
-        assert self._key is not None
-        record = {**mark.to_json(), "since_ms": self._since_ms, "pid": os.getpid()}
-        self._pool.write_mark(self.space, self._key, json.dumps(record).encode())
-
-    def _release(self, final_ceiling_ms: int | None) -> None:
-        try:
-            if final_ceiling_ms is not None and self._hold is not None and self._hold.intact():
-                now_ms = self.clock.time_ns() // 1_000_000
-                self._write_mark(
-                    HighWaterMark(
-                        ceiling_ms=final_ceiling_ms,
-                        renewed_ms=now_ms,
-                        released_ms=now_ms,
-                        holder=holder_description(),
-                    )
-                )
-        finally:
-            self._let_go()
-
-    def _forget(self) -> None:
-        # Closing our copy does not let go: the parent's descriptor refers to
-        # the same socket or open file, and the hold lives there.
-        self._let_go()
-
-    def _reclaim(self) -> None:
-        self._let_go()
-        super()._reclaim()
-
-    def _let_go(self) -> None:
-        hold, self._hold = self._hold, None
-        if hold is not None:
-            with contextlib.suppress(OSError):
-                hold.close()
 
 
 # -- a directory of lock files --------------------------------------------------------

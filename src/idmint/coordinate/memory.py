@@ -14,8 +14,11 @@ it can be made to fail on demand like a real server:
   ZooKeeper does when a session times out (the claim learns it at its next
   renewal, as with etcd);
 * :meth:`MemoryCoordinator.outage` makes the server unreachable until the
-  block ends; sessions not heard from for longer than their TTL by then are
-  expired, as a real server expires them.
+  block ends (:meth:`~MemoryCoordinator.stop_serving` and
+  :meth:`~MemoryCoordinator.serve_again`, for an outage that spans more);
+  sessions not heard from for longer than their TTL by then are expired, as a
+  real server expires them;
+* :meth:`MemoryCoordinator.mark` reads an identity's high-water mark.
 
 ==================  =========  ==============================================
 option              default    meaning
@@ -37,23 +40,21 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import math
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from idmint.clock import Clock
 from idmint.coordinate.base import (
     Claim,
     ClaimInfo,
-    ClaimOptions,
     Coordinator,
+    DriverClaim,
     HighWaterMark,
     holder_description,
 )
 from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
-from idmint.errors import ClaimLost, ConfigurationError, CoordinatorUnavailable
+from idmint.errors import ConfigurationError, CoordinatorUnavailable
 
 __all__ = ["MemoryClaim", "MemoryCoordinator"]
 
@@ -110,30 +111,117 @@ _POOLS_LOCK = threading.Lock()
 _SESSIONS = itertools.count(1)
 
 
+class MemoryClaim(DriverClaim["MemoryCoordinator"]):
+    """One identity held through a session of a memory:// pool."""
+
+    look_every_s = 0.05
+
+    def _begin(self) -> None:
+        self._pool = self.coordinator.pool
+        self._session: int | None = None
+        self._key: Key | None = None
+        self._version = 0
+        self._claiming: int | None = None
+        """The session a claim in progress holds (it ends if the claim fails)."""
+
+    def _acquire(self) -> tuple[Mapping[str, int], int]:
+        pool = self._pool
+        with pool.lock:
+            pool.request()
+            session = self._claiming = next(_SESSIONS)
+            pool.sessions[session] = _Session(self.ttl_s)
+        try:
+            return super()._acquire()
+        except BaseException:
+            with pool.lock:
+                pool._end(session)
+            raise
+
+    def _look(self, deadline: float) -> tuple[Mapping[str, int], int] | None:
+        pool = self._pool
+        with pool.lock:
+            pool.request()
+            now_ms = self.clock.time_ns() // 1_000_000
+            for number in self.options.pool:
+                key = (self.space, self.cluster, number)
+                if key in pool.holders:
+                    continue
+                mark, version = pool.marks.get(key, (None, 0))
+                if self._held_off(key, mark, now_ms):
+                    continue
+                assert self._claiming is not None
+                pool.holders[key] = (self._claiming, holder_description(), now_ms)
+                self._session, self._key, self._version = self._claiming, key, version
+                return self._identity(number, self.cluster), mark.ceiling_ms if mark else -1
+        return None
+
+    def _wait_for_change(self, seconds: float) -> bool:
+        with self._pool.lock:
+            self._pool.changed.wait(seconds)
+        return self._closed.is_set()
+
+    def _renew(self, ceiling_ms: int) -> bool:
+        pool = self._pool
+        with pool.lock:
+            if self._session is None or self._key is None:
+                return False
+            pool.request(self._session)
+            held = pool.holders.get(self._key)
+            current = pool.marks.get(self._key, (None, 0))[1]
+            if held is None or held[0] != self._session or current != self._version:
+                return False
+            self._version = current + 1
+            pool.marks[self._key] = (self._mark(ceiling_ms), self._version)
+            return True
+
+    def _release(self, final_ceiling_ms: int | None) -> None:
+        pool = self._pool
+        with pool.lock:
+            session, key = self._session, self._key
+            self._session = self._key = None
+            if session is None:
+                return
+            pool.request()
+            held = pool.holders.get(key) if key is not None else None
+            if key is not None and held is not None and held[0] == session:
+
+                def write(mark: HighWaterMark) -> None:
+                    pool.marks[key] = (mark, pool.marks.get(key, (None, 0))[1] + 1)
+
+                self._record_final_mark(final_ceiling_ms, write)
+            pool._end(session)
+
+    def _reclaim(self) -> None:
+        with self._pool.lock:
+            if self._session is not None and self._pool.sessions[self._session].alive:
+                self._pool._end(self._session)
+        self._session = self._key = None
+        super()._reclaim()
+
+    def _forget(self) -> None:
+        self._session = self._key = None
+
+
 class MemoryCoordinator(Coordinator):
     """A named pool in this process's memory (see the module docs)."""
 
+    claim_type = MemoryClaim
+
     def __init__(self, url: CoordinatorUrl) -> None:
-        url.check_known(OPTIONS)
+        self._take_url(url, OPTIONS)
         if len(url.hosts) != 1 or url.path:
             raise ConfigurationError(
                 f"memory:// takes a pool name and nothing else: memory://NAME, got {url.text!r}"
             )
-        self.url = url.redacted()
         self.name = url.hosts[0][0]
+        self.description = f"memory://{self.name}"
         self.ttl_s = url.number("ttl", DEFAULT_TTL_S, minimum=0.5)
-        self._options_template = ClaimOptions.from_url(url)
         with _POOLS_LOCK:
             self.pool = _POOLS.setdefault(self.name, _Pool())
 
-    def _new_claim(
-        self,
-        options: ClaimOptions,
-        clock: Clock | None,
-        space: str,
-        identity: Mapping[str, int] | None,
-    ) -> MemoryClaim:
-        return MemoryClaim(self, options, clock, space)
+    @classmethod
+    def pool_within(cls, url: CoordinatorUrl, name: str) -> CoordinatorUrl:
+        return url.replace(hosts=[(f"{url.hosts[0][0]}-{name}" if url.hosts else name, 0)])
 
     def list_claims(self) -> list[ClaimInfo]:
         pool = self.pool
@@ -170,119 +258,30 @@ class MemoryCoordinator(Coordinator):
     @contextlib.contextmanager
     def outage(self) -> Iterator[None]:
         """The server cannot be reached until the block ends."""
-        with self.pool.lock:
-            self.pool.reachable = False
+        self.stop_serving()
         try:
             yield
         finally:
-            with self.pool.lock:
-                self.pool.reachable = True
-                self.pool.changed.notify_all()
+            self.serve_again()
 
+    def stop_serving(self) -> None:
+        """The server cannot be reached from now on (until :meth:`serve_again`)."""
+        with self.pool.lock:
+            self.pool.reachable = False
 
-class MemoryClaim(Claim):
-    """One identity held through a session of a memory:// pool."""
+    def serve_again(self) -> None:
+        with self.pool.lock:
+            self.pool.reachable = True
+            self.pool.changed.notify_all()
 
-    def __init__(
-        self,
-        coordinator: MemoryCoordinator,
-        options: ClaimOptions,
-        clock: Clock | None,
-        space: str,
-    ) -> None:
-        super().__init__(
-            options=options,
-            ttl_s=coordinator.ttl_s,
-            clock=clock,
-            description=f"{space} ID claim at memory://{coordinator.name}",
-        )
-        self._pool = coordinator.pool
-        self.space = space
-        self._session: int | None = None
-        self._key: Key | None = None
-        self._version = 0
+    def mark(self, space: str, cluster: int, number: int) -> HighWaterMark | None:
+        """The high-water mark the "server" holds for an identity, if any."""
+        with self.pool.lock:
+            found = self.pool.marks.get((space, cluster, number))
+        return None if found is None else found[0]
 
-    def _acquire(self) -> tuple[Mapping[str, int], int]:
-        pool = self._pool
-        cluster = (self.options.cluster or 0) if self.space == "generator" else 0
-        deadline = time.monotonic() + self.options.claim_timeout_s
-        with pool.lock:
-            pool.request()
-            session = next(_SESSIONS)
-            pool.sessions[session] = _Session(self.ttl_s)
-            while True:
-                self.soonest_holdoff_end_s = math.inf
-                now_ms = self.clock.time_ns() // 1_000_000
-                for number in self.options.pool:
-                    key = (self.space, cluster, number)
-                    if key in pool.holders:
-                        continue
-                    mark, version = pool.marks.get(key, (None, 0))
-                    if self._held_off(key, mark, now_ms):
-                        continue
-                    pool.holders[key] = (session, holder_description(), now_ms)
-                    self._session, self._key, self._version = session, key, version
-                    identity = (
-                        {"generator": number, "cluster": cluster}
-                        if self.space == "generator"
-                        else {"node": number}
-                    )
-                    return identity, mark.ceiling_ms if mark is not None else -1
-                if time.monotonic() >= deadline:
-                    pool._end(session)
-                    raise self._pool_exhausted(f"cluster {cluster}", f"memory://{self.space}")
-                if self._closed.is_set():
-                    pool._end(session)
-                    raise ClaimLost(f"{self.description}: closed while claiming")
-                pool.changed.wait(self._next_look_s(deadline, every_s=0.05))
-                pool.request()
-
-    def _renew(self, ceiling_ms: int) -> bool:
-        pool = self._pool
-        with pool.lock:
-            if self._session is None or self._key is None:
-                return False
-            pool.request(self._session)
-            held = pool.holders.get(self._key)
-            current = pool.marks.get(self._key, (None, 0))[1]
-            if held is None or held[0] != self._session or current != self._version:
-                return False
-            mark = HighWaterMark(
-                ceiling_ms=ceiling_ms,
-                renewed_ms=self.clock.time_ns() // 1_000_000,
-                holder=held[1],
-            )
-            self._version = current + 1
-            pool.marks[self._key] = (mark, self._version)
-            return True
-
-    def _release(self, final_ceiling_ms: int | None) -> None:
-        pool = self._pool
-        with pool.lock:
-            session, key = self._session, self._key
-            self._session = self._key = None
-            if session is None:
-                return
-            pool.request()
-            held = pool.holders.get(key) if key is not None else None
-            ours = key is not None and held is not None and held[0] == session
-            if ours and key is not None and held is not None and final_ceiling_ms is not None:
-                now_ms = self.clock.time_ns() // 1_000_000
-                mark = HighWaterMark(
-                    ceiling_ms=final_ceiling_ms,
-                    renewed_ms=now_ms,
-                    released_ms=now_ms,
-                    holder=held[1],
-                )
-                pool.marks[key] = (mark, pool.marks.get(key, (None, 0))[1] + 1)
-            pool._end(session)
-
-    def _reclaim(self) -> None:
-        with self._pool.lock:
-            if self._session is not None and self._pool.sessions[self._session].alive:
-                self._pool._end(self._session)
-        self._session = self._key = None
-        super()._reclaim()
-
-    def _forget(self) -> None:
-        self._session = self._key = None
+    def discard(self) -> None:
+        """Forget the pool (its marks too): the next coordinator of its name starts afresh."""
+        with _POOLS_LOCK:
+            if _POOLS.get(self.name) is self.pool:
+                del _POOLS[self.name]

@@ -75,12 +75,10 @@ import math
 import os
 import re
 import threading
-import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from idmint.clock import Clock
 from idmint.coordinate.base import ClaimInfo, ClaimOptions, Coordinator, HighWaterMark
 from idmint.coordinate.leases import (
     STEP_BACK_SLACK_MS,
@@ -90,6 +88,8 @@ from idmint.coordinate.leases import (
     PoolRecord,
     SharedClients,
     Take,
+    first_line,
+    reach_within,
 )
 from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
 from idmint.errors import (
@@ -224,34 +224,28 @@ class _Connection:
     def connect_within(self, seconds: float) -> None:
         """Connect now, trying again until ``seconds`` have passed (refusals at once)."""
         pg = _import_psycopg()
-        deadline = time.monotonic() + seconds
-        while True:
-            remaining = deadline - time.monotonic()
+
+        def attempt(seconds_left: float) -> None:
             with self._lock:
-                try:
-                    if self._connection is None or self._connection.closed:
-                        self._connection = self._connect(max(0.5, min(remaining, self.timeout_s)))
-                except pg.Error as error:
-                    if re.search(r"invalid .*value", _first_line(error)):
-                        # libpq checks a parameter's value only when it connects.
-                        raise ConfigurationError(
-                            f"{self.description}: {_first_line(error)}"
-                        ) from None
-                    translated = _translate(error, f"connecting to {self.description}")
-                    if not isinstance(translated, CoordinatorUnavailable) or isinstance(
-                        translated, CoordinatorRefused
-                    ):
-                        raise translated from error
-                    if time.monotonic() + 0.1 >= deadline:
-                        raise CoordinatorUnavailable(
-                            f"could not reach PostgreSQL at {self.description} within "
-                            f"{seconds:g} s ({translated}); check that it is running and the "
-                            "URL's hosts, ports and TLS settings are right, or wait longer "
-                            "with connect_timeout=SECONDS"
-                        ) from error
-                else:
-                    return
-            time.sleep(0.1)  # in the constructor: there is no claim to close yet
+                if self._connection is None or self._connection.closed:
+                    self._connection = self._connect(max(0.5, min(seconds_left, self.timeout_s)))
+
+        def translate(error: Exception) -> Exception:
+            if not isinstance(error, pg.Error):
+                return error
+            if re.search(r"invalid .*value", first_line(error)):
+                # libpq checks a parameter's value only when it connects.
+                return ConfigurationError(f"{self.description}: {first_line(error)}")
+            return _translate(error, f"connecting to {self.description}")
+
+        reach_within(
+            seconds,
+            attempt,
+            translate,
+            store="PostgreSQL",
+            description=self.description,
+            settings="hosts, ports and TLS settings",
+        )
 
     def _drop(self) -> None:
         connection, self._connection = self._connection, None
@@ -585,6 +579,8 @@ class PostgresStore:
 class PostgresCoordinator(Coordinator):
     """A PostgreSQL table used as a pool of generator IDs (see the module docs)."""
 
+    claim_type = LeaseClaim
+
     def __init__(self, url: CoordinatorUrl) -> None:
         self.url = url.redacted()
         ours = {name: value for name, value in url.options.items() if name in OPTIONS}
@@ -607,21 +603,10 @@ class PostgresCoordinator(Coordinator):
             raise
         self.store = PostgresStore(self._connection, self.schema, self.table, self.description)
 
-    def _new_claim(
-        self,
-        options: ClaimOptions,
-        clock: Clock | None,
-        space: str,
-        identity: Mapping[str, int] | None,
-    ) -> LeaseClaim[PostgresStore]:
-        return LeaseClaim(
-            self.store,
-            options,
-            clock,
-            ttl_s=self.ttl_s,
-            space=space,
-            cluster=options.cluster or 0,
-        )
+    @classmethod
+    def pool_within(cls, url: CoordinatorUrl, name: str) -> CoordinatorUrl:
+        table = url.options.get("table", DEFAULT_TABLE)[: 62 - len(name)]
+        return url.replace(options={**url.options, "table": f"{table}_{name}"})
 
     def list_claims(self) -> list[ClaimInfo]:
         return self.store.list_claims()
@@ -674,7 +659,7 @@ def _conninfo(url: CoordinatorUrl, libpq: Mapping[str, str]) -> tuple[str, str]:
     except pg.ProgrammingError as error:
         known = ", ".join(sorted(OPTIONS))
         raise ConfigurationError(
-            f"{url.redacted()}: {_first_line(error)}; idmint takes {known}, and every "
+            f"{url.redacted()}: {first_line(error)}; idmint takes {known}, and every "
             "other option must be a libpq parameter"
         ) from None
     where = ",".join(f"{host}:{port or 5432}" for host, port in url.hosts) or "(local socket)"
@@ -716,7 +701,7 @@ def _translate(error: BaseException, doing: str) -> CoordinationError:
     """
     pg = _import_psycopg()
     state = getattr(error, "sqlstate", None) or ""
-    message = _first_line(error)
+    message = first_line(error)
     if state in _REFUSED_STATES:
         return CoordinatorRefused(
             f"{doing}: PostgreSQL refused us ({message}); check the user and password in "
@@ -738,8 +723,3 @@ def _translate(error: BaseException, doing: str) -> CoordinationError:
     if state == "3D000":
         return CoordinatorRefused(f"{doing}: {message}; check the database in the URL")
     return CoordinationError(f"{doing}: PostgreSQL said {message} (SQLSTATE {state or '-'})")
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return (text.splitlines()[0] if text else type(error).__name__)[:300]

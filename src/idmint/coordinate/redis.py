@@ -53,11 +53,9 @@ from __future__ import annotations
 import hashlib
 import json
 import ssl
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from idmint.clock import Clock
 from idmint.coordinate.base import (
     ClaimInfo,
     ClaimOptions,
@@ -73,6 +71,8 @@ from idmint.coordinate.leases import (
     PoolRecord,
     SharedClients,
     Take,
+    first_line,
+    reach_within,
 )
 from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
 from idmint.errors import (
@@ -106,6 +106,18 @@ local function lapsed(lease)
 end
 local function token_of(lease)
   return string.match(lease, '^%d+ %d+ (%x+) ')
+end
+-- The lease of ID suffix if the token ARGV[3] holds it, else nil.
+local function our_lease(suffix)
+  local lease = redis.call('HGET', KEYS[1], 'lease:' .. suffix)
+  if lease and token_of(lease) == ARGV[3] then return lease end
+  return nil
+end
+-- Lease ID suffix to the token ARGV[3] for ttl ms from now, and record its mark.
+local function hold(suffix, ttl, holder, mark)
+  redis.call('HSET', KEYS[1],
+    'lease:' .. suffix, string.format('%.0f %d %s %s', now + ttl, ttl, ARGV[3], holder),
+    'mark:' .. suffix, run_id .. ' ' .. mark)
 end
 """
 
@@ -152,10 +164,7 @@ if ARGV[10] ~= '' then
   if (redis.call('HGET', KEYS[1], 'pool') or '') ~= ARGV[9] then return 0 end
   redis.call('HSET', KEYS[1], 'pool', ARGV[10])
 end
-local ttl = tonumber(ARGV[5])
-redis.call('HSET', KEYS[1],
-  'lease:' .. suffix, string.format('%.0f %d %s %s', now + ttl, ttl, ARGV[3], ARGV[4]),
-  'mark:' .. suffix, run_id .. ' ' .. ARGV[8])
+hold(suffix, tonumber(ARGV[5]), ARGV[4], ARGV[8])
 return 1
 """
 )
@@ -165,13 +174,9 @@ _RENEW = (
     _PRELUDE
     + """
 local suffix = ARGV[1] .. ':' .. ARGV[2]
-local lease = redis.call('HGET', KEYS[1], 'lease:' .. suffix)
-if not lease or token_of(lease) ~= ARGV[3] then return 0 end
-local ttl = tonumber(ARGV[4])
-local holder = string.match(lease, '^%d+ %d+ %x+ (.*)$')
-redis.call('HSET', KEYS[1],
-  'lease:' .. suffix, string.format('%.0f %d %s %s', now + ttl, ttl, ARGV[3], holder),
-  'mark:' .. suffix, run_id .. ' ' .. ARGV[5])
+local lease = our_lease(suffix)
+if not lease then return 0 end
+hold(suffix, tonumber(ARGV[4]), string.match(lease, '^%d+ %d+ %x+ (.*)$'), ARGV[5])
 return 1
 """
 )
@@ -181,8 +186,7 @@ _RELEASE = (
     _PRELUDE
     + """
 local suffix = ARGV[1] .. ':' .. ARGV[2]
-local lease = redis.call('HGET', KEYS[1], 'lease:' .. suffix)
-if not lease or token_of(lease) ~= ARGV[3] then return 0 end
+if not our_lease(suffix) then return 0 end
 redis.call('HDEL', KEYS[1], 'lease:' .. suffix)
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'mark:' .. suffix, run_id .. ' ' .. ARGV[4]) end
 return 1
@@ -355,6 +359,8 @@ class RedisStore:
 class RedisCoordinator(Coordinator):
     """A Redis server used as a pool of generator IDs (see the module docs)."""
 
+    claim_type = LeaseClaim
+
     def __init__(self, url: CoordinatorUrl) -> None:
         url.check_known(OPTIONS)
         self.url = url.redacted()
@@ -411,28 +417,21 @@ class RedisCoordinator(Coordinator):
             self.close()
             raise
 
+    @classmethod
+    def pool_within(cls, url: CoordinatorUrl, name: str) -> CoordinatorUrl:
+        prefix = url.options.get("prefix", DEFAULT_PREFIX)
+        return url.replace(options={**url.options, "prefix": f"{prefix}:{name}"})
+
     def _check_server(self) -> None:
         """Wait up to ``connect_timeout`` for the server; refuse what is not one Redis."""
-        connect_timeout = self._options_template.connect_timeout_s
-        deadline = time.monotonic() + connect_timeout
-        while True:
-            try:
-                info = self._client.info("server")
-                break
-            except Exception as error:
-                translated = _translate(error, f"connecting to {self.description}")
-                if not isinstance(translated, CoordinatorUnavailable) or isinstance(
-                    translated, CoordinatorRefused
-                ):
-                    raise translated from error
-                if time.monotonic() + 0.1 >= deadline:
-                    raise CoordinatorUnavailable(
-                        f"could not reach Redis at {self.description} within "
-                        f"{connect_timeout:g} s ({translated}); check that it is running and "
-                        "the URL's host, port and TLS settings are right, or wait longer "
-                        "with connect_timeout=SECONDS"
-                    ) from error
-                time.sleep(0.1)  # in the constructor: there is no claim to close yet
+        info = reach_within(
+            self._options_template.connect_timeout_s,
+            lambda _: self._client.info("server"),
+            lambda error: _translate(error, f"connecting to {self.description}"),
+            store="Redis",
+            description=self.description,
+            settings="host, port and TLS settings",
+        )
         mode = str(info.get("redis_mode", "standalone"))
         if mode != "standalone":
             raise ConfigurationError(
@@ -440,22 +439,6 @@ class RedisCoordinator(Coordinator):
                 "claims need one Redis server (Cluster and Sentinel are not supported: "
                 "see docs/coordination.md)"
             )
-
-    def _new_claim(
-        self,
-        options: ClaimOptions,
-        clock: Clock | None,
-        space: str,
-        identity: Mapping[str, int] | None,
-    ) -> LeaseClaim[RedisStore]:
-        return LeaseClaim(
-            self.store,
-            options,
-            clock,
-            ttl_s=self.ttl_s,
-            space=space,
-            cluster=options.cluster or 0,
-        )
 
     def list_claims(self) -> list[ClaimInfo]:
         rows: list[ClaimInfo] = []
@@ -516,17 +499,17 @@ def _translate(error: BaseException, doing: str) -> CoordinationError:
         isinstance(error, errors.ResponseError) and str(error).startswith(("WRONGPASS", "NOAUTH"))
     ):
         return CoordinatorRefused(
-            f"{doing}: Redis refused the credentials ({_first_line(error)}); check the "
+            f"{doing}: Redis refused the credentials ({first_line(error)}); check the "
             "user:password in the URL"
         )
     if isinstance(error, (errors.AuthorizationError, errors.NoPermissionError)):
         return CoordinatorRefused(
-            f"{doing}: Redis refused us ({_first_line(error)}); check the ACL user's "
+            f"{doing}: Redis refused us ({first_line(error)}); check the ACL user's "
             "permissions on the prefix's keys, EVALSHA and INFO"
         )
     if isinstance(error, ssl.SSLError) or isinstance(cause, ssl.SSLError):
         return CoordinatorRefused(
-            f"{doing}: the TLS handshake failed ({_first_line(cause or error)}); check ca= "
+            f"{doing}: the TLS handshake failed ({first_line(cause or error)}); check ca= "
             "(the CA that signed the server's certificate), and cert=/key= if the server "
             "wants a client certificate"
         )
@@ -534,17 +517,12 @@ def _translate(error: BaseException, doing: str) -> CoordinationError:
         error,
         (errors.ConnectionError, errors.TimeoutError, errors.ReadOnlyError, OSError),
     ):
-        return CoordinatorUnavailable(f"{doing}: {_first_line(error)}")
+        return CoordinatorUnavailable(f"{doing}: {first_line(error)}")
     if isinstance(error, errors.ResponseError) and str(error).startswith("WRONGTYPE"):
         return CoordinationError(
-            f"{doing}: a key under the prefix is not idmint's ({_first_line(error)}); "
+            f"{doing}: a key under the prefix is not idmint's ({first_line(error)}); "
             "choose another prefix="
         )
     if isinstance(error, errors.RedisError):
-        return CoordinationError(f"{doing}: Redis said {_first_line(error)}")
-    return CoordinationError(f"{doing}: {type(error).__name__}: {_first_line(error)}")
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return (text.splitlines()[0] if text else type(error).__name__)[:200]
+        return CoordinationError(f"{doing}: Redis said {first_line(error)}")
+    return CoordinationError(f"{doing}: {type(error).__name__}: {first_line(error)}")

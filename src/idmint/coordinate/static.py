@@ -42,15 +42,18 @@ import os
 import re
 import socket
 from collections.abc import Mapping
+from typing import Any
 
-from idmint.clock import Clock
-from idmint.coordinate.base import Claim, ClaimInfo, ClaimOptions, Coordinator
+from idmint.coordinate.base import ClaimInfo, ClaimOptions, ClaimSource, Coordinator, DriverClaim
 from idmint.coordinate.url import CoordinatorUrl, parse_url
 from idmint.errors import ConfigurationError
 
 __all__ = ["POD_INDEX_VARIABLE", "StaticCoordinator", "pod_index"]
 
 POD_INDEX_VARIABLE = "IDMINT_POD_INDEX"
+DEFAULT_HOST_POOL = "local://"
+"""Where a configured identity is held: where ``local://`` claims (its directory if
+``$IDMINT_LOCAL_DIR`` names one)."""
 _ORDINAL_NAME = re.compile(r".+-(0|[1-9][0-9]*)")
 
 
@@ -92,8 +95,6 @@ class StaticCoordinator(Coordinator):
         self.cluster = url.integer("cluster", 0, low=0) or 0
         self.node = url.integer("node", None, low=0)
         self.node_bits = url.integer("node_bits", None, low=0)
-        self.block: int | None = None
-        """With ``ordinal``: how many consecutive IDs from the identity are this pod's."""
         ordinal = url.options.get("ordinal")
         if ordinal is None:
             for name in ("block", "first"):
@@ -108,13 +109,21 @@ class StaticCoordinator(Coordinator):
                         f"static://?ordinal=pod takes the {name} from the pod's index; "
                         f"give no {name}"
                     )
-            self.block = url.integer("block", 1, low=1) or 1
+            self.identity_block = url.integer("block", 1, low=1) or 1
             first = url.integer("first", 0, low=0) or 0
-            self.generator = self.node = first + pod_index() * self.block
+            self.generator = self.node = first + pod_index() * self.identity_block
         # Nothing to narrow: the claim is the one configured identity.
         self._options_template = ClaimOptions()
 
-    def identity(self, space: str) -> dict[str, int]:
+    def configured_identity(self) -> dict[str, int]:
+        fields = {"generator": self.generator, "cluster": self.cluster}
+        if self.node is not None:
+            fields["node"] = self.node
+        if self.node_bits is not None:
+            fields["node_bits"] = self.node_bits
+        return fields
+
+    def identity_in(self, space: str) -> dict[str, int]:
         """The configured identity as a claim of ``space`` names it."""
         if space == "generator":
             return {"generator": self.generator, "cluster": self.cluster}
@@ -129,19 +138,12 @@ class StaticCoordinator(Coordinator):
 
     holds_configured_identities = True
 
-    def _new_claim(
-        self,
-        options: ClaimOptions,
-        clock: Clock | None,
-        space: str,
-        identity: Mapping[str, int] | None,
-    ) -> Claim:
-        """Hold the configured identity on this host, or refuse if another process does."""
+    def _claimed_by(self, space: str) -> tuple[ClaimSource, type[DriverClaim[Any]]]:
+        # Held on this host as local:// holds one, so that another process given
+        # the same identity refuses.
         from idmint.coordinate.local import LocalClaim, LocalCoordinator
 
-        host = LocalCoordinator(parse_url("local://"))
-        fixed = identity or self.identity(space)
-        return LocalClaim(host, host._options_template, clock, space, fixed)
+        return LocalCoordinator(parse_url(DEFAULT_HOST_POOL)), LocalClaim
 
     def list_claims(self) -> list[ClaimInfo]:
         return [

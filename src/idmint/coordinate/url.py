@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, unquote, urlsplit
+from typing import TypeVar
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from idmint.errors import ConfigurationError
 
 __all__ = ["CoordinatorUrl", "parse_url", "redacted_url"]
 
+ValueT = TypeVar("ValueT")
+
 
 @dataclass(frozen=True)
 class CoordinatorUrl:
+    """A coordinator URL split into its parts, each checked: parsed once, where it enters.
+
+    Everything from there on (the factory, the registry, the driver) takes this
+    value, not the text: nothing parses a URL twice, and a malformed one stops
+    at :meth:`parse` with a sentence naming the part that is wrong.
+    """
+
     scheme: str
     hosts: tuple[tuple[str, int], ...]
     path: str
@@ -22,6 +32,36 @@ class CoordinatorUrl:
     password: str | None
     options: dict[str, str]
     text: str
+
+    @classmethod
+    def parse(cls, text: str | CoordinatorUrl) -> CoordinatorUrl:
+        """``text`` split and checked (see :func:`parse_url`); a parsed URL as it is."""
+        return text if isinstance(text, CoordinatorUrl) else parse_url(text)
+
+    def replace(
+        self,
+        *,
+        hosts: Iterable[tuple[str, int]] | None = None,
+        path: str | None = None,
+        options: Mapping[str, object] | None = None,
+    ) -> CoordinatorUrl:
+        """This URL with other hosts, path or options (``options`` replace the query)."""
+        hosts = tuple(self.hosts if hosts is None else hosts)
+        userinfo = ""
+        if self.username is not None:
+            userinfo = quote(self.username, safe="")
+            if self.password is not None:
+                userinfo += ":" + quote(self.password, safe="")
+            userinfo += "@"
+        location = ",".join(
+            (f"[{host}]" if ":" in host else host) + (f":{port}" if port else "")
+            for host, port in hosts
+        )
+        query = dict(self.options if options is None else options)
+        text = f"{self.scheme}://{userinfo}{location}{self.path if path is None else path}"
+        if query:
+            text += "?" + urlencode({name: str(value) for name, value in query.items()}, safe="/:")
+        return parse_url(text)
 
     def redacted(self) -> str:
         """The URL with the passwords hidden (userinfo's, query's), for messages and logs."""
@@ -43,19 +83,26 @@ class CoordinatorUrl:
                 f"it takes {', '.join(sorted(allowed))}"
             )
 
-    def number(self, name: str, default: float, *, minimum: float = 0.0) -> float:
+    def _converted(self, name: str, convert: Callable[[str], ValueT], kind: str) -> ValueT | None:
+        """Option ``name`` converted (None if absent); ConfigurationError if it is not ``kind``."""
         raw = self.options.get(name)
         if raw is None:
-            return default
+            return None
         try:
-            value = float(raw)
+            return convert(raw)
         except ValueError:
             raise ConfigurationError(
-                f"{self.scheme}:// option {name} must be a number, got {raw!r}"
+                f"{self.scheme}:// option {name} must be {kind}, got {raw!r}"
             ) from None
+
+    def number(self, name: str, default: float, *, minimum: float = 0.0) -> float:
+        value = self._converted(name, float, "a number")
+        if value is None:
+            return default
         if value < minimum:
             raise ConfigurationError(
-                f"{self.scheme}:// option {name} must be at least {minimum:g}, got {raw}"
+                f"{self.scheme}:// option {name} must be at least {minimum:g}, "
+                f"got {self.options[name]}"
             )
         return value
 
@@ -63,15 +110,9 @@ class CoordinatorUrl:
         self, name: str, default: int | None, *, low: int, high: int | None = None
     ) -> int | None:
         """Option ``name`` as an int in ``low..high`` (no upper bound when ``high`` is None)."""
-        raw = self.options.get(name)
-        if raw is None:
+        value = self._converted(name, int, "an integer")
+        if value is None:
             return default
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ConfigurationError(
-                f"{self.scheme}:// option {name} must be an integer, got {raw!r}"
-            ) from None
         if value < low or (high is not None and value > high):
             expected = f"{low}..{high}" if high is not None else f"at least {low}"
             raise ConfigurationError(

@@ -58,193 +58,77 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import math
 import random
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from idmint.clock import Clock
 from idmint.coordinate.base import (
-    Claim,
     ClaimInfo,
-    ClaimOptions,
+    ClaimSource,
     Coordinator,
+    DriverClaim,
     HighWaterMark,
     holder_description,
     holder_of,
 )
 from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
-from idmint.coordinate.waiting import noticed_if_slow
-from idmint.errors import (
-    ClaimLost,
-    ConfigurationError,
-    CoordinationError,
-    CoordinatorRefused,
-    CoordinatorUnavailable,
-    PoolExhausted,
-    needs_extra,
+from idmint.coordinate.zookeeper_groups import DEFAULT_ROOT as DEFAULT_DISCOVERY_ROOT
+from idmint.coordinate.zookeeper_groups import NodeGroups, NodeIdClaim
+from idmint.coordinate.zookeeper_session import (
+    ZooKeeperAccess,
+    ZooKeeperSessionClaim,
+    kazoo_module,
+    read_mark,
+    session_of,
+    translate_error,
+    translated,
 )
+from idmint.errors import ConfigurationError, CoordinatorUnavailable, PoolExhausted
 
-__all__ = ["ZooKeeperClaim", "ZooKeeperCoordinator"]
+__all__ = [
+    "NodeIdCoordinator",
+    "ZooKeeperClaim",
+    "ZooKeeperCoordinator",
+    "kazoo_module",
+    "read_mark",
+    "translate_error",
+]
 
 log = logging.getLogger("idmint.coordinate.zookeeper")
 
 DEFAULT_ROOT = "/idmint"
 DEFAULT_SESSION_TIMEOUT_S = 10.0
 LOCK_TICKET = "nr-00000000000000"  # java-uniqueid's "locking ticket"
-OPTIONS = (*COMMON_OPTIONS, "session_timeout", "queue")
+OPTIONS = (*COMMON_OPTIONS, "session_timeout", "queue", "group_size")
 
 
-def kazoo_module() -> Any:
-    with needs_extra("zookeeper", "kazoo", needed_by="zk://"):
-        import kazoo.client
-    import kazoo
+class ZooKeeperCoordinator(ZooKeeperAccess, Coordinator):
+    """A ZooKeeper ensemble used as a pool of identities (see the module docs).
 
-    return kazoo
-
-
-class _GrantedTimeouts:
-    """The session timeout ZooKeeper granted each session of one client, in ms.
-
-    Read from the handshake replies themselves, as kazoo's connection receives
-    them (kazoo keeps the value only in a local variable). The fence must use
-    it, not the timeout we asked for, when the server granted less. Should a
-    kazoo release change how it makes the handshake, nothing is recorded and
-    :meth:`of` refuses to go on: a claim then fails loudly instead of fencing
-    with the requested timeout.
+    Generator IDs (uid64) and short60 node IDs are claimed from java-uniqueid's
+    pool layout under the root; elastic64 node IDs from the groups of
+    :mod:`idmint.coordinate.zookeeper_groups`, whose width follows the fleet.
     """
 
-    def __init__(self, client: Any) -> None:
-        from kazoo.protocol.serialization import Connect
-
-        self.by_session: dict[int, int] = {}
-        connection = getattr(client, "_connection", None)
-        if connection is None or not hasattr(connection, "_invoke"):
-            raise ConfigurationError(_UNSUPPORTED_KAZOO)
-        invoke = connection._invoke
-
-        def invoke_and_note(timeout: float, request: Any, xid: int | None = None) -> Any:
-            result = invoke(timeout, request, xid)
-            if isinstance(result, tuple) and result and isinstance(result[0], Connect):
-                reply = result[0]
-                if reply.time_out > 0:
-                    self.by_session[reply.session_id] = reply.time_out
-            return result
-
-        connection._invoke = invoke_and_note
-
-    def of(self, session: int | None) -> int:
-        """The granted timeout (ms) of ``session``, which must be connected."""
-        granted = self.by_session.get(session) if session is not None else None
-        if granted is None:
-            raise CoordinationError(_UNSUPPORTED_KAZOO)
-        return granted
-
-
-_UNSUPPORTED_KAZOO = (
-    "could not learn the session timeout ZooKeeper granted from this kazoo's "
-    "handshake; a claim fenced with the requested timeout could outlive its session. "
-    "Install a kazoo release idmint supports (see pyproject.toml)"
-)
-
-
-class ZooKeeperCoordinator(Coordinator):
-    """A ZooKeeper ensemble used as a pool of generator IDs (see the module docs)."""
+    default_root = DEFAULT_ROOT
 
     def __init__(self, url: CoordinatorUrl) -> None:
-        url.check_known(OPTIONS)
-        if not url.hosts:
-            raise ConfigurationError(f"{url.redacted()}: give at least one host:port")
-        self.url = url.redacted()
-        self._url = url
+        self._take_url(url, OPTIONS, needs_hosts=True)
         self.hosts = ",".join(f"{host}:{port or 2181}" for host, port in url.hosts)
-        self.root = url.path or DEFAULT_ROOT
-        self.session_timeout_s = url.number("session_timeout", DEFAULT_SESSION_TIMEOUT_S, minimum=1)
+        self.root = url.path or self.default_root
+        self.description = f"zk://{self.hosts}{self.root}"
+        self.ttl_s = url.number("session_timeout", DEFAULT_SESSION_TIMEOUT_S, minimum=1)
         self.use_queue = url.flag("queue", True)
         self.credentials = f"{url.username}:{url.password}" if url.username is not None else None
-        self._options_template = ClaimOptions.from_url(url)
+        self.groups = NodeGroups(self, url)
 
-    # -- connections -----------------------------------------------------------------
-    def client(
-        self, *, listener: Any = None, owner: str | None = None
-    ) -> tuple[Any, _GrantedTimeouts]:
-        """A started KazooClient (its own session), and the timeouts its sessions got.
-
-        ``owner``: a claim's own digest credential (see :meth:`owned_acl`),
-        added to the session's identities.
-        """
-        kazoo = kazoo_module()
-        from kazoo.client import KazooClient
-        from kazoo.handlers.threading import KazooTimeoutError
-        from kazoo.retry import KazooRetry
-
-        client = KazooClient(
-            hosts=self.hosts,
-            timeout=self.session_timeout_s,
-            auth_data=[("digest", c) for c in (self.credentials, owner) if c] or None,
-            # Reconnect quickly and for ever: within the session timeout a
-            # reconnect keeps the session (and the claim) alive.
-            connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0),
-            command_retry=KazooRetry(max_tries=3, delay=0.05, max_delay=0.5),
-        )
-        granted = _GrantedTimeouts(client)
-        if listener is not None:
-            client.add_listener(listener)
-        timeout = self._options_template.connect_timeout_s
-        try:
-            with noticed_if_slow(f"ZooKeeper at {self.hosts}", timeout) as waited:
-                client.start(timeout=timeout)
-        except KazooTimeoutError as error:
-            client.close()
-            raise CoordinatorUnavailable(
-                f"could not reach ZooKeeper at {self.hosts} (waited {waited.seconds:.1f} s); "
-                "check that the servers are running and the URL's hosts and ports are right, "
-                "or wait longer with connect_timeout=SECONDS"
-            ) from error
-        except kazoo.exceptions.KazooException as error:
-            client.close()
-            raise translate_error(error, f"connecting to ZooKeeper at {self.hosts}") from error
-        return client, granted
-
-    def acls(self) -> dict[str, Any]:
-        """ACLs for what we create: open without credentials (java-uniqueid's way)."""
-        from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
-
-        if self.credentials is None:
-            return dict.fromkeys(("tree", "pool", "claim"), OPEN_ACL_UNSAFE)
-        user, _, password = self.credentials.partition(":")
-
-        def acl(**perms: bool) -> list[Any]:
-            return [make_digest_acl(user, password, **perms)]
-
-        return {
-            "tree": acl(all=True),
-            # No DELETE for anyone: claim nodes go only when their session does.
-            "pool": acl(read=True, create=True),
-            "claim": acl(read=True),
-        }
-
-    def owned_acl(self, owner: str | None) -> list[Any]:
-        """ACL for a node only its claimant may change: the shared user reads it, the
-        claim's own random digest identity (``owner``, held only by its session)
-        has every right. Open without credentials."""
-        from kazoo.security import make_digest_acl
-
-        if self.credentials is None or owner is None:
-            return list(self.acls()["claim"])
-        owner_user, _, owner_password = owner.partition(":")
-        return [*self.acls()["claim"], make_digest_acl(owner_user, owner_password, all=True)]
-
-    def new_owner(self) -> str | None:
-        """A fresh digest credential for one claim (None without credentials)."""
-        if self.credentials is None:
-            return None
-        return f"idmint-claim-{uuid.uuid4().hex}:{uuid.uuid4().hex}"
+    @classmethod
+    def pool_within(cls, url: CoordinatorUrl, name: str) -> CoordinatorUrl:
+        return url.replace(path=f"{url.path or cls.default_root}/{name}")
 
     def cluster_from(
         self, client: Any, cluster_read: Any, cluster: int | None, space: str = "generator"
@@ -293,7 +177,7 @@ class ZooKeeperCoordinator(Coordinator):
         cluster_path = f"{self.root}/cluster-id"
         if space == "generator":
             parts.append((cluster_path, acls["tree"]))
-        try:
+        with translated(f"preparing {base} in ZooKeeper"):
             while True:
                 present = [client.exists_async(path) for path, _ in parts]
                 missing = [
@@ -334,8 +218,6 @@ class ZooKeeperCoordinator(Coordinator):
             if space != "generator":
                 return 0
             data, _ = client.get(cluster_path)
-        except kazoo.exceptions.KazooException as error:
-            raise translate_error(error, f"preparing {base} in ZooKeeper") from error
         return self._check_cluster(data, cluster)
 
     def _check_cluster(self, data: bytes, cluster: int | None) -> int:
@@ -356,20 +238,15 @@ class ZooKeeperCoordinator(Coordinator):
         return stored
 
     # -- the Coordinator interface ---------------------------------------------------------
-    def _new_claim(
-        self,
-        options: ClaimOptions,
-        clock: Clock | None,
-        space: str,
-        identity: Mapping[str, int] | None,
-    ) -> ZooKeeperClaim:
-        return ZooKeeperClaim(self, options, clock, space=space)
+    def _claimed_by(self, space: str) -> tuple[ClaimSource, type[DriverClaim[Any]]]:
+        # elastic64's node IDs come from the groups, whose width follows the fleet;
+        # the scheme's narrowest-width pool does not limit them.
+        return (self.groups, NodeIdClaim) if space == "node" else (self, ZooKeeperClaim)
 
     def list_claims(self) -> list[ClaimInfo]:
         kazoo = kazoo_module()
-        client, _ = self.client()
         rows: list[ClaimInfo] = []
-        try:
+        with self.short_session() as client, translated(f"listing claims under {self.root}"):
             for space in ("generator", "short60"):
                 base = self.space_root(space)
                 try:
@@ -395,13 +272,11 @@ class ZooKeeperCoordinator(Coordinator):
                             space=space,
                         )
                     )
-        except kazoo.exceptions.KazooException as error:
-            raise translate_error(error, f"listing claims under {self.root}") from error
-        else:
-            return rows
-        finally:
-            client.stop()
-            client.close()
+        return rows
+
+    def list_nodes(self) -> dict[int, dict[str, Any]]:
+        """Every live elastic node ID of the groups with its published data."""
+        return self.groups.list_nodes()
 
     def _read_cluster(self, client: Any) -> int:
         kazoo = kazoo_module()
@@ -415,146 +290,79 @@ class ZooKeeperCoordinator(Coordinator):
         """Nothing to close: each claim has its own session."""
 
 
-class ZooKeeperClaim(Claim):
-    """One generator ID held through its own ZooKeeper session."""
+class ZooKeeperClaim(ZooKeeperSessionClaim["ZooKeeperCoordinator"]):
+    """One generator ID (or short60 node ID) of the pool, held through its own session."""
 
-    def __init__(
-        self,
-        coordinator: ZooKeeperCoordinator,
-        options: ClaimOptions,
-        clock: Clock | None,
-        *,
-        space: str = "generator",
-    ) -> None:
-        super().__init__(
-            options=options,
-            ttl_s=coordinator.session_timeout_s,
-            clock=clock,
-            description=f"{space} ID claim at zk://{coordinator.hosts}{coordinator.root}",
-        )
-        self._coordinator = coordinator
-        self.space = space
-        self._base = coordinator.space_root(space)
-        self._client: Any = None
-        self._granted: _GrantedTimeouts | None = None
+    look_every_s = 1.0
+
+    def _begin(self) -> None:
+        super()._begin()
+        self._base = self.coordinator.space_root(self.space)
         self._session_id: int | None = None
         self._path: str | None = None
-        self._hwm_path: str | None = None
-        self._hwm_version = -1
         self._queue_lock_held: _JavaQueueLock | None = None
-        self._token = uuid.uuid4().hex
-        self._owner = coordinator.new_owner()
-        self._connected = threading.Event()
-
-    # -- connection and its events --------------------------------------------------------
-    def _ensure_client(self) -> Any:
-        if self._client is None:
-            self._client, self._granted = self._coordinator.client(
-                listener=self._on_state, owner=self._owner
-            )
-            self._connected.set()
-        return self._client
-
-    def _fence_with_granted_timeout(self, client: Any) -> None:
-        """Fence with the session timeout the server granted our session, when it is
-        less than we asked for (or than an earlier session got)."""
-        assert self._granted is not None
-        granted_ms = self._granted.of(_session_of(client))
-        if granted_ms / 1000 < self.ttl_s:
-            log.warning(
-                "%s: ZooKeeper granted a %d ms session timeout, less than the %g s asked "
-                "for; fencing with what was granted",
-                self,
-                granted_ms,
-                self.ttl_s,
-            )
-            self.ttl_s = granted_ms / 1000
-            self.margin_s = min(self.margin_s, self.ttl_s / 4)
-            self.renew_every_s = (self.ttl_s - self.margin_s) / 3
-
-    def _on_state(self, state: str) -> None:
-        # Runs in kazoo's connection thread: must not block or call ZooKeeper.
-        if state == "SUSPENDED":
-            self._connected.clear()
-            self._suspend("the connection to ZooKeeper was interrupted")
-        elif state == "LOST":
-            self._connected.clear()
-            self._lose("the ZooKeeper session expired or was closed")
-        elif state == "CONNECTED":
-            self._connected.set()
-            # Same session or a new one? The renewal's compare-and-set tells.
-            self._resume_soon()
-
-    # -- Claim hooks --------------------------------------------------------------------------
-    def _connected_client(self) -> Any:
-        """The client, once connected (after a lost session kazoo reconnects by itself)."""
-        client = self._ensure_client()
-        timeout = self.options.connect_timeout_s
-        if not self._connected.wait(timeout):
-            raise CoordinatorUnavailable(
-                f"{self.description}: not reconnected to ZooKeeper within {timeout:g} s"
-            )
-        self._fence_with_granted_timeout(client)
-        return client
+        self._pool_cluster: int | None = None
+        """The pool's cluster ID, read at the claim's first look."""
+        self._pool_changed: threading.Event | None = None
+        """Set when a claim node comes or goes (None: look again at once)."""
 
     def _acquire(self) -> tuple[Mapping[str, int], int]:
-        kazoo = kazoo_module()
-        coordinator = self._coordinator
         client = self._connected_client()
         if client.client_id is None or client.client_id[0] != self._session_id:
-            self._session_id = _session_of(client)
-        deadline = time.monotonic() + self.options.claim_timeout_s
-        cluster: int | None = None
-        queued = self._coordinator.use_queue and self.space == "generator"
+            self._session_id = session_of(client)
+        self._pool_cluster = None
+        with translated("claiming a generator ID"):
+            return super()._acquire()
+
+    def _look(self, deadline: float) -> tuple[Mapping[str, int], int] | None:
+        kazoo = kazoo_module()
+        coordinator = self.coordinator
+        client = self._client
+        queued = coordinator.use_queue and self.space == "generator"
+        self._pool_changed = None
         try:
-            while True:
-                try:
-                    # One round trip for the first look: the cluster, the pool, the
-                    # queue and a few marks are read together.
-                    cluster_read = None
-                    if cluster is None and self.space == "generator":
-                        cluster_read = client.get_async(f"{coordinator.root}/cluster-id")
+            # One round trip for the first look: the cluster, the pool, the queue
+            # and a few marks are read together.
+            cluster_read = None
+            if self._pool_cluster is None and self.space == "generator":
+                cluster_read = client.get_async(f"{coordinator.root}/cluster-id")
+            look = self._send_look(client, queue=queued)
+            if self._pool_cluster is None:
+                self._pool_cluster, laid_out = coordinator.cluster_from(
+                    client, cluster_read, self.options.cluster, self.space
+                )
+                if laid_out:  # the look went out before: it found nothing there
                     look = self._send_look(client, queue=queued)
-                    if cluster is None:
-                        cluster, laid_out = coordinator.cluster_from(
-                            client, cluster_read, self.options.cluster, self.space
-                        )
-                        if laid_out:  # the look went out before: it found nothing there
-                            look = self._send_look(client, queue=queued)
-                    self.soonest_holdoff_end_s = math.inf
-                    found = self._look_and_claim(client, look, deadline)
-                    if found is not None:
-                        number, floor = found
-                        if self.space == "generator":
-                            return {"generator": number, "cluster": cluster}, floor
-                        return {"node": number}, floor
-                    pool_changed = self._watch_pool(client)
-                except kazoo.exceptions.NoNodeError:
-                    # The pool lacks a part (a pool made by java-uniqueid, which makes
-                    # queue and pool at its first claim and never hwm): lay it out.
-                    if time.monotonic() >= deadline:
-                        raise
-                    coordinator.ensure_layout(client, self.options.cluster, self.space)
-                    continue
-                except kazoo.exceptions.ConnectionLoss:
-                    # The connection dropped during the look, and the lock's release
-                    # has removed what it may have left in the queue. The session
-                    # lives on while kazoo reconnects: look again (the next request
-                    # waits for the connection), for as long as the claim may take.
-                    if time.monotonic() >= deadline:
-                        raise
-                    continue
-                if time.monotonic() >= deadline:
-                    raise self._pool_exhausted(
-                        f"cluster {cluster}", f"zk://{coordinator.hosts}{self._base}"
-                    )
-                # A claim node going is an event; a hold-off ending is not, so look
-                # again when the soonest one ends (and at least once a second).
-                self._wait_event(pool_changed, self._next_look_s(deadline, every_s=1.0))
-                if self._closed.is_set():
-                    raise ClaimLost(f"{self.description}: closed while claiming")
-        except kazoo.exceptions.KazooException as error:
-            raise translate_error(error, "claiming a generator ID") from error
+            found = self._look_and_claim(client, look, deadline)
+            if found is not None:
+                number, floor = found
+                return self._identity(number, self._pool_cluster), floor
+            # A claim node going is an event; a hold-off ending is not, so the
+            # next look comes when the soonest one ends (and at least once a second).
+            self._pool_changed = self._watch_pool(client)
+        except kazoo.exceptions.NoNodeError:
+            # The pool lacks a part (a pool made by java-uniqueid, which makes queue
+            # and pool at its first claim and never hwm): lay it out, look again.
+            if time.monotonic() >= deadline:
+                raise
+            coordinator.ensure_layout(client, self.options.cluster, self.space)
+        except kazoo.exceptions.ConnectionLoss:
+            # The connection dropped during the look, and the lock's release has
+            # removed what it may have left in the queue. The session lives on
+            # while kazoo reconnects: look again (the next request waits for the
+            # connection), for as long as the claim may take.
+            if time.monotonic() >= deadline:
+                raise
+        return None
+
+    def _wait_for_change(self, seconds: float) -> bool:
+        if self._pool_changed is not None:
+            self._wait_event(self._pool_changed, seconds)
+        return self._closed.is_set()
+
+    def _nothing_free(self) -> Exception:
+        where = f"zk://{self.coordinator.hosts}{self._base}"
+        return self._pool_exhausted(f"cluster {self._pool_cluster}", where)
 
     def _send_look(self, client: Any, *, queue: bool) -> _Look:
         """Send the reads of one look at the pool: its claims, the marks of a few IDs
@@ -563,7 +371,7 @@ class ZooKeeperClaim(Claim):
         pool = self.options.pool
         return _Look(
             queue_children=(
-                client.get_children_async(f"{self._coordinator.root}/queue") if queue else None
+                client.get_children_async(f"{self.coordinator.root}/queue") if queue else None
             ),
             pool_children=client.get_children_async(f"{root}/pool"),
             marks={
@@ -667,13 +475,13 @@ class ZooKeeperClaim(Claim):
         first = HighWaterMark(ceiling_ms=ceiling, renewed_ms=now_ms, holder=holder_description())
         first_data = json.dumps(first.to_json()).encode()
         transaction = client.transaction()
-        lock_path = f"{self._coordinator.root}/queue/{LOCK_TICKET}"
+        lock_path = f"{self.coordinator.root}/queue/{LOCK_TICKET}"
         if unlocked:
-            transaction.create(lock_path, b"", acl=self._coordinator.acls()["tree"], ephemeral=True)
+            transaction.create(lock_path, b"", acl=self.coordinator.acls()["tree"], ephemeral=True)
             transaction.delete(lock_path)
         transaction.create(path, data, acl=self.owned_acl, ephemeral=True)
         if mark is None:
-            transaction.create(hwm_path, first_data, acl=self._coordinator.acls()["tree"])
+            transaction.create(hwm_path, first_data, acl=self.coordinator.acls()["tree"])
         else:
             transaction.set_data(hwm_path, first_data, version)
         lock = self._queue_lock_held
@@ -695,7 +503,7 @@ class ZooKeeperClaim(Claim):
             raise _LockTaken
         failures = [result for result in results if isinstance(result, Exception)]
         if any(isinstance(f, kazoo.exceptions.NoNodeError) for f in failures):
-            self._coordinator.ensure_layout(client, self.options.cluster, self.space)
+            self.coordinator.ensure_layout(client, self.options.cluster, self.space)
             return False  # hwm/ was missing (a pool Java made): look again
         if failures:
             # Someone claimed it or wrote its mark since we looked; or a retry
@@ -716,24 +524,6 @@ class ZooKeeperClaim(Claim):
         self._hwm_version = version
         return True
 
-    @property
-    def owned_acl(self) -> list[Any]:
-        """ACL for nodes only this claim may change (its claim node, registrations)."""
-        return self._coordinator.owned_acl(self._owner)
-
-    def _is_ours(self, client: Any, path: str) -> bool:
-        kazoo = kazoo_module()
-        try:
-            data, stat = client.get(path)
-        except kazoo.exceptions.NoNodeError:
-            return False
-        session = _session_of(client)
-        try:
-            token = json.loads(data or b"{}").get("token")
-        except ValueError:
-            token = None
-        return bool(stat.ephemeralOwner == session and token == self._token)
-
     def _watch_pool(self, client: Any) -> threading.Event:
         """An event set when a claim node is added to or removed from the pool."""
         changed = threading.Event()
@@ -749,13 +539,13 @@ class ZooKeeperClaim(Claim):
         """
         # java-uniqueid's queue orders claimants of generator IDs; other spaces
         # are idmint's alone and need no queue (creating a claim is atomic).
-        if not self._coordinator.use_queue or self.space != "generator":
+        if not self.coordinator.use_queue or self.space != "generator":
             yield None
             return
         lock = _JavaQueueLock(
             client,
-            f"{self._coordinator.root}/queue",
-            self._coordinator.acls(),
+            f"{self.coordinator.root}/queue",
+            self.coordinator.acls(),
             f"{self._base}/pool",
         )
         try:
@@ -768,75 +558,10 @@ class ZooKeeperClaim(Claim):
             # session lives on, and every claimant behind would wait on it.
             lock.release(within_s=self.ttl_s)
 
-    def _renew(self, ceiling_ms: int) -> bool:
-        kazoo = kazoo_module()
-        client = self._client
-        assert client is not None
-        assert self._hwm_path is not None
-        if not self._connected.is_set():
-            raise CoordinatorUnavailable("not connected to ZooKeeper")
-        self._fence_with_granted_timeout(client)
-        mark = HighWaterMark(
-            ceiling_ms=ceiling_ms,
-            renewed_ms=self.clock.time_ns() // 1_000_000,
-            holder=holder_description(),
-        )
-        try:
-            self._hwm_version = write_mark(
-                client, self._hwm_path, mark, self._hwm_version, self._coordinator.acls()["tree"]
-            )
-        except (kazoo.exceptions.BadVersionError, kazoo.exceptions.NodeExistsError):
-            return False  # someone claimed this generator after us
-        except kazoo.exceptions.NoNodeError:
-            return False
-        except kazoo.exceptions.SessionExpiredError:
-            return False
-        except kazoo.exceptions.KazooException as error:
-            raise translate_error(error, "renewing the claim") from error
-        return True
-
-    def _release(self, final_ceiling_ms: int | None) -> None:
-        kazoo = kazoo_module()
-        client = self._client
-        if client is None:
-            return
-        try:
-            if final_ceiling_ms is not None and self._hwm_path is not None:
-                now_ms = self.clock.time_ns() // 1_000_000
-                mark = HighWaterMark(
-                    ceiling_ms=final_ceiling_ms,
-                    renewed_ms=now_ms,
-                    released_ms=now_ms,
-                    holder=holder_description(),
-                )
-                try:
-                    write_mark(
-                        client,
-                        self._hwm_path,
-                        mark,
-                        self._hwm_version,
-                        self._coordinator.acls()["tree"],
-                    )
-                except kazoo.exceptions.KazooException as error:
-                    # The recorded ceiling stays, which is only more cautious.
-                    log.info("%s: could not record the final high-water mark: %s", self, error)
-        finally:
-            # Closing the session removes the claim node: that is the release.
-            client.stop()
-            client.close()
-            self._client = None
-
     def _reclaim(self) -> None:
         # A LOST session's client reconnects with a new session by itself.
         self._path = None
         super()._reclaim()
-
-    def _forget(self) -> None:
-        # The client's threads stayed in the parent and its socket carries the
-        # parent's session: stopping it here would close that session. Dropping
-        # the reference closes only our copy of the socket.
-        self._client = None
-        self._connected.clear()
 
 
 class _JavaQueueLock:
@@ -882,7 +607,7 @@ class _JavaQueueLock:
             return name
 
     def acquire(self, deadline: float) -> None:
-        self.session = _session_of(self.client)
+        self.session = session_of(self.client)
         self.ticket = self._take_ticket()
         first_in_line = False
         while True:
@@ -957,7 +682,7 @@ class _JavaQueueLock:
     def still_ours(self) -> bool:
         """Held, by the session that took it. After the session expired the lock
         node went with it, and the node now at its path is another claimant's."""
-        return self.held and _session_of(self.client) == self.session
+        return self.held and session_of(self.client) == self.session
 
     def release(self, within_s: float) -> None:
         """Delete our ticket and the lock, if we made them and they are still there.
@@ -1007,7 +732,7 @@ class _JavaQueueLock:
                 stat = self.client.exists_async(path).get(timeout=remaining)
                 if stat is None or stat.ephemeralOwner != self.session:
                     break  # gone, or not ours
-                if _session_of(self.client) != self.session:
+                if session_of(self.client) != self.session:
                     break  # our session ended, and its nodes with it
                 self.client.delete_async(path, version=stat.version).get(timeout=remaining)
                 break
@@ -1025,10 +750,6 @@ def _not_removed(path: str) -> CoordinatorUnavailable:
         f"could not remove {path}, which our session made, from the claim queue: "
         "ZooKeeper did not answer in time"
     )
-
-
-def _session_of(client: Any) -> int | None:
-    return client.client_id[0] if client.client_id else None
 
 
 def _setter(event: threading.Event) -> Any:
@@ -1069,56 +790,13 @@ def _mark_of(pending: Any) -> tuple[HighWaterMark | None, int]:
     return HighWaterMark.from_bytes(data), stat.version
 
 
-def read_mark(client: Any, path: str) -> tuple[HighWaterMark | None, int]:
-    """The high-water mark at ``path`` and its version (-1 when absent)."""
-    kazoo = kazoo_module()
-    try:
-        data, stat = client.get(path)
-    except kazoo.exceptions.NoNodeError:
-        return None, -1
-    return HighWaterMark.from_bytes(data), stat.version
+class NodeIdCoordinator(ZooKeeperCoordinator):
+    """The ZooKeeper driver as service discovery uses it: its root defaults to
+    ``/discovery``, and what it claims are elastic node IDs in the groups."""
 
+    default_root = DEFAULT_DISCOVERY_ROOT
+    default_space = "node"
+    spaces = ("node",)
 
-def write_mark(client: Any, path: str, mark: HighWaterMark, version: int, acl: Any) -> int:
-    """Compare-and-set the mark at ``path`` (create it when ``version`` is -1)."""
-    data = json.dumps(mark.to_json()).encode()
-    if version < 0:
-        client.create(path, data, acl=acl)
-        return 0
-    stat = client.set(path, data, version=version)
-    return int(stat.version)
-
-
-def translate_error(error: Exception, doing: str) -> CoordinationError:
-    """A kazoo exception as the idmint error a caller can act on (by type, never by text).
-
-    Anything not known to mean "refused" or "unreachable" is a
-    :class:`CoordinationError` carrying the cause: not a lost claim, which
-    would make a claim that is still ours look gone.
-    """
-    kazoo = kazoo_module()
-    exceptions = kazoo.exceptions
-    name = type(error).__name__
-    if isinstance(
-        error,
-        (
-            exceptions.NoAuthError,
-            exceptions.AuthFailedError,
-            exceptions.SessionClosedRequireSaslError,
-        ),
-    ):
-        return CoordinatorRefused(
-            f"{doing}: ZooKeeper refused us ({name}); check the user:password in the URL "
-            "and the ACLs of the root node"
-        )
-    if isinstance(
-        error,
-        (
-            exceptions.ConnectionLoss,
-            exceptions.SessionExpiredError,
-            exceptions.OperationTimeoutError,
-            exceptions.ConnectionClosedError,
-        ),
-    ):
-        return CoordinatorUnavailable(f"{doing}: lost the connection to ZooKeeper ({name})")
-    return CoordinationError(f"{doing}: ZooKeeper said {name}: {error}")
+    def ensure_node_layout(self, client: Any) -> None:
+        self.groups.ensure_layout(client)

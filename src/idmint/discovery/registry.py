@@ -38,10 +38,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from idmint.clock import Clock
-from idmint.coordinate.url import parse_url
-from idmint.coordinate.zookeeper import kazoo_module, translate_error
-from idmint.discovery.nodes import NodeIdClaim, NodeIdCoordinator
+from idmint.coordinate import CoordinatorUrl, connect, driver
+from idmint.coordinate.zookeeper import ZooKeeperCoordinator
+from idmint.coordinate.zookeeper_groups import NodeIdClaim
+from idmint.coordinate.zookeeper_session import kazoo_module, translate_error
 from idmint.errors import ConfigurationError, CoordinationError
+from idmint.factory import generator_on
 
 __all__ = ["Discovery", "Endpoint", "Instance", "Registration", "Watch"]
 
@@ -154,9 +156,7 @@ class Registration:
 
     def generator(self, **options: Any) -> Any:
         """An elastic64 generator on this instance's node ID (closing it keeps the claim)."""
-        from idmint.generate.generators import Elastic64Generator
-
-        return Elastic64Generator(claim=self.claim, **options)
+        return generator_on(self.claim, "elastic64", **options)
 
     def _write(self) -> None:
         with self._lock:
@@ -196,15 +196,18 @@ class Discovery:
     defaults to ``/discovery``.
     """
 
-    def __init__(self, url: str, *, clock: Clock | None = None) -> None:
-        parsed = parse_url(url)
-        if parsed.scheme not in ("zk", "zookeeper"):
+    def __init__(self, url: str | CoordinatorUrl, *, clock: Clock | None = None) -> None:
+        parsed = CoordinatorUrl.parse(url)
+        # Asked of the registry, before anything is connected to.
+        if not issubclass(driver(parsed.scheme), ZooKeeperCoordinator):
             raise ConfigurationError(
                 "service discovery lives in ZooKeeper; expected a zk:// URL, got "
                 f"{parsed.redacted()}"
             )
-        self.nodes = NodeIdCoordinator(parsed)
-        self.root = self.nodes.root
+        coordinator = connect(parsed)
+        assert isinstance(coordinator, ZooKeeperCoordinator)
+        self.nodes = coordinator
+        self.root = coordinator.groups.root
         self._clock = clock
         self._client: Any = None
         self._client_owner = os.getpid()
@@ -225,7 +228,8 @@ class Discovery:
         parsed = tuple(Endpoint.parse(endpoint) for endpoint in endpoints)
         if port is not None and not (isinstance(port, int) and 0 < port < 65536):
             raise ConfigurationError(f"port must be 1..65535, got {port!r}")
-        claim = self.nodes.claim(clock=self._clock)
+        claim = self.nodes.claim(clock=self._clock, space="node")
+        assert isinstance(claim, NodeIdClaim)
         try:
             return Registration(
                 self,

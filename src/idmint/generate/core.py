@@ -286,9 +286,6 @@ class TickGenerator(Generic[IdT]):
     space: ClassVar[str | None] = None
     """The kind of identity a coordinator claims for it (``coordinate.base.SPACES``:
     schemes whose IDs could meet share one); ``None``: it claims none."""
-    follows_fleet_width: ClassVar[bool] = False
-    """On ZooKeeper, claim a node ID in discovery's groups, whose width follows
-    the fleet (``idmint.discovery.nodes``), rather than one from a plain pool."""
 
     @classmethod
     def scheme_options(cls) -> tuple[str, ...]:

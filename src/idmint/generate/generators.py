@@ -194,7 +194,6 @@ class Elastic64Generator(TickGenerator[Elastic64]):
     id_type = Elastic64
     identity_fields = ("node", "node_bits")
     space = "node"
-    follows_fleet_width = True
     _int_mask = _ELASTIC64_MASK
     _make_from_run = staticmethod(_make_elastic64)
 

@@ -1,0 +1,324 @@
+"""The test adapters of idmint's own drivers: what each can do beyond a URL.
+
+Registered by scheme in the entry-point group ``idmint.contract_hooks``
+(pyproject.toml). None of them can stop a server it does not run: the test
+suite adds that for the servers it starts (``tests/integration/claims_helpers.py``);
+``memory://`` stops its in-process "server" itself. Each works on its driver's
+documented layout (the module docstring of the driver), through the driver's
+own connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeVar
+
+from idmint.coordinate import connect
+from idmint.coordinate.base import SPACES, Claim, Coordinator, HighWaterMark
+from idmint.coordinate.etcd import EtcdClaim, EtcdCoordinator
+from idmint.coordinate.leases import LeaseClaim
+from idmint.coordinate.local import LocalCoordinator, configured_directory, lock_key
+from idmint.coordinate.memory import MemoryCoordinator
+from idmint.coordinate.postgres import PostgresCoordinator
+from idmint.coordinate.redis import RedisCoordinator
+from idmint.coordinate.url import CoordinatorUrl
+from idmint.coordinate.zookeeper import ZooKeeperCoordinator
+from idmint.coordinate.zookeeper_session import ZooKeeperSessionClaim, read_mark
+from idmint.testing.hooks import Hooks
+from idmint.testing.minting import wait_for
+
+__all__ = [
+    "EtcdHooks",
+    "LocalHooks",
+    "MemoryHooks",
+    "PostgresHooks",
+    "RedisHooks",
+    "ZooKeeperHooks",
+    "expire_zookeeper_session",
+]
+
+CoordinatorT = TypeVar("CoordinatorT", bound=Coordinator)
+
+
+def _driver(coordinator: Coordinator, kind: type[CoordinatorT]) -> CoordinatorT:
+    if not isinstance(coordinator, kind):
+        raise TypeError(f"{coordinator.url} is not a {kind.__name__}")
+    return coordinator
+
+
+def _numbered(space: str, identity: Mapping[str, int]) -> tuple[int, int]:
+    """(cluster, number) of an identity: generator IDs have a cluster, node IDs none."""
+    if space == "generator":
+        return identity.get("cluster", 0), identity["generator"]
+    return 0, identity["node"]
+
+
+@contextlib.contextmanager
+def _connected(url: CoordinatorUrl, kind: type[CoordinatorT]) -> Iterator[CoordinatorT]:
+    """A coordinator of ``kind`` for ``url``, closed after the block."""
+    with connect(url) as coordinator:
+        yield _driver(coordinator, kind)
+
+
+class MemoryHooks(Hooks):
+    """``memory://``: the in-process "server" does every drill itself."""
+
+    hosts_are_servers = False
+
+    def expire(self, coordinator: Coordinator, claim: Claim) -> None:
+        _driver(coordinator, MemoryCoordinator).expire(claim)
+
+    def read_mark(
+        self, coordinator: Coordinator, space: str, identity: Mapping[str, int]
+    ) -> HighWaterMark | None:
+        return _driver(coordinator, MemoryCoordinator).mark(space, *_numbered(space, identity))
+
+    def stop_server(self, url: CoordinatorUrl) -> None:
+        with _connected(url, MemoryCoordinator) as memory:
+            memory.stop_serving()
+
+    def start_server(self, url: CoordinatorUrl) -> None:
+        with _connected(url, MemoryCoordinator) as memory:
+            memory.serve_again()
+
+    def remove_pool(self, url: CoordinatorUrl) -> None:
+        with _connected(url, MemoryCoordinator) as memory:
+            memory.discard()
+
+
+class LocalHooks(Hooks):
+    """``local://``: marks are files; a hold lasts as long as its process, so none expires."""
+
+    def read_mark(
+        self, coordinator: Coordinator, space: str, identity: Mapping[str, int]
+    ) -> HighWaterMark | None:
+        pool = _driver(coordinator, LocalCoordinator).pool
+        return pool.read_mark(space, lock_key(space, identity))[0]
+
+    def settle(self, url: CoordinatorUrl) -> None:
+        # A directory made less than a TTL ago holds claims back for a TTL (it may
+        # have replaced one deleted under a live holder): this one was made by the
+        # kit a moment ago, with nobody in it.
+        directory = configured_directory(url.path)
+        if directory is None:
+            return
+        for space in SPACES:
+            (directory / space).mkdir(parents=True, exist_ok=True)
+            (directory / space / ".created").write_text(json.dumps({"created_ms": 0}))
+
+    def remove_pool(self, url: CoordinatorUrl) -> None:
+        directory = configured_directory(url.path)
+        if directory is None:
+            raise ValueError("this host's pool is never removed: its marks protect every process")
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+class ZooKeeperHooks(Hooks):
+    """``zk://``: a session expired from a second connection; marks are znodes."""
+
+    expiry_seen_at_once = True
+
+    def expire(self, coordinator: Coordinator, claim: Claim) -> None:
+        if not isinstance(claim, ZooKeeperSessionClaim):
+            raise TypeError(f"{claim!r} is not a ZooKeeper claim")
+        client = claim.client
+        # Reconnecting (after a restart, say): expire the session it gets back.
+        wait_for(
+            lambda: client is not None and client.connected and client.client_id is not None,
+            timeout=15,
+            what="the claim's ZooKeeper client to be connected",
+        )
+        expire_zookeeper_session(client)
+
+    def read_mark(
+        self, coordinator: Coordinator, space: str, identity: Mapping[str, int]
+    ) -> HighWaterMark | None:
+        zookeeper = _driver(coordinator, ZooKeeperCoordinator)
+        if space == "node":
+            path = f"{zookeeper.groups.root}/nodehwm/{identity['node']:04X}"
+        else:
+            path = f"{zookeeper.space_root(space)}/hwm/{_numbered(space, identity)[1]}"
+        with zookeeper.short_session() as client:
+            return read_mark(client, path)[0]
+
+    def remove_pool(self, url: CoordinatorUrl) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        with (
+            _connected(url, ZooKeeperCoordinator) as zookeeper,
+            zookeeper.short_session() as client,
+        ):
+            for root in dict.fromkeys((zookeeper.root, zookeeper.groups.root)):
+                with contextlib.suppress(NoNodeError):
+                    client.delete(root, recursive=True)
+
+
+def expire_zookeeper_session(
+    client: Any, *, timeout: float = 15.0, wait_reconnect: bool = True, attempts: int = 5
+) -> None:
+    """Expire the session of a connected kazoo client on the server.
+
+    A second connection attaches to the same session (same session id and password)
+    and closes it: the server ends the session, deletes its ephemeral nodes and drops
+    the original connection, whose reconnection attempt is then told that the session
+    expired. The client moves to ``KazooState.LOST`` and, like every kazoo client,
+    opens a new session by itself (``wait_reconnect``: and this waits for that).
+    kazoo's own test harness only simulates the expiry on the client side, which
+    leaves the session and its ephemeral nodes alive on the server.
+
+    Raises ``RuntimeError`` if the client is not connected, ``TimeoutError`` if it
+    does not notice the expiry (or reconnect) within ``timeout``.
+    """
+    from kazoo.client import KazooClient
+    from kazoo.protocol.states import KazooState
+
+    client_id = client.client_id
+    if client_id is None:
+        raise RuntimeError("the kazoo client is not connected")
+    lost = threading.Event()
+    reconnected = threading.Event()
+
+    def watch(state: Any) -> bool:
+        if state == KazooState.LOST:
+            lost.set()
+        elif state == KazooState.CONNECTED and lost.is_set():
+            reconnected.set()
+            return True  # remove the listener
+        return False
+
+    client.add_listener(watch)
+    try:
+        hosts = ",".join(f"{host}:{port}" for host, port in client.hosts)
+        for _ in range(attempts):
+            twin = KazooClient(hosts=hosts, client_id=client_id, auth_data=list(client.auth_data))
+            try:
+                twin.start(timeout=timeout)
+            finally:
+                twin.stop()
+                twin.close()
+            if lost.wait(timeout / attempts):
+                break
+        if not lost.wait(timeout):
+            raise TimeoutError("the kazoo client did not see its session expire")
+        if wait_reconnect and not reconnected.wait(timeout):
+            raise TimeoutError("the kazoo client did not reconnect after expiry")
+    finally:
+        if not (wait_reconnect and reconnected.is_set()):
+            client.remove_listener(watch)
+
+
+class EtcdHooks(Hooks):
+    """``etcd://``: a lease revoked; marks are keys."""
+
+    def expire(self, coordinator: Coordinator, claim: Claim) -> None:
+        if not isinstance(claim, EtcdClaim) or claim.lease is None:
+            raise TypeError(f"{claim!r} is not an etcd claim holding a lease")
+        _driver(coordinator, EtcdCoordinator).gateway.revoke(claim.lease)
+
+    def read_mark(
+        self, coordinator: Coordinator, space: str, identity: Mapping[str, int]
+    ) -> HighWaterMark | None:
+        marks = _driver(coordinator, EtcdCoordinator).read_marks(space)
+        found = marks.get(_numbered(space, identity))
+        return None if found is None else found[0]
+
+    def remove_pool(self, url: CoordinatorUrl) -> None:
+        with _connected(url, EtcdCoordinator) as etcd:
+            etcd.gateway.delete_prefix(f"{etcd.prefix}/")
+
+
+class _LeaseHooks(Hooks):
+    """A store of leases (PostgreSQL, Redis): a lease ended as if it lapsed."""
+
+    def expire(self, coordinator: Coordinator, claim: Claim) -> None:
+        if not isinstance(claim, LeaseClaim) or claim.lease is None:
+            raise TypeError(f"{claim!r} is not a claim holding a lease")
+        cluster, number, token = claim.lease
+        # The lease goes, as when it lapses and another holder takes it: the claim
+        # learns it at its next renewal.
+        claim.store.release(claim.space, cluster, number, token=token, mark=None)
+
+    def read_mark(
+        self, coordinator: Coordinator, space: str, identity: Mapping[str, int]
+    ) -> HighWaterMark | None:
+        if not isinstance(coordinator, (PostgresCoordinator, RedisCoordinator)):
+            raise TypeError(f"{coordinator.url} keeps no leases")
+        return self._stored_mark(coordinator, space, *_numbered(space, identity))
+
+    def _stored_mark(
+        self, coordinator: Any, space: str, cluster: int, number: int
+    ) -> HighWaterMark | None:
+        raise NotImplementedError
+
+
+class PostgresHooks(_LeaseHooks):
+    """``postgresql://``: a lease row ended; marks are columns of the table."""
+
+    def _stored_mark(
+        self, coordinator: PostgresCoordinator, space: str, cluster: int, number: int
+    ) -> HighWaterMark | None:
+        store = coordinator.store
+        query = (
+            f"SELECT ceiling_ms, renewed_ms, released_ms, mark_holder FROM {store.qualified} "
+            "WHERE space = %s AND cluster = %s AND id = %s AND ceiling_ms IS NOT NULL"
+        )
+        row = store.connection.run(
+            "reading a high-water mark",
+            lambda c: c.execute(query, (space, cluster, number)).fetchone(),
+        )
+        if row is None:
+            return None
+        ceiling, renewed, released, holder = row
+        return HighWaterMark(ceiling, renewed or 0, released, holder or "")
+
+    def settle(self, url: CoordinatorUrl) -> None:
+        with _connected(url, PostgresCoordinator) as postgres:
+            postgres.list_claims()  # makes the table
+            store = postgres.store
+            store.connection.run(
+                "settling the pool",
+                lambda c: c.execute(
+                    f"INSERT INTO {store.qualified} (space, cluster, id, incarnation, "
+                    "since_ms, lease_ms) SELECT space, -1, -1, (extract(epoch FROM "
+                    "pg_postmaster_start_time()) * 1000000)::bigint::text, 0, 0 "
+                    "FROM unnest(%s::text[]) AS space ON CONFLICT DO NOTHING",
+                    (list(SPACES),),
+                ),
+            )
+
+    def remove_pool(self, url: CoordinatorUrl) -> None:
+        with _connected(url, PostgresCoordinator) as postgres:
+            table = postgres.store.qualified
+            postgres.store.connection.run(
+                "removing the pool", lambda c: c.execute(f"DROP TABLE IF EXISTS {table}")
+            )
+
+
+class RedisHooks(_LeaseHooks):
+    """``redis://``: a lease field deleted; marks are fields of the pool's hash."""
+
+    def _stored_mark(
+        self, coordinator: RedisCoordinator, space: str, cluster: int, number: int
+    ) -> HighWaterMark | None:
+        store = coordinator.store
+        raw = store.client.hget(store.key(space), f"mark:{cluster}:{number}")
+        if raw is None:
+            return None
+        text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+        return HighWaterMark.from_bytes(text.partition(" ")[2].encode())
+
+    def settle(self, url: CoordinatorUrl) -> None:
+        with _connected(url, RedisCoordinator) as redis:
+            client = redis.store.client
+            run_id = client.info("server")["run_id"]
+            record = json.dumps({"incarnation": run_id, "since_ms": 0, "ttl_ms": 0})
+            for space in SPACES:
+                client.hsetnx(redis.store.key(space), "pool", record)
+
+    def remove_pool(self, url: CoordinatorUrl) -> None:
+        with _connected(url, RedisCoordinator) as redis:
+            redis.store.client.delete(*(redis.store.key(space) for space in SPACES))

@@ -1,0 +1,224 @@
+"""The architecture as docs/architecture.md draws it, read from the code's own imports.
+
+* No import circle anywhere in ``src/idmint`` (imports inside functions and under
+  ``TYPE_CHECKING`` count: a circle is a circle however late it closes).
+* Arrows point down: each part imports only the parts below it.
+* Coordinators are found by URL scheme in package metadata and nowhere else: no
+  table of ``module:Class`` targets in the code, and no code outside a driver
+  picks behaviour by comparing a URL's scheme with a name.
+* Every driver idmint ships is registered, with its contract kit's adapter, and
+  every registration names a class of the right kind.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from importlib import import_module
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+from idmint.coordinate import Coordinator
+from idmint.testing import Hooks
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "src"
+PACKAGE = SOURCE / "idmint"
+
+LAYERS: dict[str, set[str]] = {
+    "errors": set(),
+    "clock": {"errors"},
+    "schemes": {"errors"},
+    "generate": {"schemes", "clock", "errors"},
+    "coordinate": {"schemes", "clock", "errors"},
+    "_storage": {"schemes", "errors"},
+    "pydantic": {"schemes", "errors"},
+    "sqlalchemy": {"_storage", "schemes", "errors"},
+    "django": {"_storage", "schemes", "errors"},
+    "factory": {"coordinate", "generate", "schemes", "clock", "errors"},
+    "discovery": {"factory", "coordinate", "generate", "schemes", "clock", "errors"},
+}
+"""What each part may import besides itself (the faces above them may import them all)."""
+FACES = {"server", "client", "cli", "testing", "__init__", "__main__"}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SOURCE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def _imports(name: str) -> set[str]:
+    """The idmint modules ``name`` imports, wherever in it the import stands."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+                base = f"{base}.{node.module}" if node.module else base
+            # ``from idmint import _storage`` imports the submodule; ``from idmint import
+            # Uid64`` a name of the package.
+            targets = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
+                for alias in node.names
+            ]
+        else:
+            continue
+        found.update(target for target in targets if target in MODULES and target != name)
+    return found
+
+
+GRAPH = {name: _imports(name) for name in MODULES}
+
+
+def _part(module: str) -> str:
+    """``coordinate`` for ``idmint.coordinate.zookeeper``; ``__init__`` for ``idmint``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_no_import_circle_anywhere() -> None:
+    # Tarjan's strongly connected components: any with two or more modules is a circle.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in GRAPH[module]:
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in sorted(GRAPH):
+        if module not in index:
+            visit(module)
+    assert not circles, f"import circles: {circles}"
+
+
+def test_arrows_point_down() -> None:
+    upward = defaultdict(set)
+    for module, imported in GRAPH.items():
+        part = _part(module)
+        if part in FACES:
+            continue
+        assert part in LAYERS, f"{module}: a part docs/architecture.md does not place"
+        for target in imported:
+            if _part(target) != part and _part(target) not in LAYERS[part]:
+                upward[module].add(target)
+    assert not upward, f"imports that run up or sideways: {dict(upward)}"
+
+
+def test_the_faces_do_not_import_each_other_but_through_the_factory() -> None:
+    # The CLI runs the server and the client; nothing below the faces imports one.
+    for module, imported in GRAPH.items():
+        if _part(module) in ("server", "client", "testing"):
+            faces = {_part(t) for t in imported} & (FACES - {_part(module), "__init__"})
+            assert not faces, f"{module} imports the faces {faces}"
+
+
+# -- drivers: by scheme, in package metadata, nowhere else -------------------------------
+
+DRIVER_MODULES = {
+    "idmint.coordinate.etcd",
+    "idmint.coordinate.local",
+    "idmint.coordinate.memory",
+    "idmint.coordinate.postgres",
+    "idmint.coordinate.redis",
+    "idmint.coordinate.static",
+    "idmint.coordinate.zookeeper",
+}
+"""The drivers: each may compare a URL's scheme with its own names (etcds://: TLS)."""
+
+
+URL_HANDLERS = {"coordinate", "factory", "discovery", "testing", "cli", "server"}
+"""The parts that handle coordinator URLs (the client's are its servers' http:// ones)."""
+
+
+def test_no_code_picks_a_driver_or_a_behaviour_by_scheme_name() -> None:
+    compared = []
+    for module, path in MODULES.items():
+        if module in DRIVER_MODULES or _part(module) not in URL_HANDLERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            on_scheme = any(isinstance(s, ast.Attribute) and s.attr == "scheme" for s in sides)
+            literal = any(
+                isinstance(c, ast.Constant) and isinstance(c.value, str)
+                for s in sides
+                for c in ([s] if isinstance(s, ast.Constant) else getattr(s, "elts", []))
+            )
+            if on_scheme and literal:
+                compared.append(f"{module}:{node.lineno}")
+    assert not compared, f"the registry picks drivers by scheme, nothing else: {compared}"
+
+
+def test_no_table_of_driver_targets_in_the_code() -> None:
+    target = re.compile(r"^idmint\.[\w.]+:\w+$")
+    tables = [
+        f"{module}:{node.lineno}"
+        for module, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and target.match(node.value)
+    ]
+    assert not tables, f"module:Class targets belong in pyproject.toml's entry points: {tables}"
+
+
+ENTRY_POINTS = {
+    group: {
+        entry.name: entry.value
+        for entry in entry_points(group=group)
+        if entry.dist and entry.dist.name == "idmint"
+    }
+    for group in ("idmint.coordinators", "idmint.contract_hooks")
+}
+"""idmint's own registrations, as installed from pyproject.toml."""
+
+
+@pytest.mark.parametrize(
+    ("group", "kind"), [("idmint.coordinators", Coordinator), ("idmint.contract_hooks", Hooks)]
+)
+def test_every_registration_names_a_class_of_its_kind(group: str, kind: type) -> None:
+    for scheme, value in ENTRY_POINTS[group].items():
+        module, _, name = value.partition(":")
+        loaded = getattr(import_module(module), name)
+        assert isinstance(loaded, type), scheme
+        assert issubclass(loaded, kind), scheme
+
+
+def test_every_driver_shipped_is_registered_and_has_an_adapter_where_it_claims() -> None:
+    registered = ENTRY_POINTS["idmint.coordinators"]
+    shipped = {value.partition(":")[0] for value in registered.values()}
+    assert shipped == DRIVER_MODULES
+    adapters = ENTRY_POINTS["idmint.contract_hooks"]
+    # static:// configures its identity: there is nothing of a store to reach into.
+    assert set(adapters) == set(registered) - {"static"}
