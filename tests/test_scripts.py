@@ -25,7 +25,7 @@ from tests.servers.ports import LOOPBACK, free_port
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "coordinators"
 START_TIMEOUT_S = 120.0  # installs nothing here, but two JVM/etcd starts on a busy machine
-STOP_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 120.0  # four servers stopped one after another on a busy machine
 
 
 class Coordinators(CliProcess):
@@ -62,7 +62,15 @@ class Coordinators(CliProcess):
         try:
             return self.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"scripts/coordinators did not stop:\n{self.stderr}") from None
+            left = subprocess.run(
+                ["ps", "-o", "pid,stat,etime,args", "-g", str(self.pid)],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
+            raise AssertionError(
+                f"scripts/coordinators did not stop:\n{self.stderr}\nstill running:\n{left}"
+            ) from None
 
 
 @pytest.fixture

@@ -170,7 +170,13 @@ def _command(run: dict[str, object], spec: dict[str, object]) -> list[str]:
         argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv]
     setup: list[str] = []
     if run["private_tmp"]:
-        setup += [f"mount -t tmpfs -o mode=1777 tmpfs {d}" for d in ("/tmp", "/var/tmp")]
+        private = ("/tmp", "/var/tmp")
+        setup += [f"mount -t tmpfs -o mode=1777 tmpfs {d}" for d in private]
+        # A checkout or interpreter under /tmp (a CI job's clone) stays reachable,
+        # from where _set_up_host parked it, as the rest of the host does.
+        for index, path in enumerate(spec["keep"]):  # type: ignore[arg-type]
+            if any(Path(path).is_relative_to(d) for d in private):
+                setup.append(f"mkdir -p {path} && mount --bind /mnt/{index} {path}")
     if run["private_dev"]:
         setup.append("mount -t tmpfs -o mode=1777 tmpfs /dev/shm")
     for path in run["writable"]:  # type: ignore[attr-defined]

@@ -22,7 +22,9 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -476,24 +478,32 @@ def _scrape_from_a_live_worker(port: int) -> Samples:
 def test_workers_of_a_killed_supervisor_stop_and_release_their_claims(tmp_path: Path) -> None:
     """SIGKILL the supervisor: each worker sees its control socket close, stops as on SIGTERM
     and releases its claims; nothing keeps listening on the port."""
-    server = IdmintServer("--workers", "2", env=private_pool(tmp_path))
-    with server:
-        server.start()
-        view = claims_of(server.port)
-        pids = [worker_pid(view, 0), worker_pid(view, 1)]
-        assert len(list_claims(pool_url(tmp_path))) == 2
-        server.kill()
-        wait_for(
-            lambda: all(gone(pid) for pid in pids),
-            timeout=WAIT_S,
-            description="the orphaned workers stopped",
-            explain=lambda: str([(pid, gone(pid)) for pid in pids]),
+    # A short TMPDIR, so that the run directory is made in it (a test's own
+    # tmp_path can be too deep a path for the workers' sockets).
+    run_parent = Path(tempfile.mkdtemp(prefix="idmint-test-", dir="/tmp"))
+    try:
+        server = IdmintServer(
+            "--workers", "2", env={**private_pool(tmp_path), "TMPDIR": str(run_parent)}
         )
-        assert list_claims(pool_url(tmp_path)) == []
-        with pytest.raises(ConnectionRefusedError):
-            get_alone(server.port, "/livez", timeout=5)
-    # Only the run directory is left, as docs/server.md says.
-    assert [path.name[:13] for path in (tmp_path / "tmp").iterdir()] == ["idmint-serve-"]
+        with server:
+            server.start()
+            view = claims_of(server.port)
+            pids = [worker_pid(view, 0), worker_pid(view, 1)]
+            assert len(list_claims(pool_url(tmp_path))) == 2
+            server.kill()
+            wait_for(
+                lambda: all(gone(pid) for pid in pids),
+                timeout=WAIT_S,
+                description="the orphaned workers stopped",
+                explain=lambda: str([(pid, gone(pid)) for pid in pids]),
+            )
+            assert list_claims(pool_url(tmp_path)) == []
+            with pytest.raises(ConnectionRefusedError):
+                get_alone(server.port, "/livez", timeout=5)
+        # Only the run directory is left, as docs/server.md says.
+        assert [path.name[:13] for path in run_parent.iterdir()] == ["idmint-serve-"]
+    finally:
+        shutil.rmtree(run_parent, ignore_errors=True)
 
 
 @pytest.mark.integration

@@ -472,7 +472,8 @@ class NodeIdClaim(ZooKeeperSessionClaim[NodeGroups]):
             return
         self._groups_changed.clear()
         try:
-            self._follow_groups()
+            with translated("following the node groups"):
+                self._follow_groups()
         except BaseException:
             self._groups_changed.set()  # not done: try again after the next renewal
             raise
