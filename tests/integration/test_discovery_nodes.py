@@ -611,7 +611,7 @@ def test_claims_in_flight_when_a_group_is_added_widen_too(zk: ZooKeeperEnsemble)
     2 (width 10). When the twin widens both go ahead; A must then use 10 bits too.
     """
     root = unique_root()
-    coordinator = coordinator_for(zk_url(zk, root, session_timeout=2, group_size=16))
+    coordinator = coordinator_for(zk_url(zk, root, session_timeout=10, group_size=16))
     with _group0_full_with_a_narrow_peer(zk, root) as (others, narrow):
         first = _ClaimInThread(coordinator)
         second: _ClaimInThread | None = None
@@ -644,7 +644,7 @@ def test_shrinking_waits_for_the_ticks_of_a_wider_node_that_left(zk: ZooKeeperEn
     """Node 520 (width 10) mints ahead of the clock, then leaves; group 2 goes and node
     8 narrows to 9 bits. Its 9-bit IDs must come after 520's last tick."""
     root = unique_root()
-    url = zk_url(zk, root, session_timeout=2, group_size=16)
+    url = zk_url(zk, root, session_timeout=10, group_size=16)
     coordinator = coordinator_for(url)
     with contextlib.ExitStack() as stack, raw_client(zk) as observer:
         narrow = stack.enter_context(elastic64_on(url))
