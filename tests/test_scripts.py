@@ -62,6 +62,9 @@ class Coordinators(CliProcess):
         try:
             return self.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
+            os.kill(self.pid, signal.SIGUSR1)  # the script prints its stack (faulthandler)
+            with contextlib.suppress(TimeoutError):
+                wait_until(lambda: "File " in self.stderr, timeout=10, description="a stack")
             left = subprocess.run(
                 ["ps", "-o", "pid,stat,etime,args", "-g", str(self.pid)],
                 capture_output=True,
