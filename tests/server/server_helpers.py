@@ -228,9 +228,11 @@ class IdmintServer:
     def stderr_text(self) -> str:
         if self._stderr is None:
             return ""
-        self._stderr.flush()
-        self._stderr.seek(0)
-        return self._stderr.read()
+        # pread, not seek and read: the server writes through the same open file,
+        # and moving its offset would make it write over what it wrote before.
+        fd = self._stderr.fileno()
+        data = os.pread(fd, os.fstat(fd).st_size, 0)
+        return data.decode("utf-8", "replace")
 
     def __enter__(self) -> IdmintServer:
         return self
