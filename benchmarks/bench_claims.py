@@ -973,15 +973,14 @@ class StoreServers:
             self._redis_commands = self.redis.commands()
         return len(self._redis_commands.sent())
 
-    def settled_pool(self, kind: str, ttl_s: float = 10.0) -> str:
+    def settled_pool(self, kind: str) -> str:
         """A new pool whose record says it has been seen since long ago in the store's
-        current incarnation, by claimants with TTLs up to ``ttl_s``: claims need not
-        settle (see docs/coordination.md), nor raise the record's TTL."""
+        current incarnation: claims need not settle (see docs/coordination.md)."""
         from tests.integration.claims_helpers import settle_pool
 
         backend = self.backend(kind)
         root: str = backend.new_root(settled=False)
-        settle_pool(backend, root, ttl_s=ttl_s)
+        settle_pool(backend, root)
         return root
 
     def new_pool(self, kind: str) -> str:
@@ -1123,7 +1122,7 @@ def store_fill(
     options: dict[str, object] = {"ttl": ttl_s}
     if claims < 2048:
         options["generators"] = f"0-{claims - 1}"
-    url = servers.url(kind, servers.settled_pool(kind, ttl_s), **options)
+    url = servers.url(kind, servers.settled_pool(kind), **options)
     barrier = bench.ctx.Barrier(workers)
     shares = [claims // workers + (i < claims % workers) for i in range(workers)]
     run = bench._run(
@@ -1251,7 +1250,7 @@ def forgetting_rows(store_bench: Bench, ttls: Sequence[int]) -> list[ForgettingR
     for ttl in ttls:
         for label, kind in STORE_KINDS:
             url = servers.url(
-                kind, servers.settled_pool(kind, ttl), ttl=ttl, generators="0-0", claim_timeout=60
+                kind, servers.settled_pool(kind), ttl=ttl, generators="0-0", claim_timeout=60
             )
             proven = ForgettingRow(label, ttl, "a mark of this incarnation (proven)")
             restarted = ForgettingRow(label, ttl, "after a restart (a new incarnation)")
