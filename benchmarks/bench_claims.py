@@ -104,6 +104,7 @@ PRELOAD = [
     "etcd3gw",
     "etcd3gw.exceptions",
     "requests",
+    "claimant_preload",
 ]
 
 LATENCY_CASES: dict[str, tuple[str, str, dict[str, object]]] = {
@@ -1691,6 +1692,10 @@ def main(argv: list[str] | None = None) -> int:
 
     ctx = mp.get_context("forkserver")
     assert isinstance(ctx, ForkServerContext)
+    # Python 3.11's forkserver starts with the default sys.path, not ours: it finds
+    # claimant_preload, beside this file, through the environment it inherits.
+    here = os.path.dirname(os.path.abspath(__file__))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
     ctx.set_forkserver_preload(PRELOAD + STORE_PRELOAD)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("kazoo").setLevel(logging.ERROR)
