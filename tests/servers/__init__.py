@@ -28,10 +28,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
+
+from idmint.testing.minting import wait_for
 
 __all__ = ["ServerError", "ServerProcess", "wait_until"]
 
@@ -215,23 +216,13 @@ def wait_until(
 ) -> None:
     """Poll ``predicate`` until it returns true or ``timeout`` seconds have passed.
 
-    Use it only when there is nothing to wait on (a server's port, a remote state);
-    prefer events when the condition is signalled.
+    The driver kit's :func:`idmint.testing.wait_for` with the harness's longer
+    default poll. Use it only when there is nothing to wait on (a server's port,
+    a remote state); prefer events when the condition is signalled.
 
-    :param predicate: the condition; exceptions it raises propagate.
-    :param timeout: seconds to wait at most.
-    :param description: what is awaited, for the :class:`TimeoutError` message.
-    :param interval: pause between two polls.
     :param check: called before every poll to fail fast (for example
         :meth:`ServerProcess.check_alive`); its exceptions propagate.
-    :raises TimeoutError: if the condition is still false after ``timeout``.
+    :raises TimeoutError: naming ``description``, if the condition is still false
+        after ``timeout``.
     """
-    deadline = time.monotonic() + timeout
-    while True:
-        if check is not None:
-            check()
-        if predicate():
-            return
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout:g}s waiting for {description}")
-        time.sleep(interval)
+    wait_for(predicate, timeout=timeout, what=description, check=check, interval=interval)
