@@ -156,7 +156,7 @@ def _timed_claim(url: str) -> tuple[Sample, Any]:
 
     start, cpu = time.monotonic(), time.process_time()
     try:
-        generator = new_generator("uid64", coordinator=url)
+        generator: Any = new_generator("uid64", coordinator=url)  # uid64's: has .generator
         generator.generate()
     except Exception as error:
         failed = f"{type(error).__name__}: {error}"
@@ -761,7 +761,8 @@ class _KeyProbe:
 
         self.kind = kind
         self.root = root
-        self.coordinator = connect(servers.url(kind, root))
+        coordinator: Any = connect(servers.url(kind, root))  # the driver's own attributes
+        self.coordinator = coordinator
         self.client: Any = None
         if kind == "zk":
             self.client, _ = self.coordinator.client()
@@ -1359,7 +1360,9 @@ def round_trip_rows(bench: Bench, store_bench: Bench) -> list[RoundTripRow]:
     """Round trips of one claim alone on a settled pool, through a counting relay."""
     stores: StoreServers = store_bench.servers  # type: ignore[assignment]
     host, _, port = bench.servers.etcd_endpoint.rpartition(":")
-    cases = [("etcd", (host, int(port)), lambda at: f"etcd://{at}{fresh_root()}")]
+    cases: list[tuple[str, tuple[str, int], Callable[[str], str]]] = [
+        ("etcd", (host, int(port)), lambda at: f"etcd://{at}{fresh_root()}")
+    ]
     for label, kind in STORE_KINDS:
         server = stores.postgres if kind == "postgres" else stores.redis
         root = stores.settled_pool(kind)
@@ -1462,7 +1465,7 @@ def cpu_rows(bench: Bench, store_bench: Bench, runs: int, claimants: int) -> lis
     once (settled pools): what the latency of many claimants on few cores comes from,
     and less sensitive than the latency to what else the machine runs."""
     stores: StoreServers = store_bench.servers  # type: ignore[assignment]
-    cases = [
+    cases: list[tuple[Bench, str, str, Callable[[], str], int]] = [
         (
             bench,
             "etcd",

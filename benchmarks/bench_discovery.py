@@ -107,7 +107,9 @@ def worker(url: str, count: int, in_flight: int) -> int:
             failed.set()
             return None, started, time.monotonic(), f"{type(error).__name__}"
         held.append(claim)
-        return claim.node, started, time.monotonic(), ""
+        identity = claim.identity
+        node = identity["node"] if identity is not None else None
+        return node, started, time.monotonic(), ""
 
     print(json.dumps({"ready": True}), flush=True)
     sys.stdin.readline()
@@ -177,7 +179,7 @@ def claim_run(
         coordinator = NodeIdCoordinator(parse_url(url))
         client, _ = coordinator.client()
         try:
-            row.groups = coordinator.groups(client)
+            row.groups = coordinator.groups.groups(client)
         finally:
             client.stop()
             client.close()

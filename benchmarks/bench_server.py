@@ -173,7 +173,7 @@ def serve_hello(*, stock: bool = False) -> int:
 
     run.create_app = lambda *_, **__: HelloApp()  # type: ignore[attr-defined,assignment]
     if stock:
-        run.limited_http_protocol = lambda limits: "auto"  # type: ignore[assignment,return-value]
+        run.limited_http_protocol = lambda limits: "auto"  # type: ignore[attr-defined,assignment,return-value]
     return run.serve(host="127.0.0.1", port=0, announce=announce)
 
 
@@ -211,7 +211,7 @@ def serve_unwaited(generators: int) -> int:
     def announce(port: int) -> None:
         print(f"unwaited server: open http://127.0.0.1:{port}/", flush=True)
 
-    app.new_generators = unclaimed  # type: ignore[assignment]
+    app.new_generators = unclaimed  # type: ignore[attr-defined,assignment]
     return run.serve(host="127.0.0.1", port=0, generators=generators, announce=announce)
 
 
@@ -267,6 +267,7 @@ def limits_cost(rounds: int = LIMITS_ROUNDS, requests: int = LIMITS_REQUESTS) ->
         print("\nRequest limits: this idmint has none.")
         return
 
+    new_loop: Callable[[], asyncio.AbstractEventLoop]
     try:
         import uvloop
 
