@@ -367,15 +367,18 @@ def _add_fetch(commands: Any) -> None:
         "--tls-ca",
         metavar="F",
         help="check https servers' certificates against the CA certificates in this PEM file "
-        "(default: the system's)",
+        "(default: the system's; IDMINT_FETCH_TLS_CA)",
     )
     fetch.add_argument(
         "--tls-cert",
         metavar="F",
-        help="a client certificate (PEM) for servers that ask for one (mutual TLS)",
+        help="a client certificate (PEM) for servers that ask for one (mutual TLS; "
+        "IDMINT_FETCH_TLS_CERT)",
     )
     fetch.add_argument(
-        "--tls-key", metavar="F", help="its private key (default: in the --tls-cert file)"
+        "--tls-key",
+        metavar="F",
+        help="its private key (default: in the --tls-cert file; IDMINT_FETCH_TLS_KEY)",
     )
     fetch.add_argument(
         "--timeout",
@@ -632,22 +635,30 @@ def _cmd_fetch(args: argparse.Namespace, out: _Output) -> int:
     from idmint.client import IdClient
     from idmint.errors import ConfigurationError
 
-    sources = {
-        "token_file": "--token-file" if args.token_file else "IDMINT_TOKEN_FILE",
-        "tls_ca": "--tls-ca",
-        "tls_cert": "--tls-cert",
-        "tls_key": "--tls-key",
-    }
+    # Each file from its flag, else its variable. The TLS files have variables of
+    # their own: IDMINT_TLS_CERT and IDMINT_TLS_KEY are the server's, and a health
+    # check run beside a server must not present the server's certificate as its own.
+    files: dict[str, str | None] = {}
+    sources: dict[str, str] = {}
+    for keyword, flag, variable in (
+        ("token_file", "--token-file", "IDMINT_TOKEN_FILE"),
+        ("tls_ca", "--tls-ca", "IDMINT_FETCH_TLS_CA"),
+        ("tls_cert", "--tls-cert", "IDMINT_FETCH_TLS_CERT"),
+        ("tls_key", "--tls-key", "IDMINT_FETCH_TLS_KEY"),
+    ):
+        given = getattr(args, keyword)
+        files[keyword] = given or os.environ.get(variable) or None
+        sources[keyword] = flag if given else variable
     try:
         client = IdClient(
             args.server,
             discovery=args.discovery,
             scheme=args.scheme,
             node_bits=args.node_bits,
-            token_file=args.token_file or os.environ.get("IDMINT_TOKEN_FILE") or None,
-            tls_ca=args.tls_ca,
-            tls_cert=args.tls_cert,
-            tls_key=args.tls_key,
+            token_file=files["token_file"],
+            tls_ca=files["tls_ca"],
+            tls_cert=files["tls_cert"],
+            tls_key=files["tls_key"],
             timeout=args.timeout,
         )
     except ConfigurationError as error:

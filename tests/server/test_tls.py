@@ -39,7 +39,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -737,14 +737,20 @@ def test_a_worker_replaced_after_a_rotation_loads_the_files_as_they_are(
 # -- clients ----------------------------------------------------------------------------------
 
 
-def fetch(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def fetch(
+    *args: str, timeout: float = 60, environment: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``idmint fetch`` with none of our variables but ``environment``'s."""
     return subprocess.run(
         [sys.executable, "-m", "idmint", "fetch", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
-        env={k: v for k, v in os.environ.items() if not k.startswith("IDMINT_")},
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("IDMINT_")},
+            **(environment or {}),
+        },
     )
 
 
@@ -777,6 +783,43 @@ def test_fetch_over_mutual_tls(pki: Pki, tmp_path: Path) -> None:
         missing = fetch(*common, "--tls-ca", str(tmp_path / "none.pem"))
         assert missing.returncode == 2, missing.stderr
         assert assert_one_error_line(missing.stderr).startswith("idmint: error: --tls-ca: ")
+
+
+def test_fetch_takes_its_tls_files_from_the_environment(pki: Pki, tmp_path: Path) -> None:
+    with running_server(
+        *tls_args(pki.server, client_ca=pki.ca_file), verify=pki.context(pki.client)
+    ) as server:
+        common = ["--server", server.url, "--count", "2"]
+        client = {
+            "IDMINT_FETCH_TLS_CA": str(pki.ca_file),
+            "IDMINT_FETCH_TLS_CERT": str(pki.client.cert),
+            "IDMINT_FETCH_TLS_KEY": str(pki.client.key),
+        }
+        # The server's own variables beside them, as in a health check run in the
+        # server's container: fetch presents the client's certificate, not these.
+        beside = {"IDMINT_TLS_CERT": str(pki.server.cert), "IDMINT_TLS_KEY": str(pki.server.key)}
+        done = fetch(*common, environment={**client, **beside})
+        assert done.returncode == 0, done.stderr
+        assert len(done.stdout.splitlines()) == 2
+        # Without the client's certificate the server ends the connection.
+        ca_only = {"IDMINT_FETCH_TLS_CA": client["IDMINT_FETCH_TLS_CA"]}
+        refused = fetch(*common, "--timeout", "1", environment={**ca_only, **beside})
+        assert refused.returncode == 69, refused.stderr
+        assert "--tls-cert" in assert_one_error_line(refused.stderr)
+        # A flag wins over its variable; a variable's bad file is named by the variable.
+        missing = str(tmp_path / "none.pem")
+        wrong = fetch(*common, environment={**client, "IDMINT_FETCH_TLS_CA": missing})
+        assert wrong.returncode == 2, wrong.stderr
+        assert assert_one_error_line(wrong.stderr).startswith(
+            "idmint: error: IDMINT_FETCH_TLS_CA: "
+        )
+        overridden = fetch(
+            *common,
+            "--tls-ca",
+            str(pki.ca_file),
+            environment={**client, "IDMINT_FETCH_TLS_CA": missing},
+        )
+        assert overridden.returncode == 0, overridden.stderr
 
 
 def test_the_clients_over_tls_and_a_token_file_read_again_when_refused(
