@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from collections import defaultdict
 from importlib import import_module
 from importlib.metadata import entry_points
@@ -222,3 +224,17 @@ def test_every_driver_shipped_is_registered_and_has_an_adapter_where_it_claims()
     adapters = ENTRY_POINTS["idmint.contract_hooks"]
     # static:// configures its identity: there is nothing of a store to reach into.
     assert set(adapters) == set(registered) - {"static"}
+
+
+def test_importing_idmint_reads_no_package_metadata() -> None:
+    # Drivers are found in package metadata when a coordinator URL is first
+    # looked up; the machinery that reads it costs more to import than the rest
+    # of idmint's coordination, which `idmint decode` and a program that only
+    # reads IDs never use.
+    shown = subprocess.run(
+        [sys.executable, "-c", "import idmint, sys; print('importlib.metadata' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert shown.stdout.strip() == "False"

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import functools
 from importlib import import_module
-from importlib.metadata import EntryPoint, entry_points
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from idmint.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 __all__ = ["Registry"]
 
@@ -71,7 +73,11 @@ class Registry(Generic[PluginT]):
 
 @functools.cache
 def _group(group: str) -> tuple[tuple[str, tuple[EntryPoint, ...]], ...]:
-    # Reading every installed package's metadata costs milliseconds: once per process.
+    # Reading every installed package's metadata costs milliseconds: once per process,
+    # and importing what reads it costs more than the rest of `import idmint`'s
+    # coordination: only when a URL is first looked up.
+    from importlib.metadata import entry_points
+
     by_scheme: dict[str, dict[str, EntryPoint]] = {}
     for entry in entry_points(group=group):
         # The same target twice (one package seen through two paths) is one driver.
