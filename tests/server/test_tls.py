@@ -429,13 +429,19 @@ def test_what_is_not_tls_is_closed_without_a_traceback(
 
 class KeptConnection:
     """One keep-alive connection, used twice a second (within the server's idle limit)
-    until stopped: every answer, and the socket and certificate each came on."""
+    until stopped: every answer, and the socket and certificate each came on.
+
+    ``ask()`` may also be called from the test while the thread runs: one request
+    at a time on the connection. What stopped the thread is in ``errors``.
+    """
 
     def __init__(self, port: int, context: ssl.SSLContext) -> None:
         self.connection = http.client.HTTPSConnection(LOOPBACK, port, context=context, timeout=10)
         self.statuses: list[int] = []
         self.sockets: set[int] = set()
         self.certificates: set[str] = set()
+        self.errors: list[BaseException] = []
+        self._turn = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -450,20 +456,25 @@ class KeptConnection:
         self.connection.close()
 
     def ask(self) -> None:
-        self.connection.request("GET", "/livez")
-        response = self.connection.getresponse()
-        response.read()
-        self.statuses.append(response.status)
-        sock = self.connection.sock
-        assert isinstance(sock, ssl.SSLSocket)
-        self.sockets.add(id(sock))
-        der = sock.getpeercert(binary_form=True)
-        assert der is not None
-        self.certificates.add(hashlib.sha256(der).hexdigest())
+        with self._turn:
+            self.connection.request("GET", "/livez")
+            response = self.connection.getresponse()
+            response.read()
+            self.statuses.append(response.status)
+            sock = self.connection.sock
+            assert isinstance(sock, ssl.SSLSocket)
+            self.sockets.add(id(sock))
+            der = sock.getpeercert(binary_form=True)
+            assert der is not None
+            self.certificates.add(hashlib.sha256(der).hexdigest())
 
     def _run(self) -> None:
         while not self._stop.wait(0.5):
-            self.ask()
+            try:
+                self.ask()
+            except Exception as error:  # the test sees it in errors
+                self.errors.append(error)
+                return
 
 
 class Load:
@@ -633,6 +644,7 @@ def test_rotation_under_load_loses_no_request_and_no_claim(
         assert load.connections > 10  # handshakes all along
         assert len(set(load.ids)) == len(load.ids)
         # The connection made before went on, one socket, on the first certificate.
+        assert early.errors == []
         assert set(early.statuses) == {200}
         assert len(early.statuses) >= 2
         assert len(early.sockets) == 1
