@@ -34,13 +34,14 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from idmint.errors import EXIT_RUNTIME, EXIT_USAGE, IdmintError, IdmintWarning, InvalidId
-from idmint.factory import SCHEME_OPTIONS, new_generator
-from idmint.generate.core import IdBatch
 from idmint.schemes import SCHEMES, IdValue, parse_id, scheme_type
 from idmint.schemes._base import iso_ms
+
+if TYPE_CHECKING:
+    from idmint.generate.core import IdBatch
 
 __all__ = ["EXIT_OUTPUT", "EXIT_RUNTIME", "EXIT_USAGE", "exit_status", "main"]
 
@@ -491,6 +492,8 @@ def _version() -> str:
 
 
 def _cmd_generate(args: argparse.Namespace, out: _Output) -> int:
+    from idmint.factory import SCHEME_OPTIONS, new_generator
+
     options: dict[str, Any] = {name: getattr(args, name) for name in _GENERATE_OPTIONS}
     stray = sorted(
         name
@@ -744,6 +747,8 @@ def _cmd_discovery_list(args: argparse.Namespace, out: _Output) -> int:
 
 
 def _cmd_schemes(args: argparse.Namespace, out: _Output) -> int:
+    from idmint.factory import SCHEME_OPTIONS
+
     for name, id_type in SCHEMES.items():
         taken = SCHEME_OPTIONS.get(name, frozenset())
         flags = " ".join(
