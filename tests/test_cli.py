@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.cli_process import run_idmint
 
 from idmint import cli
 from idmint.schemes import SCHEMES, Muid, Uid64, parse_id
@@ -989,3 +990,21 @@ def test_decode_does_not_guess_a_short_string(capsys: pytest.CaptureFixture[str]
     named = run_main(capsys, ["decode", "--scheme", "short60", "zzzz"])
     assert named.status == 0
     assert json.loads(named.out)["scheme"] == "short60"
+
+
+def test_version_is_the_installed_one_and_read_only_when_asked() -> None:
+    from importlib.metadata import version
+
+    shown = run_idmint("--version")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == f"idmint {version('idmint')}\n"
+    # Reading package metadata costs more to import than `decode` needs in all.
+    code = (
+        "import sys; from idmint.cli import main; "
+        "status = main(['decode', '--scheme', 'uid64', '0123456789abcdef']); "
+        "print(status, 'importlib.metadata' in sys.modules, file=sys.stderr)"
+    )
+    decoded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert decoded.stderr.strip() == "0 False", decoded.stderr

@@ -125,7 +125,7 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="idmint",
         description="Mint, decode and encode compact unique IDs.",
     )
-    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--version", action=_VersionAction)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
     _add_id_commands(commands)
@@ -477,6 +477,24 @@ def _encode_flags() -> dict[str, tuple[list[str], str]]:
         )
         for name, abouts in schemes_of.items()
     }
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: read from the package's metadata only when asked (reading
+    metadata costs more to import than a command like ``decode`` does in all)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **_: Any) -> None:
+        super().__init__(
+            option_strings,
+            dest=argparse.SUPPRESS,
+            default=argparse.SUPPRESS,
+            nargs=0,
+            help="show the version and exit",
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
+        sys.stdout.write(_version() + "\n")
+        parser.exit()
 
 
 def _version() -> str:
