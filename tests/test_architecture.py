@@ -32,16 +32,17 @@ PACKAGE = SOURCE / "idmint"
 
 LAYERS: dict[str, set[str]] = {
     "errors": set(),
+    "waiting": set(),
     "clock": {"errors"},
     "schemes": {"errors"},
     "generate": {"schemes", "clock", "errors"},
-    "coordinate": {"schemes", "clock", "errors"},
+    "coordinate": {"schemes", "clock", "errors", "waiting"},
     "_storage": {"schemes", "errors"},
     "pydantic": {"schemes", "errors"},
     "sqlalchemy": {"_storage", "schemes", "errors"},
     "django": {"_storage", "schemes", "errors"},
-    "factory": {"coordinate", "generate", "schemes", "clock", "errors"},
-    "discovery": {"factory", "coordinate", "generate", "schemes", "clock", "errors"},
+    "factory": {"coordinate", "generate", "schemes", "clock", "errors", "waiting"},
+    "discovery": {"factory", "coordinate", "generate", "schemes", "clock", "errors", "waiting"},
 }
 """What each part may import besides itself (the faces above them may import them all)."""
 FACES = {"server", "client", "cli", "testing", "__init__", "__main__"}

@@ -998,13 +998,19 @@ def test_version_is_the_installed_one_and_read_only_when_asked() -> None:
     shown = run_idmint("--version")
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout == f"idmint {version('idmint')}\n"
-    # Reading package metadata costs more to import than `decode` needs in all.
+
+
+def test_a_command_that_claims_nothing_imports_no_coordination() -> None:
+    # `idmint decode` in a shell loop pays its imports every time: package
+    # metadata, the coordinators and the server (whose settings describe
+    # `serve`'s options) are for the commands that use them.
     code = (
         "import sys; from idmint.cli import main; "
         "status = main(['decode', '--scheme', 'uid64', '0123456789abcdef']); "
-        "print(status, 'importlib.metadata' in sys.modules, file=sys.stderr)"
+        "heavy = ('importlib.metadata', 'idmint.coordinate', 'idmint.server', 'asyncio'); "
+        "print(status, [m for m in heavy if m in sys.modules], file=sys.stderr)"
     )
     decoded = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=False
     )
-    assert decoded.stderr.strip() == "0 False", decoded.stderr
+    assert decoded.stderr.strip() == "0 []", decoded.stderr

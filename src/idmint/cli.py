@@ -120,7 +120,10 @@ def _positive_count(text: str) -> int:
     return value
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser. ``command``: the command about to run, when known; the
+    others' options that cost imports to describe (serve's settings, read from
+    the server's configuration) are then left out."""
     parser = _Parser(
         prog="idmint",
         description="Mint, decode and encode compact unique IDs.",
@@ -129,8 +132,14 @@ def _build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
     _add_id_commands(commands)
-    _add_fleet_commands(commands)
+    _add_fleet_commands(commands, serve_settings=command in (None, "serve"))
     return parser
+
+
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` runs: its first word that is not an option (the CLI's
+    own options take no value), or None."""
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 def _add_id_commands(commands: Any) -> None:
@@ -245,7 +254,7 @@ def _read_with(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return read
 
 
-def _add_fleet_commands(commands: Any) -> None:
+def _add_fleet_commands(commands: Any, *, serve_settings: bool = True) -> None:
     """serve, claims, discovery: the server and what is held in ZooKeeper or etcd."""
     serve = commands.add_parser(
         "serve",
@@ -254,7 +263,8 @@ def _add_fleet_commands(commands: Any) -> None:
         "requests and release claims. Each option can also be set by the environment "
         "variable named in its help; the option wins.",
     )
-    _add_serve_settings(serve)
+    if serve_settings:
+        _add_serve_settings(serve)
     serve.add_argument("--mode", choices=_modes(), help="uid64 mode")
     # The server logs on stderr (waits for a coordinator included) and needs no stdout.
     serve.set_defaults(handler=_cmd_serve, keeps_a_log=True)
@@ -857,7 +867,7 @@ class _WaitingNotice(logging.Handler):
 
 @contextlib.contextmanager
 def _waiting_notices() -> Iterator[None]:
-    from idmint.coordinate.waiting import waiting_log
+    from idmint.waiting import waiting_log
 
     handler = _WaitingNotice(logging.WARNING)
     waiting_log.addHandler(handler)
@@ -938,7 +948,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not logging.getLogger().handlers:
         logging.getLogger().addHandler(logging.NullHandler())
     warnings.showwarning = _show_warning
-    parser = _build_parser()
+    parser = _build_parser(_command_in(sys.argv[1:] if argv is None else argv))
     out = _Output(sys.stdout)
     previous: dict[int, Any] = {}
     try:

@@ -72,13 +72,13 @@ from idmint.coordinate.base import (
     holder_of,
 )
 from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
-from idmint.coordinate.waiting import noticed_if_slow
 from idmint.errors import (
     ConfigurationError,
     CoordinationError,
     CoordinatorRefused,
     CoordinatorUnavailable,
 )
+from idmint.waiting import noticed_if_slow
 
 __all__ = ["EtcdClaim", "EtcdCoordinator", "EtcdGateway"]
 

@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from idmint.coordinate.base import ClaimOptions, DriverClaim, HighWaterMark
-from idmint.coordinate.waiting import noticed_if_slow
 from idmint.errors import (
     ConfigurationError,
     CoordinationError,
@@ -30,6 +29,7 @@ from idmint.errors import (
     CoordinatorUnavailable,
     needs_extra,
 )
+from idmint.waiting import noticed_if_slow
 
 __all__ = [
     "ZooKeeperAccess",

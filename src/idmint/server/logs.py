@@ -17,8 +17,8 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import TextIO
 
-from idmint.coordinate.waiting import waiting_log
 from idmint.errors import ConfigurationError
+from idmint.waiting import waiting_log
 
 __all__ = [
     "LOG_FORMATS",

@@ -21,6 +21,9 @@ __all__ = ["NOTICE_AFTER_S", "Waited", "noticed_if_slow", "waiting_log"]
 NOTICE_AFTER_S = 1.0
 """A wait longer than this is worth a line; shorter ones are ordinary round trips."""
 
+# Named for what it speaks of, the coordinators, where it has always been
+# (log configurations filter on it); the module is at the bottom of the
+# package so the CLI can show these lines without importing any coordinator.
 waiting_log = logging.getLogger("idmint.coordinate.waiting")
 
 
