@@ -80,7 +80,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from multiprocessing.connection import Connection
@@ -908,7 +908,7 @@ def print_handover(rows: list[HandoverRow]) -> None:
     _print_errors((row.coordinator, f"{row.ttl_s:g} s {row.case}", row.errors) for row in rows)
 
 
-def _print_errors(items: Iterator[tuple[str, str, list[str]]] | Any) -> None:
+def _print_errors(items: Iterable[tuple[str, str, list[str]]]) -> None:
     for name, what, errors in items:
         for error in list(dict.fromkeys(errors))[:10]:
             count = errors.count(error)
@@ -1226,7 +1226,7 @@ class ForgettingRow:
     first_id_s: float = math.nan
     proven: bool | None = None
     requests: int | None = None
-    error: str | None = None
+    errors: list[str] = field(default_factory=list)
 
 
 def _first_id(url: str) -> tuple[float, bool, Any]:
@@ -1269,7 +1269,7 @@ def forgetting_rows(store_bench: Bench, ttls: Sequence[int]) -> list[ForgettingR
                 restarted.first_id_s, restarted.proven, third = _first_id(url)
                 third.close()
             except Exception as error:
-                restarted.error = f"{type(error).__name__}: {error}"
+                restarted.errors.append(f"{type(error).__name__}: {error}")
             rows += [proven, restarted]
     return rows
 
@@ -1353,7 +1353,7 @@ class RoundTripRow:
     """Round trips of the first claim of a new process (connecting included)."""
     second: int | None = None
     """Round trips of a second claim in the same process (connected)."""
-    error: str | None = None
+    errors: list[str] = field(default_factory=list)
 
 
 def round_trip_rows(bench: Bench, store_bench: Bench) -> list[RoundTripRow]:
@@ -1397,7 +1397,7 @@ def round_trip_rows(bench: Bench, store_bench: Bench) -> list[RoundTripRow]:
             tell.send("close")
             results.get(timeout=60)
         except Exception as error:
-            row.error = f"{type(error).__name__}: {error}"
+            row.errors.append(f"{type(error).__name__}: {error}")
         finally:
             bench._join([process], 30)
             relay.close()
@@ -1547,9 +1547,7 @@ def print_round_trips(rows: list[RoundTripRow]) -> None:
         first = "-" if row.first is None else str(row.first)
         second = "-" if row.second is None else str(row.second)
         print(f"| {row.coordinator} | {first} | {second} |")
-    _print_errors(
-        (row.coordinator, "round trips", [row.error] if row.error else []) for row in rows
-    )
+    _print_errors((row.coordinator, "round trips", row.errors) for row in rows)
 
 
 def print_load(rows: list[LoadRow]) -> None:
@@ -1587,7 +1585,7 @@ def print_forgetting(rows: list[ForgettingRow]) -> None:
             f"| {row.coordinator} | {row.ttl_s:g} | {row.case} | {row.first_id_s:.3f} "
             f"| {proven} | {requests} |"
         )
-    _print_errors((row.coordinator, row.case, [row.error] if row.error else []) for row in rows)
+    _print_errors((row.coordinator, row.case, row.errors) for row in rows)
 
 
 def add_store_arguments(parser: argparse.ArgumentParser) -> None:
