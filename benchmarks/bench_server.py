@@ -797,13 +797,14 @@ def measure_cpu(wrk: str, duration: float, rounds: int) -> dict[str, list[CpuRun
     servers: dict[str, Server] = {}
     runs: dict[str, list[CpuRun]] = {name: [] for name in CPU_SERVERS}
     path = f"/v1/ids?count={BATCH}"
+    scripts = Path(tempfile.mkdtemp(prefix="idmint-bench-pace-"))
     try:
         pacing: dict[str, Path] = {}
         for name, (kind, generators) in CPU_SERVERS.items():
             if kind == "paced":
                 # One request of BATCH IDs per connection every CONNECTIONS / rate seconds.
                 delay_ms = CONNECTIONS * 1000 * BATCH / (UID64_CAP_PER_S * generators)
-                pacing[name] = Path(tempfile.mkdtemp()) / "pace.lua"
+                pacing[name] = scripts / f"pace-{generators}.lua"
                 pacing[name].write_text(f"function delay()\n  return {delay_ms:.0f}\nend\n")
             if kind == "cap":
                 argv = [python, "-m", "idmint", "serve", "--port", "0"]
@@ -825,6 +826,7 @@ def measure_cpu(wrk: str, duration: float, rounds: int) -> dict[str, list[CpuRun
     finally:
         for server in servers.values():
             server.stop()
+        shutil.rmtree(scripts, ignore_errors=True)
     return runs
 
 
