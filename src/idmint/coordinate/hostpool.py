@@ -258,7 +258,7 @@ class HostPool:
                 raise ConfigurationError(
                     f"this process cannot hold identities in {persistent}, where the other "
                     f"processes of this host hold theirs ({error}): they would not see its "
-                    f"holds. Either {_WRITABLE_FIX}"
+                    f"holds; {_WRITABLE_FIX}"
                 ) from None
             places.append(Place(True, own, persistent / HOLDS))
             self._view = _view_of(own)
