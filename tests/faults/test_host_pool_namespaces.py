@@ -40,6 +40,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: namespace
 
 CONTAINER_USER = 10001
 """The container image's user (deploy/Containerfile)."""
+NOBODY = 65534
 RACE_TRIALS = 64
 
 
@@ -305,16 +306,17 @@ def test_marks_in_another_view_of_var_lib_make_a_successor_refuse(host: Simulate
 # -- what cannot share the pool is refused, with what would ------------------------------------
 
 
-def test_a_read_only_var_lib_idmint_is_refused_and_a_missing_one_on_a_read_only_root_said(
-    host: SimulatedHost,
-) -> None:
-    """/var/lib/idmint read-only here (ProtectSystem=strict without ReadWritePaths=):
-    the others hold there, so it cannot share their pool: refused, one line. Missing
-    on a read-only /var/lib: volatile marks, and a warning whose fix can work there."""
+def test_a_var_lib_idmint_this_process_cannot_write_is_refused(host: SimulatedHost) -> None:
+    """/var/lib/idmint read-only here (ProtectSystem=strict without ReadWritePaths=), or
+    writable by root only for a process of another user: the others hold there, so it
+    cannot share their pool: refused, one line saying what would. Missing on a read-only
+    /var/lib: volatile marks, and a warning whose fix can work there."""
     (missing,) = host.boot([Run("missing", _generate(3), read_only=["/var/lib"])])
     (read_only,) = host.boot(
         [Run("read-only", _generate(3), read_only=["/var/lib"], before=[MAKE_POOL])]
     )
+    root_only = ["chmod", "0755", "/var/lib/idmint"]
+    (closed,) = host.boot([Run("closed", _generate(3), user=NOBODY, before=[root_only])])
     warning = missing["missing"].stderr.splitlines()
     assert missing["missing"].returncode == 0, warning
     assert len(warning) == 1, warning
@@ -324,6 +326,9 @@ def test_a_read_only_var_lib_idmint_is_refused_and_a_missing_one_on_a_read_only_
     line = _one_error_line(read_only["read-only"], 2)
     assert "cannot hold identities in /var/lib/idmint" in line, line
     assert "ReadWritePaths=/var/lib/idmint" in line, line
+    line = _one_error_line(closed["closed"], 2)
+    assert "cannot make /var/lib/idmint/65534: Permission denied" in line, line
+    assert "chmod 1777 /var/lib/idmint" in line, line
 
 
 # -- the container entrypoint -------------------------------------------------------------------

@@ -501,16 +501,16 @@ class LockFile:
         """Whether our descriptor still holds the lock of the file at our path (not
         deleted or replaced there, not closed or replaced under us)."""
         fd = self._fd
-        if fd is None or not self._is_ours(fd):
-            return False
-        return _same_file(fd, self.path) and _holds_flock(fd)
+        return fd is not None and self._is_ours(fd) and _same_file(fd, self.path)
 
     def _is_ours(self, fd: int) -> bool:
+        """Whether ``fd`` is still the open file we locked: that file, and locked (a
+        descriptor of it opened since has no lock)."""
         try:
             info = os.fstat(fd)
         except OSError:
             return False
-        return (info.st_dev, info.st_ino) == self._identity
+        return (info.st_dev, info.st_ino) == self._identity and _holds_flock(fd)
 
     def close(self) -> None:
         fd, self._fd = self._fd, None
