@@ -41,6 +41,17 @@ def _mark(location: HostLocation, writer: str, key: str, ceiling_ms: int, **fiel
     return path
 
 
+def _plant(path: Path, kind: str) -> Path:
+    """Something that is not a file at ``path``: a FIFO, a symlink or a directory."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "symlink":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    return path
+
+
 def _make_persistent(location: HostLocation) -> None:
     location.persistent.mkdir()
     location.persistent.chmod(0o1777)
@@ -134,13 +145,7 @@ def test_something_else_at_a_marks_path_is_an_error_not_a_hang(
     _make_persistent(host_pool)
     directory = host_pool.persistent / str(NOBODY) / "generator"
     directory.mkdir(parents=True)
-    path = directory / "0-0.mark"
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "symlink":
-        path.symlink_to("/dev/zero")
-    else:
-        path.mkdir()
+    path = _plant(directory / "0-0.mark", kind)
     with pytest.raises(CoordinatorUnavailable, match=str(path)):
         new_generator("uid64", coordinator="local://?generators=0-0")
 
@@ -350,13 +355,7 @@ def test_something_else_at_a_lock_files_path_is_an_error_not_a_hang(
 ) -> None:
     with new_generator("uid64", coordinator="local://?generators=1-1"):
         pass  # makes the directories
-    path = _lock_file(host_pool, place, "0-0")
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "symlink":
-        path.symlink_to("/dev/zero")
-    else:
-        path.mkdir()
+    path = _plant(_lock_file(host_pool, place, "0-0"), kind)
     with pytest.raises(CoordinatorUnavailable, match=re.escape(str(path))):
         new_generator("uid64", coordinator="local://?generators=0-0")
 

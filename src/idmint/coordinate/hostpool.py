@@ -88,7 +88,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,7 +100,11 @@ try:
 except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
 
+FLOCK = fcntl is not None
+"""Whether this OS has the file locks that hold identities (POSIX)."""
+
 __all__ = [
+    "FLOCK",
     "HOST",
     "HOST_MARKER",
     "HostHold",
@@ -111,6 +115,7 @@ __all__ = [
     "is_locked",
     "leave_host_marker",
     "mark_and_record",
+    "share_lock_directory",
     "try_lock",
     "write_atomically",
 ]
@@ -621,6 +626,17 @@ def _holds_flock(fd: int) -> bool:
     )
 
 
+def share_lock_directory(directory: Path) -> tuple[int, tuple[int, int]]:
+    """Hold a shared lock on ``directory`` (tmpfiles cleaners skip locked directories):
+    its descriptor, and which directory that is."""
+    assert fcntl is not None
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    with contextlib.suppress(OSError):  # only a courtesy to cleaners
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    held = os.fstat(fd)
+    return fd, (held.st_dev, held.st_ino)
+
+
 def _close_all(sock: socket.socket, locks: list[LockFile]) -> None:
     sock.close()
     for lock in locks:
@@ -677,19 +693,25 @@ def _check_shared_directory(path: Path) -> None:
         )
 
 
-def _prepare_holds_directory(path: Path) -> None:
-    """Make ``path`` (sticky, writable by all: every process makes lock files there) if it
-    is missing; refuse it if it is anything else."""
+def _made_or_found(path: Path, make: Callable[[Path], None]) -> os.stat_result:
+    """What is at ``path``, made by ``make`` if nothing was (``_Unwritable`` if it cannot
+    be made or looked at)."""
     try:
-        _make_directory(path, 0o1777)
+        make(path)
     except FileExistsError:
         pass
     except OSError as error:
         raise _Unwritable(f"cannot make {path}: {error.strerror or error}") from None
     try:
-        info = os.lstat(path)
+        return os.lstat(path)
     except OSError as error:
         raise _Unwritable(f"cannot use {path}: {error.strerror or error}") from None
+
+
+def _prepare_holds_directory(path: Path) -> None:
+    """Make ``path`` (sticky, writable by all: every process makes lock files there) if it
+    is missing; refuse it if it is anything else."""
+    info = _made_or_found(path, lambda made: _make_directory(made, 0o1777))
     if not stat.S_ISDIR(info.st_mode) or stat.S_IMODE(info.st_mode) & 0o1777 != 0o1777:
         kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a directory"
         raise ConfigurationError(
@@ -704,17 +726,12 @@ def _prepare_holds_directory(path: Path) -> None:
 
 def _prepare_own_directory(path: Path, uid: int) -> None:
     """Make ``path`` (0755, ours) if it is missing; refuse it if someone else could write it."""
-    try:
-        os.mkdir(path, 0o755)
-        os.chmod(path, 0o755)  # whatever the umask: others read our marks
-    except FileExistsError:
-        pass
-    except OSError as error:
-        raise _Unwritable(f"cannot make {path}: {error.strerror or error}") from None
-    try:
-        info = os.lstat(path)
-    except OSError as error:
-        raise _Unwritable(f"cannot use {path}: {error.strerror or error}") from None
+
+    def make(made: Path) -> None:
+        os.mkdir(made, 0o755)
+        os.chmod(made, 0o755)  # whatever the umask: others read our marks
+
+    info = _made_or_found(path, make)
     if (
         not stat.S_ISDIR(info.st_mode)
         or info.st_uid != uid

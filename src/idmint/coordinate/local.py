@@ -87,12 +87,14 @@ from idmint.coordinate.base import (
     HighWaterMark,
 )
 from idmint.coordinate.hostpool import (
+    FLOCK,
     HOST_MARKER,
     HostPool,
     LockFile,
     is_locked,
     leave_host_marker,
     mark_and_record,
+    share_lock_directory,
     try_lock,
     write_atomically,
 )
@@ -102,11 +104,6 @@ from idmint.errors import (
     CoordinatorUnavailable,
     IdentityInUse,
 )
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not POSIX
-    fcntl = None  # type: ignore[assignment]
 
 __all__ = [
     "DEFAULT_TTL_S",
@@ -367,7 +364,7 @@ class LocalCoordinator(Coordinator):
     claim_type = LocalClaim
 
     def __init__(self, url: CoordinatorUrl, *, default: bool = False) -> None:
-        if fcntl is None:  # pragma: no cover - not POSIX
+        if not FLOCK:  # pragma: no cover - not POSIX
             raise ConfigurationError("local:// needs POSIX file locks (fcntl), not on this OS")
         self._take_url(url, OPTIONS)
         if url.hosts:
@@ -485,7 +482,7 @@ class DirectoryPool:
             return None
         # While a claim is held its directory is share-locked, which tmpfiles
         # cleaners honour.
-        return DirectoryHold(lock, _share_lock_directory(path.parent))
+        return DirectoryHold(lock, share_lock_directory(path.parent))
 
     def held(self) -> Iterator[tuple[str, str]]:
         for space in SPACES:
@@ -535,17 +532,6 @@ class DirectoryHold:
                 held = os.fstat(fd)
                 if (held.st_dev, held.st_ino) == identity:
                     os.close(fd)
-
-
-def _share_lock_directory(directory: Path) -> tuple[int, tuple[int, int]]:
-    """Hold a shared lock on ``directory`` (tmpfiles cleaners skip locked directories):
-    its descriptor, and which directory that is."""
-    assert fcntl is not None
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    with contextlib.suppress(OSError):  # only a courtesy to cleaners
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    held = os.fstat(fd)
-    return fd, (held.st_dev, held.st_ino)
 
 
 def _numeric_key(held: tuple[str, str]) -> tuple[str, tuple[int, ...]]:
