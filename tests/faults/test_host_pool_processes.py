@@ -183,6 +183,31 @@ def test_a_hostile_user_can_exhaust_the_pool_but_not_make_others_repeat_ids(
     assert "are held or held off" in loser.stderr
 
 
+def test_a_lock_file_another_user_made_unreadable_is_an_error_naming_it(
+    host: SimulatedHost,
+) -> None:
+    """Anyone may make a lock file first, and its maker may take its permissions away:
+    others cannot take that identity then, and say why, naming the file."""
+    planted = "/var/lib/idmint/holds/generator/0-0.lock"
+    holds = ["/var/lib/idmint", "/var/lib/idmint/holds", "/var/lib/idmint/holds/generator"]
+    plant = [
+        ["install", "-d", "-m", "1777", *holds],
+        ["install", "-m", "000", "-o", str(NOBODY), "/dev/null", planted],
+    ]
+    claimant = Run(
+        "claimant",
+        _generate(3, "--coordinator", "local://?generators=0-0"),
+        user=61_234,
+        before=plant,
+    )
+    (outcomes,) = host.boot([claimant])
+    outcome = outcomes["claimant"]
+    assert outcome.returncode == 69, outcome.stderr
+    assert outcome.stdout == ""
+    assert outcome.stderr.count("\n") == 1
+    assert f"cannot open the lock file {planted}: Permission denied" in outcome.stderr
+
+
 _FORKING_HOLDER = """
 import os, subprocess, sys
 from idmint import new_generator
