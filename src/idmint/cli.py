@@ -165,7 +165,7 @@ def _add_id_commands(commands: Any) -> None:
         metavar="URL",
         help="where the identity comes from: a free one on this host (default, local://), "
         "static://?generator=G (configured, held on this host), zk://host:port/root or "
-        "etcd://host:port/prefix (claimed, released on exit)",
+        "etcd://host:port/prefix (claimed, released on exit); IDMINT_COORDINATOR",
     )
     uid64 = generate.add_argument_group("uid64 and uid64-v1 options")
     uid64.add_argument(
@@ -285,7 +285,7 @@ def _add_fleet_commands(commands: Any, *, serve_settings: bool = True) -> None:
         "--coordinator",
         metavar="URL",
         help="the pool to list: this host's (default, local://), zk://host:port/root or "
-        "etcd://host:port/prefix",
+        "etcd://host:port/prefix; IDMINT_COORDINATOR",
     )
     claims_list.add_argument(
         "--format", choices=["text", "json"], default="text", help="a table or JSON lines"
@@ -536,7 +536,7 @@ def _cmd_generate(args: argparse.Namespace, out: _Output) -> int:
             f"apply to {args.scheme} IDs{where}"
         )
     render = _renderer(args.format)
-    with new_generator(args.scheme, coordinator=args.coordinator, **options) as generator:
+    with new_generator(args.scheme, coordinator=_coordinator(args), **options) as generator:
         # One tick's worth per batch keeps each write small and frequent.
         chunk = min(generator.ids_per_tick, 4096)
         return _write_ids(out, args.count, chunk, lambda take: render(generator.batch(take)))
@@ -706,10 +706,18 @@ def _cmd_fetch(args: argparse.Namespace, out: _Output) -> int:
         return _write_ids(out, args.count, 1000, lambda take: render(client.get_many(take)))
 
 
+def _coordinator(args: argparse.Namespace) -> str | None:
+    """``--coordinator``, else the environment's, as ``serve`` reads it (empty: unset)."""
+    from idmint.coordinate import COORDINATOR_VARIABLE
+
+    given: str | None = args.coordinator
+    return given or os.environ.get(COORDINATOR_VARIABLE, "").strip() or None
+
+
 def _cmd_claims_list(args: argparse.Namespace, out: _Output) -> int:
     from idmint.coordinate import DEFAULT_COORDINATOR, connect
 
-    with connect(args.coordinator or DEFAULT_COORDINATOR) as coordinator:
+    with connect(_coordinator(args) or DEFAULT_COORDINATOR) as coordinator:
         rows = coordinator.list_claims()
     if args.format == "json":
         for row in rows:

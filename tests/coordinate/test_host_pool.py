@@ -8,17 +8,22 @@ locations is in tests/faults/test_host_pool_processes.py.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import re
 import socket
+import subprocess
 import time
 import warnings
 from pathlib import Path
 
 import pytest
+from tests.integration.claims_helpers import wait_for
 
 from idmint import ConfigurationError, IdentityInUse, PoolExhausted, new_generator
-from idmint.coordinate import connect
+from idmint.coordinate import ClaimState, connect
 from idmint.coordinate.hostpool import HostLocation
 from idmint.errors import CoordinatorUnavailable, VolatileMarks
 
@@ -33,6 +38,17 @@ def _mark(location: HostLocation, writer: str, key: str, ceiling_ms: int, **fiel
     path = directory / f"{key}.mark"
     record = {"ceiling_ms": ceiling_ms, "renewed_ms": ceiling_ms - 1000, "holder": "h:1"}
     path.write_text(json.dumps({**record, **fields}))
+    return path
+
+
+def _plant(path: Path, kind: str) -> Path:
+    """Something that is not a file at ``path``: a FIFO, a symlink or a directory."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "symlink":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
     return path
 
 
@@ -129,13 +145,7 @@ def test_something_else_at_a_marks_path_is_an_error_not_a_hang(
     _make_persistent(host_pool)
     directory = host_pool.persistent / str(NOBODY) / "generator"
     directory.mkdir(parents=True)
-    path = directory / "0-0.mark"
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "symlink":
-        path.symlink_to("/dev/zero")
-    else:
-        path.mkdir()
+    path = _plant(directory / "0-0.mark", kind)
     with pytest.raises(CoordinatorUnavailable, match=str(path)):
         new_generator("uid64", coordinator="local://?generators=0-0")
 
@@ -211,3 +221,250 @@ def test_claims_list_shows_holds_with_their_holders(host_pool: HostLocation) -> 
         }
         assert all(row.holder.endswith(f":{os.getpid()}") for row in rows.values())
     assert connect("local://").list_claims() == []
+
+
+# -- holds: lock files beside the socket ----------------------------------------------------
+
+
+def _descriptors() -> dict[int, str]:
+    """This process's open descriptors and what each is."""
+    found = {}
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            found[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+    return found
+
+
+def _descriptor_of(target: str) -> int:
+    (fd,) = [fd for fd, link in _descriptors().items() if link == target]
+    return fd
+
+
+def _socket_of(location: HostLocation, key: str) -> str:
+    """``socket:[inode]`` of the socket that holds ``key``."""
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 8 and fields[7] == f"@{location.namespace}/generator/{key}":
+            return f"socket:[{fields[6]}]"
+    raise AssertionError(f"nothing holds {key}")
+
+
+def _lock_file(location: HostLocation, place: str, key: str) -> Path:
+    holds = (
+        location.persistent / "holds"
+        if place == "persistent"
+        else location.volatile / "idmint-holds"
+    )
+    return holds / "generator" / f"{key}.lock"
+
+
+def test_a_claim_holds_its_key_with_a_socket_and_a_lock_file_in_each_place(
+    host_pool: HostLocation,
+) -> None:
+    with new_generator("uid64", coordinator="local://?generators=0-0") as generator:
+        generator.generate()
+        open_files = set(_descriptors().values())
+        assert _socket_of(host_pool, "0-0") in open_files
+        for place in ("persistent", "volatile"):
+            path = _lock_file(host_pool, place, "0-0")
+            assert str(path) in open_files
+            assert oct(path.parent.stat().st_mode & 0o7777) == "0o1777", "every user makes locks"
+            # A mark in each place, so that whoever shares one of them sees it.
+        persistent = host_pool.persistent / "0" / "generator" / "0-0.mark"
+        volatile = host_pool.volatile / "idmint-0" / "generator" / "0-0.mark"
+        assert json.loads(volatile.read_text())["persistent"] is True
+        assert json.loads(volatile.read_text())["marks"] == str(persistent.parent.parent)
+        assert "persistent" not in json.loads(persistent.read_text())
+
+
+@pytest.mark.parametrize("place", ["persistent", "volatile"])
+def test_an_id_locked_in_either_place_is_held(host_pool: HostLocation, place: str) -> None:
+    """A holder in another network namespace shows only as a locked file."""
+    with new_generator("uid64", coordinator="local://?generators=0-0") as generator:
+        generator.generate()  # makes the lock files' directories
+    path = _lock_file(host_pool, place, "0-1")
+    holder = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        with new_generator("uid64", coordinator="local://?generators=1-2") as generator:
+            assert generator.generator == 2
+        assert ("generator", 1) in {
+            (r.space, r.generator) for r in connect("local://").list_claims()
+        }
+        with pytest.raises(IdentityInUse, match="generator 1"):
+            new_generator("uid64", generator=1)
+    finally:
+        os.close(holder)
+
+
+@pytest.mark.parametrize("what", ["socket", "persistent", "volatile", "reopened"])
+def test_a_hold_closed_under_its_holder_is_a_lost_claim(host_pool: HostLocation, what: str) -> None:
+    """Another thread's os.close(), a library that closes descriptors: the holder finds
+    its socket or lock file gone from under it at its next renewal, and claims again.
+    The descriptor's number, someone else's by then, is left alone."""
+    with new_generator("uid64", coordinator="local://?generators=0-1") as generator:
+        generator.generate()
+        claim = generator.claim
+        assert claim is not None
+        if what == "socket":
+            fd = _descriptor_of(_socket_of(host_pool, "0-0"))
+            replacement = os.open("/dev/null", os.O_RDONLY)
+        else:
+            path = _lock_file(host_pool, "volatile" if what == "volatile" else "persistent", "0-0")
+            fd = _descriptor_of(str(path))
+            # "reopened": the same file at the same number, but not locked by it.
+            replacement = os.open(path if what == "reopened" else "/dev/null", os.O_RDONLY)
+        os.dup2(replacement, fd)  # closes ours: the number is someone else's now
+        os.close(replacement)
+        theirs = os.fstat(fd)
+        try:
+            wait_for(lambda: claim.losses == 1, timeout=5, what="the holder to notice")
+            wait_for(lambda: claim.state is ClaimState.ACTIVE, timeout=5, what="a new claim")
+            assert generator.generate().generator == 1, "0 is held off: its mark is live"
+            still = os.fstat(fd)
+            assert (still.st_dev, still.st_ino) == (theirs.st_dev, theirs.st_ino), "closed"
+        finally:
+            os.close(fd)
+
+
+@pytest.mark.parametrize("place", ["persistent", "volatile"])
+def test_a_lock_file_made_by_another_user_serves_and_its_deletion_is_a_lost_claim(
+    host_pool: HostLocation, place: str
+) -> None:
+    """Anyone may make a lock file first, and whoever made it may delete it: the holder
+    stops at its next renewal and claims again."""
+    with new_generator("uid64", coordinator="local://?generators=0-0"):
+        pass  # makes the directories
+    path = _lock_file(host_pool, place, "0-1")
+    path.touch(mode=0o600)
+    os.chown(path, NOBODY, NOBODY)
+    with new_generator("uid64", coordinator="local://?generators=1-2") as generator:
+        assert generator.generate().generator == 1
+        claim = generator.claim
+        assert claim is not None
+        path.unlink()
+        wait_for(lambda: claim.losses == 1, timeout=5, what="the holder to notice")
+        wait_for(lambda: claim.state is ClaimState.ACTIVE, timeout=5, what="a new claim")
+        assert generator.generate().generator == 2
+
+
+@pytest.mark.parametrize("place", ["persistent", "volatile"])
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "directory"])
+def test_something_else_at_a_lock_files_path_is_an_error_not_a_hang(
+    host_pool: HostLocation, kind: str, place: str
+) -> None:
+    with new_generator("uid64", coordinator="local://?generators=1-1"):
+        pass  # makes the directories
+    path = _plant(_lock_file(host_pool, place, "0-0"), kind)
+    with pytest.raises(CoordinatorUnavailable, match=re.escape(str(path))):
+        new_generator("uid64", coordinator="local://?generators=0-0")
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o755, "symlink"])
+def test_a_lock_directory_that_is_not_sticky_and_open_to_all_is_refused(
+    host_pool: HostLocation, mode: int | str
+) -> None:
+    """Not sticky: anyone could delete others' lock files; closed: others could not make theirs."""
+    _make_persistent(host_pool)
+    holds = host_pool.persistent / "holds"
+    if mode == "symlink":
+        elsewhere = host_pool.persistent / "elsewhere"
+        elsewhere.mkdir()
+        elsewhere.chmod(0o1777)
+        holds.symlink_to(elsewhere)
+    else:
+        assert isinstance(mode, int)
+        holds.mkdir()
+        holds.chmod(mode)
+    with pytest.raises(ConfigurationError, match=f"{re.escape(str(holds))} holds this host's lock"):
+        new_generator("uid64")
+
+
+def test_holds_are_not_inherited_by_a_program_the_holder_starts(host_pool: HostLocation) -> None:
+    with new_generator("uid64", coordinator="local://?generators=0-0") as generator:
+        generator.generate()
+        ours = {link for link in _descriptors().values() if "socket:" in link or ".lock" in link}
+        child = subprocess.Popen(["sleep", "30"], close_fds=False)
+        try:
+            theirs = {
+                os.readlink(f"/proc/{child.pid}/fd/{fd}")
+                for fd in os.listdir(f"/proc/{child.pid}/fd")
+            }
+        finally:
+            child.kill()
+            child.wait()
+    assert ours
+    assert not ours & theirs, "a program started by the holder keeps a hold"
+
+
+# -- two views of /var/lib on one host ------------------------------------------------------
+
+
+def _volatile_copy(
+    location: HostLocation, writer: int, key: str, *, renewed_ms: int, **fields: object
+) -> Path:
+    """The /dev/shm copy of a mark whose writer also kept one in its /var/lib/idmint."""
+    directory = location.volatile / f"idmint-{writer}" / "generator"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{key}.mark"
+    record = {
+        "ceiling_ms": renewed_ms + 1000,
+        "renewed_ms": renewed_ms,
+        "released_ms": None,
+        "holder": "elsewhere:77",
+        "persistent": True,
+        "marks": f"/var/lib/idmint/{writer}",
+        "device": "0:99",
+        "mnt": "mnt:[4026532777]",
+    }
+    path.write_text(json.dumps({**record, **fields}))
+    return path
+
+
+def test_a_recent_holder_whose_var_lib_is_not_ours_makes_a_claim_refuse(
+    host_pool: HostLocation,
+) -> None:
+    """It kept its marks in a /var/lib/idmint this process does not see: after a restart
+    with the clock behind, either could repeat the other's IDs. Both are named."""
+    shown = _volatile_copy(host_pool, NOBODY, "0-0", renewed_ms=_now_ms() - 5_000)
+    with pytest.raises(ConfigurationError) as refused:
+        new_generator("uid64", coordinator="local://?generators=0-0")
+    message = str(refused.value)
+    assert "generator 0-0 was held by elsewhere:77 (renewed 5 s ago)" in message, message
+    assert "/var/lib/idmint/65534 (device 0:99, mount namespace mnt:[4026532777])" in message
+    assert f"this process has no {host_pool.persistent}/{NOBODY}" in message, message
+    assert f"remove {shown} once" in message, message
+
+
+def test_a_holder_whose_var_lib_copy_we_see_is_no_split(host_pool: HostLocation) -> None:
+    renewed = _now_ms() - 5_000
+    _volatile_copy(host_pool, NOBODY, "0-0", renewed_ms=renewed)
+    _make_persistent(host_pool)
+    copy = _mark(host_pool, str(NOBODY), "0-0", renewed + 1000, renewed_ms=renewed)
+    os.chown(copy.parent.parent, NOBODY, NOBODY)
+    with new_generator("uid64", coordinator="local://?generators=0-0") as generator:
+        assert generator.generate().generator == 0
+
+
+def test_a_day_old_holder_in_another_view_floors_a_claim_without_refusing(
+    host_pool: HostLocation,
+) -> None:
+    long_ago = _now_ms() - 2 * 86_400_000
+    _volatile_copy(host_pool, NOBODY, "0-0", renewed_ms=long_ago, ceiling_ms=long_ago + 1000)
+    with new_generator("uid64", coordinator="local://?generators=0-0") as generator:
+        assert generator.generate().generator == 0
+
+
+def test_a_live_holder_in_another_view_is_refused(host_pool: HostLocation) -> None:
+    """It holds the ID in /dev/shm only (its /var/lib/idmint is not ours): refused, not
+    passed over, while it runs."""
+    with new_generator("uid64", coordinator="local://?generators=1-1"):
+        pass  # makes the directories
+    _volatile_copy(host_pool, NOBODY, "0-0", renewed_ms=_now_ms())
+    holder = os.open(_lock_file(host_pool, "volatile", "0-0"), os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        with pytest.raises(ConfigurationError, match="generator 0-0 was held by elsewhere:77"):
+            new_generator("uid64", coordinator="local://?generators=0-1")
+    finally:
+        os.close(holder)

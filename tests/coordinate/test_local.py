@@ -10,6 +10,7 @@ claims back, and the default directory is private to its user.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -245,6 +246,45 @@ def test_a_relative_pool_directory_is_refused(monkeypatch: pytest.MonkeyPatch) -
 def test_bad_local_urls_are_configuration_errors(url: str) -> None:
     with pytest.raises(ConfigurationError):
         new_generator("uid64", coordinator=url)
+
+
+@pytest.mark.parametrize("url", ["local:///", "local:////", "local:///."])
+def test_the_root_directory_is_no_pool(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``local:///`` once meant a pool of lock files under ``/``, silently."""
+    with pytest.raises(ConfigurationError, match="is the root directory"):
+        new_generator("uid64", coordinator=url)
+    result = run_idmint("generate", "--coordinator", url)
+    assert result.returncode == 2
+    assert "is the root directory" in assert_one_error_line(result.stderr)
+    monkeypatch.setenv("IDMINT_LOCAL_DIR", "/")
+    with pytest.raises(ConfigurationError, match="IDMINT_LOCAL_DIR directory '/' is the root"):
+        new_generator("uid64")
+
+
+def test_a_lock_file_closed_under_its_holder_is_a_lost_claim(directory: Path) -> None:
+    """A descriptor closed or replaced under the holder: found at its next renewal."""
+    path = directory / "generator" / "0-0.lock"
+    with new_generator("uid64", coordinator=_url(directory, generators="0-1")) as generator:
+        generator.generate()
+        claim = generator.claim
+        assert claim is not None
+        (fd,) = [int(n) for n in os.listdir("/proc/self/fd") if _link(n) == str(path)]
+        replacement = os.open(path, os.O_RDONLY)  # the same file, not locked
+        os.dup2(replacement, fd)
+        os.close(replacement)
+        try:
+            wait_for(lambda: claim.losses == 1, timeout=5, what="the holder to notice")
+            wait_for(lambda: claim.state is ClaimState.ACTIVE, timeout=5, what="a new claim")
+            assert generator.generate().generator == 1
+        finally:
+            os.close(fd)
+
+
+def _link(fd: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
 
 
 def test_an_unusable_directory_is_a_configuration_error(tmp_path: Path) -> None:

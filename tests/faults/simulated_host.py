@@ -2,13 +2,15 @@
 
 A boot is ``unshare --mount --net``: a network namespace (so abstract UNIX
 sockets, which hold this host's pool, are the simulated host's alone) and a
-mount namespace in which ``/tmp``, ``/var/tmp`` and ``/dev/shm`` are fresh
-tmpfs, as after a reboot, while ``/var/lib`` is a directory the test keeps
-from boot to boot, as a disk. Inside, the processes of a *phase* start
+mount namespace in which ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/run`` are
+fresh tmpfs, as after a reboot, while ``/var/lib`` is a directory the test
+keeps from boot to boot, as a disk. Inside, the processes of a *phase* start
 together, each as the test describes it: another user (setpriv), its own
-environment, a private ``/tmp`` and ``/var/tmp`` or ``/dev/shm``, a pid
-namespace, paths made read-only, a wall clock shifted by the LD_PRELOAD shim.
-Phases run one after another in the same boot (a service restarted).
+environment, a private ``/tmp`` and ``/var/tmp``, ``/dev/shm`` or ``/var/lib``,
+a pid or network namespace of its own, ``ip netns exec``, a container (all of
+those, with volumes of the host's), paths made read-only, a wall clock shifted
+by the LD_PRELOAD shim. Phases run one after another in the same boot (a
+service restarted).
 
 Processes start with a bare environment (no ``IDMINT_LOCAL_DIR``: the test
 session's private pool directory is not theirs), and run ``python -m idmint``
@@ -21,18 +23,27 @@ standard library, all of it before it covers any directory.
 
 from __future__ import annotations
 
+import configparser
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-__all__ = ["Outcome", "Run", "SimulatedHost"]
+__all__ = ["DEPLOY", "Outcome", "Run", "SimulatedHost", "as_unit"]
 
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 BARE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-VOLATILE = ("/tmp", "/var/tmp", "/dev/shm")
+BARE_ENVIRONMENT = {
+    "PATH": BARE_PATH,
+    "LANG": "C.UTF-8",
+    "HOME": "/",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+VOLATILE = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 
 
 @dataclass
@@ -55,6 +66,17 @@ class Run:
     private_dev: bool = False
     """Its own /dev/shm (systemd's PrivateDevices=)."""
     pid_namespace: bool = False
+    net_namespace: bool = False
+    """Its own network namespace (``unshare --net``; systemd's PrivateNetwork=)."""
+    private_var_lib: bool = False
+    """Its own, empty ``/var/lib`` (a mount namespace of its own; a container's)."""
+    volumes: list[str] = field(default_factory=list)
+    """Paths of the host it sees at the same place over its own ``/var/lib``, ``/tmp``
+    and ``/dev/shm`` (a container's volumes)."""
+    program: list[str] | None = None
+    """Run this command, then ``args``, instead of Python."""
+    prefix: list[str] = field(default_factory=list)
+    """Words run before the command, as root (``ip netns exec NAME``)."""
     read_only: list[str] = field(default_factory=list)
     """Paths mounted read-only for it (ProtectSystem=)..."""
     writable: list[str] = field(default_factory=list)
@@ -62,8 +84,9 @@ class Run:
     before: list[list[str]] = field(default_factory=list)
     """Commands run first, as root and unsandboxed (ExecStartPre=+)."""
     beside: list[list[str]] = field(default_factory=list)
-    """Commands started first and kept running until the phase ends; each is
-    ready (and the phase goes on) once it has printed a line."""
+    """Commands started first (as root, in the host's bare environment) and kept
+    running until the phase ends; each is ready (and the phase goes on) once it has
+    printed a line."""
     after: list[list[str]] = field(default_factory=list)
     """Commands run as root once the process has exited; what they print is
     :attr:`Outcome.after`."""
@@ -88,11 +111,15 @@ class Outcome:
 class SimulatedHost:
     """A host whose ``/var/lib`` lives in ``state`` between boots."""
 
-    def __init__(self, state: Path, *, shim: Path | None = None) -> None:
+    def __init__(
+        self, state: Path, *, shim: Path | None = None, keep: tuple[Path, ...] = ()
+    ) -> None:
         self.state = state
         self.var_lib = state / "var-lib"
         self.var_lib.mkdir(parents=True, exist_ok=True)
         self.shim = shim
+        self.keep = keep
+        """More directories of the test its processes reach (programs they run)."""
         self.boots = 0
 
     def boot(self, *phases: list[Run], timeout_s: float = 300) -> list[dict[str, Outcome]]:
@@ -102,7 +129,7 @@ class SimulatedHost:
         out.mkdir()
         out.chmod(0o755)
         checkout = Path(__file__).resolve().parents[2]
-        keep = [checkout, Path(sys.prefix), Path(sys.base_prefix), out]
+        keep = [checkout, Path(sys.prefix), Path(sys.base_prefix), out, *self.keep]
         if self.shim is not None:
             keep.append(self.shim.parent)
         spec = {
@@ -126,6 +153,37 @@ class SimulatedHost:
         assert agent.returncode == 0, f"the simulated host failed:\n{agent.stderr}"
         results = json.loads((out / "results.json").read_text())
         return [{name: Outcome(**outcome) for name, outcome in phase.items()} for phase in results]
+
+
+def _unit() -> configparser.RawConfigParser:
+    unit = configparser.RawConfigParser(strict=False, delimiters=("=",))
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read(DEPLOY / "idmint.service")
+    return unit
+
+
+def as_unit(name: str, args: list[str], *, uid: int) -> Run:
+    """A process in the sandbox deploy/idmint.service describes (as systemd would make it)."""
+    service = _unit()["Service"]
+    assert service.get("DynamicUser") == "yes"
+    assert service.get("PrivateTmp") == "yes"
+    assert service.get("ProtectSystem") == "strict"
+    writable = service.get("ReadWritePaths", "").split()
+    before = [
+        shlex.split(line.strip().removeprefix("+"))
+        for line in service.get("ExecStartPre", "").splitlines()
+        if line.strip().startswith("+")
+    ]
+    return Run(
+        name,
+        args,
+        user=uid,  # DynamicUser: a uid of its own
+        private_tmp=True,
+        private_dev=service.get("PrivateDevices") == "yes",
+        read_only=["/var/lib"],  # ProtectSystem=strict, where it matters here
+        writable=[path.lstrip("-") for path in writable],
+        before=before,
+    )
 
 
 # -- the agent: runs inside the boot's namespaces ---------------------------------------
@@ -163,12 +221,24 @@ def _set_up_host(keep: list[Path], var_lib: str) -> None:
 
 
 def _command(run: dict[str, object], spec: dict[str, object]) -> list[str]:
-    program = ["-c", str(run["code"])] if run["code"] is not None else ["-m", str(run["module"])]
-    argv = [str(spec["python"]), *program, *map(str, run["args"])]  # type: ignore[call-overload]
+    args = list(map(str, run["args"]))  # type: ignore[call-overload]
+    if run["program"] is not None:
+        argv = [*run["program"], *args]  # type: ignore[misc]
+    else:
+        code = ["-c", str(run["code"])] if run["code"] is not None else ["-m", str(run["module"])]
+        argv = [str(spec["python"]), *code, *args]
     if run["user"] is not None:
         uid = str(run["user"])
         argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv]
-    setup: list[str] = []
+    argv = [*run["prefix"], *argv]  # type: ignore[misc]
+    volumes: list[str] = run["volumes"]  # type: ignore[assignment]
+    # A volume is set aside before the mounts that cover it, and put back after them.
+    setup = [
+        f"mkdir -p /run/volume-{index} && mount --bind {path} /run/volume-{index}"
+        for index, path in enumerate(volumes)
+    ]
+    if run["private_var_lib"]:
+        setup.append("mount -t tmpfs -o mode=0755 tmpfs /var/lib")
     if run["private_tmp"]:
         private = ("/tmp", "/var/tmp")
         setup += [f"mount -t tmpfs -o mode=1777 tmpfs {d}" for d in private]
@@ -183,9 +253,15 @@ def _command(run: dict[str, object], spec: dict[str, object]) -> list[str]:
         setup.append(f"mount --bind {path} {path}")
     for path in run["read_only"]:  # type: ignore[attr-defined]
         setup.append(f"mount --rbind {path} {path} && mount -o remount,bind,ro {path}")
-    if not (setup or run["pid_namespace"]):
+    setup += [
+        f"mkdir -p {path} && mount --bind /run/volume-{index} {path}"
+        for index, path in enumerate(volumes)
+    ]
+    if not (setup or run["pid_namespace"] or run["net_namespace"]):
         return argv
     unshare = ["unshare", "--mount", "--propagation", "private"]
+    if run["net_namespace"]:
+        unshare.append("--net")
     if run["pid_namespace"]:
         unshare += ["--pid", "--fork", "--mount-proc"]
     script = " && ".join([*setup, 'exec "$@"'])
@@ -193,7 +269,7 @@ def _command(run: dict[str, object], spec: dict[str, object]) -> list[str]:
 
 
 def _environment(run: dict[str, object], spec: dict[str, object]) -> dict[str, str]:
-    env = {"PATH": BARE_PATH, "LANG": "C.UTF-8", "HOME": "/", "PYTHONDONTWRITEBYTECODE": "1"}
+    env = dict(BARE_ENVIRONMENT)
     offset = int(run["clock_offset_ms"])  # type: ignore[call-overload]
     if offset:
         offset_file = Path(str(spec["out"])) / f"{run['name']}.clock"
@@ -212,7 +288,9 @@ def _run_phase(phase: list[dict[str, object]], spec: dict[str, object]) -> dict[
         for before in run["before"]:  # type: ignore[attr-defined]
             subprocess.run(before, check=True)
         for command in run["beside"]:  # type: ignore[attr-defined]
-            companion = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+            companion = subprocess.Popen(
+                command, env=BARE_ENVIRONMENT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE
+            )
             assert companion.stdout is not None
             if not companion.stdout.readline():
                 raise RuntimeError(f"{command} ended before it was ready")

@@ -16,17 +16,15 @@ reboots. Runs as root (setpriv, namespaces, mounts).
 
 from __future__ import annotations
 
-import configparser
 import json
 import os
-import shlex
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from tests.faults.simulated_host import Outcome, Run, SimulatedHost
+from tests.faults.simulated_host import DEPLOY, Outcome, Run, SimulatedHost, as_unit
 from tests.faults.wallclock import build_shim
 
 from idmint import Uid64
@@ -34,7 +32,6 @@ from idmint import Uid64
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: namespaces and setpriv")
 
 NOBODY = 65534
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 
 @pytest.fixture(scope="module")
@@ -91,11 +88,14 @@ def test_seven_processes_of_all_kinds_share_one_pool(host: SimulatedHost) -> Non
 
 
 def test_the_contract_kit_passes_on_this_hosts_pool(host: SimulatedHost) -> None:
-    """``python -m idmint.testing local://`` where the pool is the host's real one: its
-    abstract sockets, its /var/lib/idmint. The checks share the pool (there is one
-    per host), each on IDs of its own; those needing a session to expire or a
-    server to stop do not apply to holds that last as long as their process."""
-    (outcomes,) = host.boot([Run("kit", ["local://"], module="idmint.testing")])
+    """``python -m idmint.testing local://`` (then ``static://``) where the pool is the
+    host's real one: its abstract sockets, its /var/lib/idmint and /dev/shm. The
+    checks share the pool (there is one per host), each on IDs of its own; those
+    needing a session to expire or a server to stop do not apply to holds that last
+    as long as their process."""
+    kit_run = Run("kit", ["local://"], module="idmint.testing")
+    static_run = Run("static", ["static://?generator=1500"], module="idmint.testing")
+    (outcomes, configured) = host.boot([kit_run], [static_run])
     kit = outcomes["kit"]
     assert kit.returncode == 0, kit.stdout + kit.stderr
     lines = kit.stdout.splitlines()
@@ -103,6 +103,7 @@ def test_the_contract_kit_passes_on_this_hosts_pool(host: SimulatedHost) -> None
     skipped = {line.split()[1].rstrip(":") for line in lines if line.startswith("skipped")}
     assert skipped == {
         "a_configured_identity_is_held_once",
+        "a_configured_identity_is_refused_while_its_mark_is_renewed",
         "an_unreachable_coordinator_is_unavailable_quickly",
         "an_expired_claim_comes_back_above_its_mark",
         "an_expired_claim_moves_to_a_free_id",
@@ -110,10 +111,15 @@ def test_the_contract_kit_passes_on_this_hosts_pool(host: SimulatedHost) -> None
         "a_long_outage_fences_then_resumes",
         "an_outage_that_loses_the_session_fences_then_claims_again",
     }
-    assert lines[-1] == "12 passed, 7 skipped", kit.stdout
+    assert lines[-1] == "12 passed, 8 skipped", kit.stdout
     assert kit.stderr == ""
     # It claimed in the host's pool: the marks it left are the host's.
     assert list((host.var_lib / "idmint" / "0" / "generator").glob("0-*.mark"))
+    # A configured identity is held there too, and refused beside a mark another renews.
+    static = configured["static"]
+    assert static.returncode == 0, static.stdout + static.stderr
+    assert "passed  a_configured_identity_is_refused_while_its_mark_is_renewed" in static.stdout
+    assert static.stdout.splitlines()[-1] == "4 passed, 16 skipped", static.stdout
 
 
 @pytest.mark.parametrize(
@@ -177,6 +183,31 @@ def test_a_hostile_user_can_exhaust_the_pool_but_not_make_others_repeat_ids(
     assert "are held or held off" in loser.stderr
 
 
+def test_a_lock_file_another_user_made_unreadable_is_an_error_naming_it(
+    host: SimulatedHost,
+) -> None:
+    """Anyone may make a lock file first, and its maker may take its permissions away:
+    others cannot take that identity then, and say why, naming the file."""
+    planted = "/var/lib/idmint/holds/generator/0-0.lock"
+    holds = ["/var/lib/idmint", "/var/lib/idmint/holds", "/var/lib/idmint/holds/generator"]
+    plant = [
+        ["install", "-d", "-m", "1777", *holds],
+        ["install", "-m", "000", "-o", str(NOBODY), "/dev/null", planted],
+    ]
+    claimant = Run(
+        "claimant",
+        _generate(3, "--coordinator", "local://?generators=0-0"),
+        user=61_234,
+        before=plant,
+    )
+    (outcomes,) = host.boot([claimant])
+    outcome = outcomes["claimant"]
+    assert outcome.returncode == 69, outcome.stderr
+    assert outcome.stdout == ""
+    assert outcome.stderr.count("\n") == 1
+    assert f"cannot open the lock file {planted}: Permission denied" in outcome.stderr
+
+
 _FORKING_HOLDER = """
 import os, subprocess, sys
 from idmint import new_generator
@@ -215,37 +246,6 @@ def test_a_forked_child_that_exits_leaves_its_parents_hold(host: SimulatedHost, 
 # -- the shipped deployment -------------------------------------------------------------------
 
 
-def _unit() -> configparser.RawConfigParser:
-    unit = configparser.RawConfigParser(strict=False, delimiters=("=",))
-    unit.optionxform = str  # type: ignore[assignment,method-assign]
-    unit.read(DEPLOY / "idmint.service")
-    return unit
-
-
-def _as_unit(name: str, args: list[str], *, uid: int) -> Run:
-    """A process in the sandbox deploy/idmint.service describes (as systemd would make it)."""
-    service = _unit()["Service"]
-    assert service.get("DynamicUser") == "yes"
-    assert service.get("PrivateTmp") == "yes"
-    assert service.get("ProtectSystem") == "strict"
-    writable = service.get("ReadWritePaths", "").split()
-    before = [
-        shlex.split(line.strip().removeprefix("+"))
-        for line in service.get("ExecStartPre", "").splitlines()
-        if line.strip().startswith("+")
-    ]
-    return Run(
-        name,
-        args,
-        user=uid,  # DynamicUser: a uid of its own
-        private_tmp=True,
-        private_dev=service.get("PrivateDevices") == "yes",
-        read_only=["/var/lib"],  # ProtectSystem=strict, where it matters here
-        writable=[path.lstrip("-") for path in writable],
-        before=before,
-    )
-
-
 def test_the_systemd_unit_shares_the_hosts_pool_and_restarts_above_its_marks(
     host: SimulatedHost,
 ) -> None:
@@ -256,7 +256,7 @@ def test_the_systemd_unit_shares_the_hosts_pool_and_restarts_above_its_marks(
     what decides which pool a process sees.
     """
     count = 200_000
-    unit = _as_unit("unit", _generate(count), uid=61_234)
+    unit = as_unit("unit", _generate(count), uid=61_234)
     (together,) = host.boot([unit, Run("plain", _generate(count))])
     _assert_all_succeeded(together)
     assert not together["unit"].stderr, "the unit keeps its marks for reboots: no warning"
@@ -264,7 +264,7 @@ def test_the_systemd_unit_shares_the_hosts_pool_and_restarts_above_its_marks(
     assert ours != _generator_of(together["plain"])
     assert not _duplicates(together["unit"].lines, together["plain"].lines)
 
-    restart = _as_unit(
+    restart = as_unit(
         "restart",
         _generate(count, "--coordinator", f"local://?generators={ours}-{ours}"),
         uid=61_234,
@@ -276,17 +276,13 @@ def test_the_systemd_unit_shares_the_hosts_pool_and_restarts_above_its_marks(
     assert not _duplicates(together["unit"].lines, after["restart"].lines)
 
 
-def _entrypoint(
-    *args: str, env: dict[str, str] | None = None, mount: str | None = None
-) -> subprocess.CompletedProcess[str]:
+def _entrypoint(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """deploy/container-entrypoint with a stand-in ``idmint`` that prints what it was given."""
     stub = Path("/mnt/stub")
     script = (
         f"mount -t tmpfs tmpfs /mnt && mkdir {stub} && "
         f"printf '#!/bin/sh\\necho idmint \"$@\"\\n' > {stub}/idmint && chmod +x {stub}/idmint"
     )
-    if mount:
-        script += f" && mkdir -p {mount} && mount -t tmpfs tmpfs {mount}"
     script += f' && PATH={stub}:$PATH exec sh {DEPLOY / "container-entrypoint"} "$@"'
     return subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "sh", "-ec", script, "sh", *args],
@@ -313,6 +309,7 @@ def _entrypoint(
 def test_the_container_refuses_a_pool_in_its_own_filesystem(
     args: tuple[str, ...], env: dict[str, str]
 ) -> None:
+    """Pools proven to be the host's: tests/faults/test_host_pool_namespaces.py."""
     result = _entrypoint(*args, env=env)
     assert result.returncode == 2, result
     assert result.stdout == ""
@@ -322,19 +319,17 @@ def test_the_container_refuses_a_pool_in_its_own_filesystem(
 
 
 @pytest.mark.parametrize(
-    ("args", "env", "mount"),
+    ("args", "env"),
     [
-        (("--coordinator", "zk://zk:2181/idmint"), {}, None),
-        ((), {"IDMINT_COORDINATOR": "static://?generator=3"}, None),
-        (("--coordinator", "local:///srv/pool"), {}, "/srv/pool"),
-        ((), {"IDMINT_COORDINATOR": "local://", "IDMINT_LOCAL_DIR": "/srv/pool"}, "/srv/pool"),
+        (("--coordinator", "zk://zk:2181/idmint"), {}),
+        ((), {"IDMINT_COORDINATOR": "static://?generator=3"}),
     ],
-    ids=["zk", "static", "mounted-directory", "mounted-local-dir"],
+    ids=["zk", "static"],
 )
-def test_the_container_starts_with_a_coordinator_or_a_mounted_pool(
-    args: tuple[str, ...], env: dict[str, str], mount: str | None
+def test_the_container_starts_with_a_coordinator(
+    args: tuple[str, ...], env: dict[str, str]
 ) -> None:
-    result = _entrypoint(*args, env=env, mount=mount)
+    result = _entrypoint(*args, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout == " ".join(["idmint", "serve", *args]) + "\n"
 

@@ -4,19 +4,24 @@ Before the host-local default every process without a coordinator was generator 
 (and short60's random bits collided every few ms between busy processes), so two
 ``idmint generate`` at once shared about half their IDs. Now each process claims
 its own identity from this host's pool (``local://``), and a configured identity
-held by one process is refused to the next.
+held by one process is refused to the next. Every command reads the coordinator
+from the same place: its flag, else ``IDMINT_COORDINATOR``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from tests.cli_process import CliProcess, assert_one_error_line, run_idmint
 
 from idmint import Short60, Uid64
+from idmint.coordinate import COORDINATOR_VARIABLE
+from idmint.server.config import SETTINGS
 
 
 def _run_together(count: int, processes: int, *options: str) -> list[CliProcess]:
@@ -81,3 +86,33 @@ def test_the_same_static_identity_twice_is_refused_with_one_line(
     again = run_idmint("generate", "--count", "1", *identity)
     assert again.returncode == 0, again.stderr
     assert Uid64(again.stdout.strip()).generator == 7
+
+
+def test_the_cli_takes_the_coordinator_from_the_environment_as_serve_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deployment's IDMINT_COORDINATOR (an env file shared by its commands): ``serve``
+    honoured it, ``generate`` claimed from this host's pool instead, beside the
+    deployment's pool, where another process could hold the same ID."""
+    monkeypatch.setenv(COORDINATOR_VARIABLE, f"local://{tmp_path}?generators=40-40")
+    with CliProcess("generate", "--count", "0", stamp=False) as holder:
+        holder.wait_for_lines(1, timeout=30, what="the first process to mint")
+        assert Uid64(holder.lines[0]).generator == 40
+        listed = run_idmint("claims", "list", "--format", "json")
+        assert [json.loads(row)["generator"] for row in listed.stdout.splitlines()] == [40]
+        monkeypatch.setenv(
+            COORDINATOR_VARIABLE, f"local://{tmp_path}?generators=40-40&claim_timeout=0.5"
+        )
+        second = run_idmint("generate", "--count", "1")
+        assert second.returncode == 1, second.stdout
+        assert "are held or held off" in assert_one_error_line(second.stderr)
+        # The flag wins over the variable; an empty variable is unset.
+        flagged = run_idmint("generate", "--coordinator", "static://?generator=41")
+        assert Uid64(flagged.stdout.strip()).generator == 41, flagged.stderr
+        monkeypatch.setenv(COORDINATOR_VARIABLE, "")
+        unset = run_idmint("generate")
+        assert unset.returncode == 0, unset.stderr
+        holder.send(signal.SIGTERM)
+        assert holder.wait(timeout=30) == 128 + signal.SIGTERM
+    serve_reads = {setting.name: setting.variable for setting in SETTINGS}["coordinator"]
+    assert serve_reads == COORDINATOR_VARIABLE, "one variable for every command"

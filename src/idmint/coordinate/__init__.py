@@ -39,6 +39,7 @@ from idmint.coordinate.url import CoordinatorUrl, parse_url
 from idmint.errors import ConfigurationError
 
 __all__ = [
+    "COORDINATOR_VARIABLE",
     "DEFAULT_COORDINATOR",
     "DRIVERS",
     "Claim",
@@ -59,6 +60,10 @@ __all__ = [
 
 DEFAULT_COORDINATOR = "local://"
 """Where identities come from when nothing is said: a free one on this host."""
+
+COORDINATOR_VARIABLE = "IDMINT_COORDINATOR"
+"""The environment variable the CLI's commands read a coordinator URL from when no
+``--coordinator`` is given (``idmint serve``'s setting of that name is this one)."""
 
 ENTRY_POINT_GROUP = "idmint.coordinators"
 """Drivers register under this entry-point group, by URL scheme (``zk = pkg.mod:Class``);

@@ -5,12 +5,13 @@ URL grammar::
     local://[/DIR][?option=value&...]          e.g. local://  local:///srv/idmint?generators=0-63
 
 ``local://`` alone is this host's pool (:mod:`idmint.coordinate.hostpool`):
-one per host, shared by every process whatever its user or environment, its
-holds kept by the kernel and its high-water marks under ``/var/lib/idmint``.
-``local:///DIR``, or ``$IDMINT_LOCAL_DIR`` when the URL names no directory, is
-a pool of the operator's own: lock files in ``DIR``, shared by exactly the
-processes that see that directory (a volume several containers mount, say).
-``DIR`` must be absolute: a pool must not depend on the working directory.
+one per host, shared by every process whatever its user, environment or
+namespaces as long as it shares the host's network, ``/var/lib/idmint`` or
+``/dev/shm``; its holds are kept by the kernel and its high-water marks under
+``/var/lib/idmint``. ``local:///DIR``, or ``$IDMINT_LOCAL_DIR`` when the URL
+names no directory, is a pool of the operator's own: lock files in ``DIR``,
+shared by exactly the processes that see that directory. ``DIR`` must be
+absolute (a pool must not depend on the working directory) and not ``/``.
 
 ===================  =========  ==================================================
 option               default    meaning
@@ -33,14 +34,19 @@ their low eight bits whatever widths they use) or ``short60`` (key: the node).
 
 A directory pool's layout::
 
+    DIR/.host-<uid>            "<boot id> <pid namespace> <mount namespace>" of the
+                               last process of that user to use it (the container
+                               entrypoint's proof that DIR is the host's)
     DIR/<space>/.created       JSON {"created_ms"}: when the directory was made
     DIR/<space>/<key>.lock     held with flock(LOCK_EX) while a process holds <key>
     DIR/<space>/<key>.mark     the high-water mark (JSON), replaced atomically
 
-**Why it is safe.** A hold (a bound abstract socket, or an flock on a lock
-file) lasts as long as the process and goes when it dies, however it dies:
-no hold outlives its holder. A child of ``fork()`` shares its parent's hold;
-it closes its copy at once (which does not let go) and never writes the mark.
+**Why it is safe.** A hold (bound abstract sockets and flocks on lock files)
+lasts as long as the process and goes when it dies, however it dies: no hold
+outlives its holder. A child of ``fork()`` shares its parent's hold; it closes
+its copy at once (which does not let go) and never writes the mark. A hold
+whose descriptor was closed or replaced under its holder is a lost claim at the
+next renewal.
 A claimant starts after the highest mark recorded for its ID, and never in the
 millisecond it claimed in: a holder that ended a moment ago minted nothing
 later than that on this host's clock. Each renewal writes the mark first and
@@ -50,19 +56,25 @@ new file reads the mark we wrote before we could use it; a directory made less
 than a TTL ago floors every claim at its creation + the TTL, so a holder whose
 files vanished under it has stopped before the new holder starts.
 
-**What it does not cover.** Processes on other hosts, and containers with
-their own network namespace (their abstract sockets are their own) or their
-own filesystem: claim through ``zk://`` or ``etcd://``, give each container a
-static identity, or share a directory pool on a volume of one host.
+A configured identity (``static://``) whose hold is free but whose mark is
+not released and still ahead of the clock may belong to a live holder this
+process cannot see: the claim watches it until its ceiling passes, or its
+holder's TTL + the skew, and refuses (:class:`~idmint.errors.IdentityInUse`) if
+it is renewed meanwhile.
+
+**What it does not cover.** Processes on other hosts, and processes of this
+host that share none of its network, ``/var/lib/idmint`` and ``/dev/shm``
+(docs/coordination.md lists what one host can still split): claim through
+``zk://`` or ``etcd://``, give each a static identity, or share a directory.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import stat
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
@@ -74,18 +86,24 @@ from idmint.coordinate.base import (
     DriverClaim,
     HighWaterMark,
 )
-from idmint.coordinate.hostpool import HostPool, mark_and_record, write_atomically
+from idmint.coordinate.hostpool import (
+    FLOCK,
+    HOST_MARKER,
+    HostPool,
+    LockFile,
+    is_locked,
+    leave_host_marker,
+    mark_and_record,
+    share_lock_directory,
+    try_lock,
+    write_atomically,
+)
 from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
 from idmint.errors import (
     ConfigurationError,
     CoordinatorUnavailable,
     IdentityInUse,
 )
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not POSIX
-    fcntl = None  # type: ignore[assignment]
 
 __all__ = [
     "DEFAULT_TTL_S",
@@ -99,7 +117,7 @@ DEFAULT_TTL_S = 1.0
 OPTIONS = (*COMMON_OPTIONS, "ttl")
 DIRECTORY_VARIABLE = "IDMINT_LOCAL_DIR"
 NODE_KEY_BITS = 8  # elastic64's narrowest width: holders differ in these bits
-# A static identity found locked is tried again for this long: `claims list`
+# A static identity found held is tried again for this long: `claims list`
 # probes each lock for a moment, which must not make a starting process refuse.
 FIXED_RETRY_S = 0.25
 # A mark this far ahead of the clock is no clock's doing (a reboot, NTP): it
@@ -117,11 +135,17 @@ def configured_directory(url_path: str = "") -> Path | None:
     named = url_path or os.environ.get(DIRECTORY_VARIABLE, "")
     if not named:
         return None
+    source = "local://" if url_path else DIRECTORY_VARIABLE
     if not os.path.isabs(named):
-        source = "local://" if url_path else DIRECTORY_VARIABLE
         raise ConfigurationError(
             f"{source} directory {named!r} is relative: a pool must not depend on the "
             "working directory; give an absolute path"
+        )
+    if not os.path.normpath(named).strip("/"):
+        raise ConfigurationError(
+            f"{source} directory {named!r} is the root directory: a pool's lock files and "
+            "marks need a directory of their own (local:///srv/idmint); local:// alone is "
+            "this host's pool"
         )
     return Path(named)
 
@@ -157,7 +181,12 @@ class Pool(Protocol):
 
     def read_mark(self, space: str, key: str) -> tuple[HighWaterMark | None, dict[str, object]]: ...
 
-    def write_mark(self, space: str, key: str, data: bytes) -> Path: ...
+    def write_mark(self, space: str, key: str, record: Mapping[str, object]) -> None: ...
+
+    def check_views(self, space: str, key: str) -> None:
+        """Refuse if a recent holder of ``key`` kept its marks where this process cannot
+        see them."""
+        ...
 
 
 class LocalClaim(DriverClaim["LocalCoordinator"]):
@@ -172,19 +201,21 @@ class LocalClaim(DriverClaim["LocalCoordinator"]):
         self._since_ms = 0
         self._young_floor_ms = -1
         self._implausible: list[tuple[str, HighWaterMark]] = []
+        self._busy_since: float | None = None
+        """When a configured identity was first found held in this claiming."""
+        self._watched: tuple[str, HighWaterMark, float] | None = None
+        """A configured identity's live-looking mark, and when it was first seen."""
 
     # -- Claim hooks ------------------------------------------------------------------
     def _acquire(self) -> tuple[Mapping[str, int], int]:
         self._let_go()
+        self._busy_since = self._watched = None
         self._young_floor_ms = -1
         if isinstance(self._pool, DirectoryPool):
             self._young_floor_ms = self._pool.young_floor_ms(
                 self.space, self.clock.time_ns() // 1_000_000, round(self.ttl_s * 1000)
             )
         return super()._acquire()
-
-    def _patience_s(self) -> float:
-        return FIXED_RETRY_S if self._fixed is not None else self.options.claim_timeout_s
 
     def _look(self, deadline: float) -> tuple[Mapping[str, int], int] | None:
         pool = self._pool
@@ -194,20 +225,18 @@ class LocalClaim(DriverClaim["LocalCoordinator"]):
             key = lock_key(self.space, identity)
             hold = pool.hold(self.space, key)
             if hold is None:
+                self._found_held()
                 continue
             try:
-                mark, _ = pool.read_mark(self.space, key)
+                mark, record = pool.read_mark(self.space, key)
+                pool.check_views(self.space, key)
+                skip = mark is not None and self._skips(key, mark, record, now_ms)
             except BaseException:
                 hold.close()
                 raise
-            if self._fixed is None and mark is not None:
-                if mark.ceiling_ms > now_ms + IMPLAUSIBLE_AHEAD_MS:
-                    self._implausible.append((key, mark))
-                    hold.close()
-                    continue
-                if self._held_off((self.space, key), mark, now_ms):
-                    hold.close()
-                    continue
+            if skip:
+                hold.close()
+                continue
             self._hold, self._key = hold, key
             self._since_ms = now_ms
             # Whoever held the ID before us is gone, so on this host's clock
@@ -216,6 +245,54 @@ class LocalClaim(DriverClaim["LocalCoordinator"]):
             return identity, floor
         return None
 
+    def _found_held(self) -> None:
+        """A configured identity held by another: refused once that lasts ``FIXED_RETRY_S``."""
+        if self._fixed is None:
+            return
+        now = time.monotonic()
+        if self._busy_since is None:
+            self._busy_since = now
+        elif now - self._busy_since >= FIXED_RETRY_S:
+            raise self._nothing_free()
+
+    def _skips(
+        self, key: str, mark: HighWaterMark, record: Mapping[str, object], now_ms: int
+    ) -> bool:
+        """Whether a free hold of ``key`` is not to be taken yet because of its mark."""
+        if self._fixed is not None:
+            return self._maybe_live(key, mark, record, now_ms)
+        if mark.ceiling_ms > now_ms + IMPLAUSIBLE_AHEAD_MS:
+            self._implausible.append((key, mark))
+            return True
+        return self._held_off((self.space, key), mark, now_ms)
+
+    def _maybe_live(
+        self, key: str, mark: HighWaterMark, record: Mapping[str, object], now_ms: int
+    ) -> bool:
+        """Whether a configured identity's mark may be a live holder's, one this process
+        cannot see (another view of this host): watched until its ceiling passes, or its
+        holder's TTL + the skew of real time; renewed meanwhile, the identity is in use.
+
+        Any other claimant takes a free identity instead (the hold-off); a configured
+        one has no other, and must not start beside a holder that still mints.
+        """
+        if mark.released_ms is not None or mark.ceiling_ms > now_ms + IMPLAUSIBLE_AHEAD_MS:
+            return False  # gone, or no clock's doing: the floor is the guard
+        watched = self._watched
+        if watched is None or watched[0] != key:
+            watched = self._watched = (key, mark, time.monotonic())
+        elif mark.renewed_ms > watched[1].renewed_ms:
+            raise self._in_use(
+                key,
+                record,
+                "which renewed its high-water mark while this process watched, although "
+                "this process sees none of its holds (a process with another view of this "
+                "host?)",
+            )
+        holder_ttl_ms = max(0, mark.ceiling_ms - mark.renewed_ms)
+        watched_ms = (time.monotonic() - watched[2]) * 1000
+        return now_ms <= mark.ceiling_ms and watched_ms <= holder_ttl_ms + self.options.skew_ms
+
     def _candidates(self, cluster: int) -> Iterator[dict[str, int]]:
         if self._fixed is not None:
             yield self._fixed
@@ -223,17 +300,21 @@ class LocalClaim(DriverClaim["LocalCoordinator"]):
         for number in self.options.pool:
             yield self._identity(number, cluster)
 
+    def _in_use(self, key: str, record: Mapping[str, object], why: str = "") -> IdentityInUse:
+        assert self._fixed is not None
+        holder = record.get("holder", "another process")
+        shown = ", ".join(f"{name} {value}" for name, value in self._fixed.items())
+        return IdentityInUse(
+            f"{shown} is already in use on this host by {holder} ({self._pool.description}, "
+            f"{self.space} {key}){', ' + why if why else ''}; two processes with one identity "
+            "would mint the same IDs. Give each process its own, or leave the identity out to "
+            "claim a free one"
+        )
+
     def _nothing_free(self) -> Exception:
         if self._fixed is not None:
             key = lock_key(self.space, self._fixed)
-            _, record = self._pool.read_mark(self.space, key)
-            holder = record.get("holder", "another process")
-            shown = ", ".join(f"{name} {value}" for name, value in self._fixed.items())
-            return IdentityInUse(
-                f"{shown} is already in use on this host by {holder} ({self._pool.description}, "
-                f"{self.space} {key}); two processes with one identity would mint the same "
-                "IDs. Give each process its own, or leave the identity out to claim a free one"
-            )
+            return self._in_use(key, self._pool.read_mark(self.space, key)[1])
         error = super()._nothing_free()
         if self._implausible:
             key, mark = self._implausible[0]
@@ -256,7 +337,7 @@ class LocalClaim(DriverClaim["LocalCoordinator"]):
     def _write_mark(self, mark: HighWaterMark) -> None:
         assert self._key is not None
         record = {**mark.to_json(), "since_ms": self._since_ms, "pid": os.getpid()}
-        self._pool.write_mark(self.space, self._key, json.dumps(record).encode())
+        self._pool.write_mark(self.space, self._key, record)
 
     def _final_mark_writer(self) -> Callable[[HighWaterMark], object] | None:
         return self._write_mark if self._hold is not None and self._hold.intact() else None
@@ -283,7 +364,7 @@ class LocalCoordinator(Coordinator):
     claim_type = LocalClaim
 
     def __init__(self, url: CoordinatorUrl, *, default: bool = False) -> None:
-        if fcntl is None:  # pragma: no cover - not POSIX
+        if not FLOCK:  # pragma: no cover - not POSIX
             raise ConfigurationError("local:// needs POSIX file locks (fcntl), not on this OS")
         self._take_url(url, OPTIONS)
         if url.hosts:
@@ -340,6 +421,7 @@ class DirectoryPool:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        self._marked = False
 
     @property
     def description(self) -> str:
@@ -352,6 +434,9 @@ class DirectoryPool:
         which stops within a TTL: claims start after that.
         """
         self._prepare(self.directory)
+        if not self._marked:
+            leave_host_marker(self.directory / f"{HOST_MARKER}-{os.geteuid()}")
+            self._marked = True
         path = self.directory / space
         marker = path / ".created"
         if self._prepare(path):
@@ -390,14 +475,14 @@ class DirectoryPool:
             raise ConfigurationError(f"{path} must be a directory for local:// lock files")
         return made
 
-    def hold(self, space: str, key: str) -> LockFile | None:
+    def hold(self, space: str, key: str) -> DirectoryHold | None:
         path = self.directory / space / f"{key}.lock"
-        fd = _try_lock(path)
-        if fd is None:
+        lock = try_lock(path)
+        if lock is None:
             return None
         # While a claim is held its directory is share-locked, which tmpfiles
         # cleaners honour.
-        return LockFile(fd, path, _share_lock_directory(path.parent))
+        return DirectoryHold(lock, share_lock_directory(path.parent))
 
     def held(self) -> Iterator[tuple[str, str]]:
         for space in SPACES:
@@ -405,11 +490,8 @@ class DirectoryPool:
             if not path.is_dir():
                 continue
             for lock in path.glob("*.lock"):
-                fd = _try_lock(lock)
-                if fd is not None:  # free: nobody holds it
-                    os.close(fd)
-                    continue
-                yield space, lock.name[: -len(".lock")]
+                if is_locked(lock):
+                    yield space, lock.name[: -len(".lock")]
 
     def read_mark(self, space: str, key: str) -> tuple[HighWaterMark | None, dict[str, object]]:
         path = self.directory / space / f"{key}.mark"
@@ -423,75 +505,33 @@ class DirectoryPool:
             ) from error
         return mark_and_record(data)
 
-    def write_mark(self, space: str, key: str, data: bytes) -> Path:
-        path = self.directory / space / f"{key}.mark"
-        write_atomically(path, data)
-        return path
+    def write_mark(self, space: str, key: str, record: Mapping[str, object]) -> None:
+        write_atomically(self.directory / space / f"{key}.mark", json.dumps(record).encode())
+
+    def check_views(self, space: str, key: str) -> None:
+        """One directory, one view: whoever sees its lock files sees its marks."""
 
 
-class LockFile:
-    """A lock file held with flock, and the share lock on its directory."""
+class DirectoryHold:
+    """A lock file of a directory pool, and the share lock on its directory."""
 
-    def __init__(self, fd: int, path: Path, directory_fd: int) -> None:
-        self._fd: int | None = fd
-        self._directory_fd: int | None = directory_fd
-        self.path = path
+    def __init__(self, lock: LockFile, directory: tuple[int, tuple[int, int]]) -> None:
+        self._lock = lock
+        self._directory: tuple[int, tuple[int, int]] | None = directory
 
     def intact(self) -> bool:
-        """Whether the file we lock is still the one at its path (not deleted, replaced)."""
-        return self._fd is not None and _same_file(self._fd, self.path)
+        return self._lock.intact()
 
     def close(self) -> None:
-        for fd in (self._fd, self._directory_fd):
-            if fd is not None:
-                with contextlib.suppress(OSError):
+        self._lock.close()
+        directory, self._directory = self._directory, None
+        if directory is not None:
+            fd, identity = directory
+            # A descriptor closed under us may be someone else's now: leave it alone.
+            with contextlib.suppress(OSError):
+                held = os.fstat(fd)
+                if (held.st_dev, held.st_ino) == identity:
                     os.close(fd)
-        self._fd = self._directory_fd = None
-
-
-def _try_lock(path: Path) -> int | None:
-    """A descriptor holding ``path``'s exclusive lock, or None if someone holds it."""
-    assert fcntl is not None
-    for _ in range(3):
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-        except OSError as error:
-            raise CoordinatorUnavailable(
-                f"cannot open the lock file {path}: {error.strerror or error}"
-            ) from error
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as error:
-            os.close(fd)
-            if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                return None
-            raise CoordinatorUnavailable(
-                f"cannot lock {path}: {error.strerror or error}"
-            ) from error
-        # Between open() and flock() the file may have been deleted (and a new
-        # one made): a lock on a file no longer at the path protects nothing.
-        if _same_file(fd, path):
-            return fd
-        os.close(fd)
-    return None
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    try:
-        linked = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return False
-    held = os.fstat(fd)
-    return (linked.st_dev, linked.st_ino) == (held.st_dev, held.st_ino)
-
-
-def _share_lock_directory(directory: Path) -> int:
-    """Hold a shared lock on ``directory``: tmpfiles cleaners skip locked directories."""
-    assert fcntl is not None
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    with contextlib.suppress(OSError):  # only a courtesy to cleaners
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    return fd
 
 
 def _numeric_key(held: tuple[str, str]) -> tuple[str, tuple[int, ...]]:

@@ -20,7 +20,7 @@ From Python::
     >>> from idmint.testing import run
     >>> report = run("memory://kit-doctest?ttl=2")       # doctest: +SKIP
     >>> report.summary()                                  # doctest: +SKIP
-    '17 passed, 2 skipped'
+    '17 passed, 3 skipped'
 
 In a pytest suite, one test per check::
 

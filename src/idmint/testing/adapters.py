@@ -21,10 +21,16 @@ from idmint.coordinate import connect
 from idmint.coordinate.base import SPACES, Claim, Coordinator, HighWaterMark
 from idmint.coordinate.etcd import EtcdClaim, EtcdCoordinator
 from idmint.coordinate.leases import LeaseClaim
-from idmint.coordinate.local import LocalCoordinator, configured_directory, lock_key
+from idmint.coordinate.local import (
+    DirectoryPool,
+    LocalCoordinator,
+    configured_directory,
+    lock_key,
+)
 from idmint.coordinate.memory import MemoryCoordinator
 from idmint.coordinate.postgres import PostgresCoordinator
 from idmint.coordinate.redis import RedisCoordinator
+from idmint.coordinate.static import DEFAULT_HOST_POOL, StaticCoordinator
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.coordinate.zookeeper import ZooKeeperCoordinator
 from idmint.coordinate.zookeeper_session import ZooKeeperSessionClaim, read_mark
@@ -37,6 +43,7 @@ __all__ = [
     "MemoryHooks",
     "PostgresHooks",
     "RedisHooks",
+    "StaticHooks",
     "ZooKeeperHooks",
     "expire_zookeeper_session",
 ]
@@ -96,8 +103,19 @@ class LocalHooks(Hooks):
     def read_mark(
         self, coordinator: Coordinator, space: str, identity: Mapping[str, int]
     ) -> HighWaterMark | None:
-        pool = _driver(coordinator, LocalCoordinator).pool
+        pool = self._local(coordinator).pool
         return pool.read_mark(space, lock_key(space, identity))[0]
+
+    def write_mark(
+        self, coordinator: Coordinator, space: str, identity: Mapping[str, int], mark: HighWaterMark
+    ) -> None:
+        pool = self._local(coordinator).pool
+        if isinstance(pool, DirectoryPool):
+            pool.young_floor_ms(space, mark.renewed_ms, 0)  # makes its directory, as a claim does
+        pool.write_mark(space, lock_key(space, identity), mark.to_json())
+
+    def _local(self, coordinator: Coordinator) -> LocalCoordinator:
+        return _driver(coordinator, LocalCoordinator)
 
     def settle(self, url: CoordinatorUrl) -> None:
         # A directory made less than a TTL ago holds claims back for a TTL (it may
@@ -115,6 +133,14 @@ class LocalHooks(Hooks):
         if directory is None:
             raise ValueError("this host's pool is never removed: its marks protect every process")
         shutil.rmtree(directory, ignore_errors=True)
+
+
+class StaticHooks(LocalHooks):
+    """``static://``: a configured identity is held where ``local://`` holds."""
+
+    def _local(self, coordinator: Coordinator) -> LocalCoordinator:
+        _driver(coordinator, StaticCoordinator)
+        return LocalCoordinator(CoordinatorUrl.parse(DEFAULT_HOST_POOL))
 
 
 class ZooKeeperHooks(Hooks):

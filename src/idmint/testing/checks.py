@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from idmint.clock import OffsetClock
-from idmint.coordinate import ClaimState, CoordinatorUrl
+from idmint.coordinate import ClaimState, Coordinator, CoordinatorUrl
 from idmint.coordinate.base import HighWaterMark, holder_description
 from idmint.errors import (
     ClaimLost,
@@ -116,6 +116,62 @@ def a_configured_identity_is_held_once(trial: Trial) -> None:
     first.close()
     again = trial.generator(url)
     assert again.generator == first.generator, "a closed holder lets the identity go"
+
+
+class _RenewedElsewhere:
+    """A holder of ``identity`` that renews its mark through the adapter, in a thread, as
+    one whose hold this process cannot see would (another view of the host)."""
+
+    holder = "elsewhere:4242"
+    ttl_ms = 1000
+
+    def __init__(self, trial: Trial, coordinator: Coordinator, identity: dict[str, int]) -> None:
+        self._hooks = trial.hooks
+        self._coordinator = coordinator
+        self._identity = identity
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, daemon=True)
+        self.last_ceiling_ms = -1
+
+    def _renew(self) -> None:
+        while not self._stop.is_set():
+            now = _now_ms()
+            ceiling = now + self.ttl_ms
+            mark = HighWaterMark(ceiling, renewed_ms=now, holder=self.holder)
+            self._hooks.write_mark(self._coordinator, "generator", self._identity, mark)
+            self.last_ceiling_ms = ceiling
+            self._stop.wait(self.ttl_ms / 4000)
+
+    def __enter__(self) -> _RenewedElsewhere:
+        self._thread.start()
+        wait_for(lambda: self.last_ceiling_ms > 0, timeout=10, what="the first mark elsewhere")
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@check("configured", needs=("write_mark",))
+def a_configured_identity_is_refused_while_its_mark_is_renewed(trial: Trial) -> None:
+    """A configured identity whose mark another holder keeps renewing is refused, even
+    where that holder's hold cannot be seen; once the renewals stop, it is taken above
+    the mark."""
+    url = trial.pool()
+    coordinator = trial.coordinator(url)
+    identity = coordinator.identity_in("generator")
+    assert identity is not None, f"{url.redacted()} configures no identity"
+    with _RenewedElsewhere(trial, coordinator, identity) as elsewhere:
+        error = _raises(
+            IdentityInUse,
+            lambda: new_generator("uid64", coordinator=url),
+            "a configured identity beside a holder that renews its mark",
+        )
+        assert elsewhere.holder in str(error), error
+    generator = trial.generator(url)
+    assert generator.generator == identity["generator"]
+    first = generator.generate().timestamp_ms
+    assert first > elsewhere.last_ceiling_ms, (first, elsewhere.last_ceiling_ms)
 
 
 @check("claimed")
@@ -617,6 +673,7 @@ CHECKS: tuple[Check, ...] = (
     ids_are_unique_and_carry_the_identity,
     two_claimants_get_distinct_identities,
     a_configured_identity_is_held_once,
+    a_configured_identity_is_refused_while_its_mark_is_renewed,
     generators_option_limits_the_pool,
     close_releases_the_claim,
     claims_list_shows_holder_since_and_mark,

@@ -23,7 +23,7 @@ from idmint.coordinate.url import CoordinatorUrl
 
 __all__ = ["HOOKS", "HOOK_NAMES", "Hooks", "hooks_for"]
 
-HOOK_NAMES = ("expire", "read_mark", "stop_server", "start_server", "remove_pool")
+HOOK_NAMES = ("expire", "read_mark", "write_mark", "stop_server", "start_server", "remove_pool")
 """The hooks a check may need (``settle`` is a courtesy no check needs)."""
 
 
@@ -54,6 +54,13 @@ class Hooks:
         self, coordinator: Coordinator, space: str, identity: Mapping[str, int]
     ) -> HighWaterMark | None:
         """The high-water mark the store holds for ``identity`` of ``space``, if any."""
+        raise NotImplementedError
+
+    def write_mark(
+        self, coordinator: Coordinator, space: str, identity: Mapping[str, int], mark: HighWaterMark
+    ) -> None:
+        """Record ``mark`` for ``identity`` of ``space`` as a holder whose hold this process
+        cannot see would (one with another view of the host, say)."""
         raise NotImplementedError
 
     def stop_server(self, url: CoordinatorUrl) -> None:
