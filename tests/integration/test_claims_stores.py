@@ -66,7 +66,7 @@ def _record(backend: Backend, root: str) -> dict[str, Any]:
     assert isinstance(server, PostgresServer)
     text = server.psql(
         "SELECT json_build_object('incarnation', incarnation, 'since_ms', since_ms, "
-        f"'ttl_ms', lease_ms) FROM \"{root}\" WHERE space = 'generator' AND id = -1",
+        f"'max_ttl_ms', lease_ms) FROM \"{root}\" WHERE space = 'generator' AND id = -1",
         CLAIMS_DATABASE,
     ).strip()
     assert text, "the pool has no record"
@@ -455,30 +455,41 @@ def test_redis_a_script_cache_flushed_under_holders_costs_them_nothing(
     assert {holder.generator, second.generator} == {0, 1}
 
 
-@pytest.mark.parametrize("table", ["existing", "missing"])
+@pytest.mark.parametrize(
+    ("table", "commits"),
+    [("existing", "off"), ("missing", "off"), ("existing", "local")],
+)
 def test_postgres_a_claims_session_commits_synchronously_on_a_server_that_does_not(
-    table: str, postgres: PostgresServer, exit_stack: contextlib.ExitStack
+    table: str, commits: str, postgres: PostgresServer, exit_stack: contextlib.ExitStack
 ) -> None:
-    """The harness's server commits asynchronously (``synchronous_commit`` off). The
-    session's set-up (synchronous commits, a statement timeout) goes with the first
-    request of a new connection; when that request fails (the table is missing: it is
-    made and the request sent again) the set-up is undone with it, and made again."""
+    """The harness's server commits asynchronously (``synchronous_commit`` off; or
+    ``local``, which does not wait for a synchronous standby, from the role's or the
+    URL's settings). The session's set-up (synchronous commits, a statement timeout,
+    a lock timeout of 3/4 of it) goes with the first request of a new connection;
+    when that request fails (the table is missing: it is made and the request sent
+    again) the set-up is undone with it, and made again."""
     postgres.create_database(CLAIMS_DATABASE)
     backend = Backend("postgres", postgres)
     root = backend.new_root(settled=table == "existing")
     # A connection of its own (libpq's settings differ), as a new process has.
-    url = backend.url(root, timeout=3, application_name=f"sync-{table}")
+    url = backend.url(
+        root,
+        timeout=3,
+        application_name=f"sync-{table}-{commits}",
+        options=f"-c synchronous_commit={commits}",
+    )
     generator = exit_stack.enter_context(new_generator("uid64", coordinator=url))
     assert generator.claim is not None
     connection = generator.claim.store.connection  # type: ignore[attr-defined]
     settings = connection.run(
         "reading the session's settings",
         lambda c: c.execute(
-            "SELECT current_setting('synchronous_commit'), current_setting('statement_timeout')"
+            "SELECT current_setting('synchronous_commit'), current_setting('statement_timeout'),"
+            " current_setting('lock_timeout')"
         ),
         lambda cursor: cursor.fetchone(),
     )
-    assert settings == ("on", "3s")
+    assert settings == ("on", "3s", "2250ms")
 
 
 # -- credentials, permissions, TLS ------------------------------------------------------------
