@@ -273,6 +273,33 @@ def test_a_store_that_forgets_under_holders_never_repeats_an_id(
     assert not duplicates, f"{len(duplicates)} IDs minted twice, e.g. {duplicates[:3]}"
 
 
+@stores
+def test_the_pools_max_ttl_is_recorded_and_a_claimant_given_less_is_refused(
+    backend: Backend, exit_stack: contextlib.ExitStack
+) -> None:
+    """The pool's record keeps the longest ``max_ttl`` its claimants were given; while
+    the store remembers it, a claimant given a smaller one is refused with one line
+    (status 2): after a forget it would wait too little for the others' leases."""
+    root = backend.new_root()
+    longer = exit_stack.enter_context(
+        new_generator("uid64", coordinator=backend.url(root, ttl=20))  # max_ttl=20 too
+    )
+    longer.generate()
+    assert _record(backend, root)["max_ttl_ms"] == 20_000
+
+    result = run_idmint("generate", "--coordinator", backend.url(root, ttl=None), "--count", "1")
+    assert result.returncode == 2, result.stderr
+    line = assert_one_error_line(result.stderr)
+    assert "max_ttl=20" in line and "max_ttl=10" in line, line
+
+    # Given the pool's max_ttl, a claimant may hold a shorter lease.
+    shorter = exit_stack.enter_context(
+        new_generator("uid64", coordinator=backend.url(root, ttl=2, max_ttl=20))
+    )
+    assert shorter.generator != longer.generator
+    assert _record(backend, root)["max_ttl_ms"] == 20_000
+
+
 # -- lost replies and broken connections ---------------------------------------------------
 
 
@@ -650,6 +677,8 @@ MALFORMED = {
     "redis hosts": "redis://127.0.0.1:6379,127.0.0.1:6380/0",
     "redis prefix": "redis://127.0.0.1:6379/0?prefix=",
     "redis option": "rediss://127.0.0.1:6379/0?bogus=1",
+    "postgres ttl over max_ttl": "postgresql://127.0.0.1/db?ttl=20",
+    "redis ttl over max_ttl": "redis://127.0.0.1:6379/0?ttl=12&max_ttl=11",
 }
 
 

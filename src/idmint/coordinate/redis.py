@@ -206,7 +206,7 @@ if run_id ~= ARGV[6] then return 0 end
 local suffix = ARGV[1] .. ':' .. ARGV[2]
 local lease = redis.call('HGET', KEYS[1], 'lease:' .. suffix)
 if lease then
-  if token_of(lease) == ARGV[3] then return select(2, vouched()) end
+  if token_of(lease) == ARGV[3] then return math.max(select(2, vouched()), 1) end
   if not lapsed(lease) then return 0 end
 end
 if (redis.call('HGET', KEYS[1], 'mark:' .. suffix) or '') ~= ARGV[7] then return 0 end
