@@ -290,7 +290,8 @@ def test_the_pools_max_ttl_is_recorded_and_a_claimant_given_less_is_refused(
     result = run_idmint("generate", "--coordinator", backend.url(root, ttl=None), "--count", "1")
     assert result.returncode == 2, result.stderr
     line = assert_one_error_line(result.stderr)
-    assert "max_ttl=20" in line and "max_ttl=10" in line, line
+    assert "max_ttl=20" in line, line
+    assert "max_ttl=10" in line, line
 
     # Given the pool's max_ttl, a claimant may hold a shorter lease.
     shorter = exit_stack.enter_context(

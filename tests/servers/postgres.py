@@ -349,63 +349,61 @@ class PostgresServer:
                 "--auth-host=scram-sha-256",
                 f"--pwfile={password_file}",
             ]
-        completed = subprocess.run(
-            [
-                *self._as_server_user(),
-                str(self.bindir / "initdb"),
-                "-D",
-                str(self.data_dir),
-                "-U",
-                SUPERUSER,
-                *authentication,
-                "--encoding=UTF8",
-                "--no-locale",
-                "--no-sync",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=120,
-            # initdb changes into no directory of its own; root's cwd may be unreadable.
+        self._run_as_server_user(
+            "initdb",
+            "-D",
+            str(self.data_dir),
+            "-U",
+            SUPERUSER,
+            *authentication,
+            "--encoding=UTF8",
+            "--no-locale",
+            "--no-sync",
             cwd=parent,
         )
-        if completed.returncode != 0:
-            raise ServerError(
-                f"initdb failed with status {completed.returncode}:\n"
-                f"{completed.stdout}{completed.stderr}"
-            )
 
     def _base_backup(self, primary: PostgresServer) -> None:
         """The data directory as a streaming standby of ``primary`` (``pg_basebackup -R``)."""
         parent = self._new_data_parent()
+        self._run_as_server_user(
+            "pg_basebackup",
+            "-h",
+            LOOPBACK,
+            "-p",
+            str(primary.port),
+            "-U",
+            SUPERUSER,
+            "-D",
+            str(self.data_dir),
+            "-R",
+            "-X",
+            "stream",
+            "--checkpoint=fast",  # a spread checkpoint holds the copy up for minutes
+            "--no-sync",
+            cwd=parent,
+            env={**os.environ, "PGPASSWORD": primary.password or ""},
+        )
+
+    def _run_as_server_user(
+        self, program: str, *args: str, cwd: Path, env: Mapping[str, str] | None = None
+    ) -> None:
+        """Run one of PostgreSQL's programs as the server's user; ServerError if it fails.
+
+        ``cwd``: the program changes into no directory of its own, and root's may be
+        unreadable to the server's user.
+        """
         completed = subprocess.run(
-            [
-                *self._as_server_user(),
-                str(self.bindir / "pg_basebackup"),
-                "-h",
-                LOOPBACK,
-                "-p",
-                str(primary.port),
-                "-U",
-                SUPERUSER,
-                "-D",
-                str(self.data_dir),
-                "-R",
-                "-X",
-                "stream",
-                "--checkpoint=fast",  # a spread checkpoint holds the copy up for minutes
-                "--no-sync",
-            ],
+            [*self._as_server_user(), str(self.bindir / program), *args],
             capture_output=True,
             text=True,
             check=False,
             timeout=120,
-            cwd=parent,
-            env={**os.environ, "PGPASSWORD": primary.password or ""},
+            cwd=cwd,
+            env=env,
         )
         if completed.returncode != 0:
             raise ServerError(
-                f"pg_basebackup failed with status {completed.returncode}:\n"
+                f"{program} failed with status {completed.returncode}:\n"
                 f"{completed.stdout}{completed.stderr}"
             )
 
