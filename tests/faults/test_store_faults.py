@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -112,12 +111,17 @@ def _duplicates(processes: Sequence[CliProcess]) -> list[int]:
     for process in processes:
         if process.running:
             process.send(signal.SIGTERM)
+    with contextlib.suppress(TimeoutError):
+        wait_for(
+            lambda: not any(process.running for process in processes),
+            timeout=5,
+            what="the processes to stop",
+        )
     for process in processes:
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
+        if process.running:
             process.send(signal.SIGTERM)
-            process.wait(timeout=30)
+    for process in processes:
+        process.wait(timeout=30)
     every = [int(i) for process in processes for i in process.ids()]
     return [value for value, n in Counter(every).items() if n > 1]
 
