@@ -245,9 +245,10 @@ class Backend:
     ) -> str:
         """The coordinator URL for ``root`` with ``options`` in its query string.
 
-        ``ttl`` becomes ``session_timeout`` (ZooKeeper) or ``ttl`` (etcd); ``None``
-        leaves it out. The static backend configures generator 7, cluster 3 unless the
-        options say otherwise, and ignores ``root`` and ``ttl``.
+        ``ttl`` becomes ``session_timeout`` (ZooKeeper) or ``ttl`` (etcd, and
+        ``max_ttl`` too for PostgreSQL and Redis unless given); ``None`` leaves it
+        out. The static backend configures generator 7, cluster 3 unless the options
+        say otherwise, and ignores ``root`` and ``ttl``.
         """
         if self.name == "static":
             query = {"generator": STATIC_GENERATOR, "cluster": STATIC_CLUSTER, **options}
@@ -255,6 +256,10 @@ class Backend:
         query = {**self.url_options, **options}
         if ttl is not None:
             query["session_timeout" if self.name == "zk" else "ttl"] = ttl
+            if self.stores:
+                # The pool's longest lease: its claims' own unless a test says otherwise,
+                # so that a pool the store forgot holds claims back for that TTL only.
+                query.setdefault("max_ttl", ttl)
         if self.name in ("local", "memory"):
             text = f"{self.name}://{root if root is not None else self.new_root()}"
             return f"{text}?{urlencode(query, safe='/:')}" if query else text

@@ -66,7 +66,7 @@ def _record(backend: Backend, root: str) -> dict[str, Any]:
     assert isinstance(server, PostgresServer)
     text = server.psql(
         "SELECT json_build_object('incarnation', incarnation, 'since_ms', since_ms, "
-        f"'ttl_ms', lease_ms) FROM \"{root}\" WHERE space = 'generator' AND id = -1",
+        f"'max_ttl_ms', lease_ms) FROM \"{root}\" WHERE space = 'generator' AND id = -1",
         CLAIMS_DATABASE,
     ).strip()
     assert text, "the pool has no record"
@@ -273,6 +273,34 @@ def test_a_store_that_forgets_under_holders_never_repeats_an_id(
     assert not duplicates, f"{len(duplicates)} IDs minted twice, e.g. {duplicates[:3]}"
 
 
+@stores
+def test_the_pools_max_ttl_is_recorded_and_a_claimant_given_less_is_refused(
+    backend: Backend, exit_stack: contextlib.ExitStack
+) -> None:
+    """The pool's record keeps the longest ``max_ttl`` its claimants were given; while
+    the store remembers it, a claimant given a smaller one is refused with one line
+    (status 2): after a forget it would wait too little for the others' leases."""
+    root = backend.new_root()
+    longer = exit_stack.enter_context(
+        new_generator("uid64", coordinator=backend.url(root, ttl=20))  # max_ttl=20 too
+    )
+    longer.generate()
+    assert _record(backend, root)["max_ttl_ms"] == 20_000
+
+    result = run_idmint("generate", "--coordinator", backend.url(root, ttl=None), "--count", "1")
+    assert result.returncode == 2, result.stderr
+    line = assert_one_error_line(result.stderr)
+    assert "max_ttl=20" in line, line
+    assert "max_ttl=10" in line, line
+
+    # Given the pool's max_ttl, a claimant may hold a shorter lease.
+    shorter = exit_stack.enter_context(
+        new_generator("uid64", coordinator=backend.url(root, ttl=2, max_ttl=20))
+    )
+    assert shorter.generator != longer.generator
+    assert _record(backend, root)["max_ttl_ms"] == 20_000
+
+
 # -- lost replies and broken connections ---------------------------------------------------
 
 
@@ -455,30 +483,41 @@ def test_redis_a_script_cache_flushed_under_holders_costs_them_nothing(
     assert {holder.generator, second.generator} == {0, 1}
 
 
-@pytest.mark.parametrize("table", ["existing", "missing"])
+@pytest.mark.parametrize(
+    ("table", "commits"),
+    [("existing", "off"), ("missing", "off"), ("existing", "local")],
+)
 def test_postgres_a_claims_session_commits_synchronously_on_a_server_that_does_not(
-    table: str, postgres: PostgresServer, exit_stack: contextlib.ExitStack
+    table: str, commits: str, postgres: PostgresServer, exit_stack: contextlib.ExitStack
 ) -> None:
-    """The harness's server commits asynchronously (``synchronous_commit`` off). The
-    session's set-up (synchronous commits, a statement timeout) goes with the first
-    request of a new connection; when that request fails (the table is missing: it is
-    made and the request sent again) the set-up is undone with it, and made again."""
+    """The harness's server commits asynchronously (``synchronous_commit`` off; or
+    ``local``, which does not wait for a synchronous standby, from the role's or the
+    URL's settings). The session's set-up (synchronous commits, a statement timeout,
+    a lock timeout of 3/4 of it) goes with the first request of a new connection;
+    when that request fails (the table is missing: it is made and the request sent
+    again) the set-up is undone with it, and made again."""
     postgres.create_database(CLAIMS_DATABASE)
     backend = Backend("postgres", postgres)
     root = backend.new_root(settled=table == "existing")
     # A connection of its own (libpq's settings differ), as a new process has.
-    url = backend.url(root, timeout=3, application_name=f"sync-{table}")
+    url = backend.url(
+        root,
+        timeout=3,
+        application_name=f"sync-{table}-{commits}",
+        options=f"-c synchronous_commit={commits}",
+    )
     generator = exit_stack.enter_context(new_generator("uid64", coordinator=url))
     assert generator.claim is not None
     connection = generator.claim.store.connection  # type: ignore[attr-defined]
     settings = connection.run(
         "reading the session's settings",
         lambda c: c.execute(
-            "SELECT current_setting('synchronous_commit'), current_setting('statement_timeout')"
+            "SELECT current_setting('synchronous_commit'), current_setting('statement_timeout'),"
+            " current_setting('lock_timeout')"
         ),
         lambda cursor: cursor.fetchone(),
     )
-    assert settings == ("on", "3s")
+    assert settings == ("on", "3s", "2250ms")
 
 
 # -- credentials, permissions, TLS ------------------------------------------------------------
@@ -639,6 +678,8 @@ MALFORMED = {
     "redis hosts": "redis://127.0.0.1:6379,127.0.0.1:6380/0",
     "redis prefix": "redis://127.0.0.1:6379/0?prefix=",
     "redis option": "rediss://127.0.0.1:6379/0?bogus=1",
+    "postgres ttl over max_ttl": "postgresql://127.0.0.1/db?ttl=20",
+    "redis ttl over max_ttl": "redis://127.0.0.1:6379/0?ttl=12&max_ttl=11",
 }
 
 

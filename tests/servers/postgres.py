@@ -21,7 +21,9 @@ server is stopped or the interpreter exits.
 The server trusts every local connection (``initdb --auth=trust``): the superuser is
 ``postgres``, without a password. ``password="..."`` makes it ask for that password
 (SCRAM) over TCP instead; ``tls=True`` serves TLS with a certificate from a private CA
-(``trustme``, :attr:`PostgresServer.ca_path`). It is tuned for tests, not durability:
+(``trustme``, :attr:`PostgresServer.ca_path`). ``standby_of=primary`` makes a streaming
+standby of another server, from ``pg_basebackup`` (:meth:`PostgresServer.promote` makes
+it a primary, the old one left running as it was). It is tuned for tests, not durability:
 no fsync, no synchronous commit, no full-page writes. A server starts in one to two
 seconds.
 """
@@ -106,6 +108,7 @@ class PostgresServer:
         password: str | None = None,
         tls: bool = False,
         port: int | None = None,
+        standby_of: PostgresServer | None = None,
     ) -> None:
         """Describe a server.
 
@@ -116,6 +119,7 @@ class PostgresServer:
         :param password: the superuser's password, asked over TCP (default: none asked).
         :param tls: serve TLS (see :attr:`ca_path`).
         :param port: the port (default: a free one).
+        :param standby_of: a running server this one is a streaming standby of.
         """
         self.tmpdir = Path(tmpdir)
         self.settings = dict(settings)
@@ -123,6 +127,7 @@ class PostgresServer:
         self.password = password
         self.tls = tls
         self.port = port or free_port()
+        self.standby_of = standby_of
         self._run_as: pwd.struct_passwd | None = None
         if os.geteuid() == 0:
             user = os.environ.get(USER_ENV, DEFAULT_USER)
@@ -323,7 +328,87 @@ class PostgresServer:
             "--",
         ]
 
+    def promote(self) -> None:
+        """Make this standby a primary; the server it followed runs on as it was."""
+        self.psql("SELECT pg_promote()")
+        self.standby_of = None
+
     def _initdb(self) -> None:
+        if self.standby_of is not None:
+            self._base_backup(self.standby_of)
+            return
+        parent = self._new_data_parent()
+        authentication = ["--auth=trust"]
+        if self.password:
+            password_file = parent / "password"
+            password_file.write_text(self.password + "\n")
+            if self._run_as is not None:
+                os.chown(password_file, self._run_as.pw_uid, self._run_as.pw_gid)
+            authentication = [
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                f"--pwfile={password_file}",
+            ]
+        self._run_as_server_user(
+            "initdb",
+            "-D",
+            str(self.data_dir),
+            "-U",
+            SUPERUSER,
+            *authentication,
+            "--encoding=UTF8",
+            "--no-locale",
+            "--no-sync",
+            cwd=parent,
+        )
+
+    def _base_backup(self, primary: PostgresServer) -> None:
+        """The data directory as a streaming standby of ``primary`` (``pg_basebackup -R``)."""
+        parent = self._new_data_parent()
+        self._run_as_server_user(
+            "pg_basebackup",
+            "-h",
+            LOOPBACK,
+            "-p",
+            str(primary.port),
+            "-U",
+            SUPERUSER,
+            "-D",
+            str(self.data_dir),
+            "-R",
+            "-X",
+            "stream",
+            "--checkpoint=fast",  # a spread checkpoint holds the copy up for minutes
+            "--no-sync",
+            cwd=parent,
+            env={**os.environ, "PGPASSWORD": primary.password or ""},
+        )
+
+    def _run_as_server_user(
+        self, program: str, *args: str, cwd: Path, env: Mapping[str, str] | None = None
+    ) -> None:
+        """Run one of PostgreSQL's programs as the server's user; ServerError if it fails.
+
+        ``cwd``: the program changes into no directory of its own, and root's may be
+        unreadable to the server's user.
+        """
+        completed = subprocess.run(
+            [*self._as_server_user(), str(self.bindir / program), *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+            cwd=cwd,
+            env=env,
+        )
+        if completed.returncode != 0:
+            raise ServerError(
+                f"{program} failed with status {completed.returncode}:\n"
+                f"{completed.stdout}{completed.stderr}"
+            )
+
+    def _new_data_parent(self) -> Path:
+        """A new directory for the data directory, removed when the server is closed."""
         self.tmpdir.mkdir(parents=True, exist_ok=True)
         if self._run_as is None:
             parent = Path(tempfile.mkdtemp(prefix="postgres-", dir=self.tmpdir))
@@ -337,42 +422,7 @@ class PostgresServer:
         # Registered after the ServerProcess exit hook, so it runs before it (LIFO):
         # a fast shutdown first, then the data directory goes.
         atexit.register(self.close)
-        authentication = ["--auth=trust"]
-        if self.password:
-            password_file = parent / "password"
-            password_file.write_text(self.password + "\n")
-            if self._run_as is not None:
-                os.chown(password_file, self._run_as.pw_uid, self._run_as.pw_gid)
-            authentication = [
-                "--auth-local=trust",
-                "--auth-host=scram-sha-256",
-                f"--pwfile={password_file}",
-            ]
-        completed = subprocess.run(
-            [
-                *self._as_server_user(),
-                str(self.bindir / "initdb"),
-                "-D",
-                str(self.data_dir),
-                "-U",
-                SUPERUSER,
-                *authentication,
-                "--encoding=UTF8",
-                "--no-locale",
-                "--no-sync",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=120,
-            # initdb changes into no directory of its own; root's cwd may be unreadable.
-            cwd=parent,
-        )
-        if completed.returncode != 0:
-            raise ServerError(
-                f"initdb failed with status {completed.returncode}:\n"
-                f"{completed.stdout}{completed.stderr}"
-            )
+        return parent
 
     def _tls_settings(self) -> dict[str, str]:
         """The ``ssl`` settings (certificates made on first use), or none without TLS."""

@@ -21,6 +21,11 @@ password (:attr:`admin_password`) and adds the user :data:`USER` with its own pa
 :data:`USER_KEYS` only. ``mode="cluster"`` starts a Redis Cluster node (one node, no
 slots: enough to be recognised as one) and ``mode="sentinel"`` a Sentinel.
 
+``replica_of=primary`` starts a replica of another server (:meth:`wait_replicating`
+waits for it to be in sync, :meth:`promote` makes it a primary, ``REPLICAOF NO
+ONE``, the primary left running as it was); ``settings`` adds any other
+``redis-server`` option (``{"min-replicas-to-write": "1"}``).
+
 :meth:`freeze` and :meth:`thaw` send ``SIGSTOP`` and ``SIGCONT``: the server keeps its
 connections but answers nothing, as a stalled VM does.
 """
@@ -33,6 +38,7 @@ import secrets
 import signal
 import threading
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +69,8 @@ class RedisServer:
         acl: bool = False,
         mode: str = "standalone",
         port: int | None = None,
+        replica_of: RedisServer | None = None,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
         if mode not in ("standalone", "cluster", "sentinel"):
             raise ValueError(f"no Redis mode {mode!r}")
@@ -72,6 +80,8 @@ class RedisServer:
         self.acl = acl
         self.mode = mode
         self.port = port or free_port()
+        self.replica_of = replica_of
+        self.settings = dict(settings or {})
         self.admin_password = secrets.token_urlsafe(12) if acl else None
         self.user_password = secrets.token_urlsafe(12) if acl else None
         self._ca: Any = None
@@ -142,6 +152,10 @@ class RedisServer:
         if self.mode != "sentinel":
             argv += ["--save", "", "--appendonly", "yes" if self.persistence else "no"]
             argv += ["--appendfsync", "always"]
+        if self.replica_of is not None:
+            argv += ["--replicaof", LOOPBACK, str(self.replica_of.port)]
+        for name, value in self.settings.items():
+            argv += [f"--{name}", value]
         if self.mode == "cluster":
             argv += ["--cluster-enabled", "yes", "--cluster-config-file", str(data / "nodes.conf")]
         if self.tls:
@@ -163,6 +177,33 @@ class RedisServer:
             description=f"Redis on {self.endpoint}",
             check=self.process.check_alive,
         )
+
+    def wait_replicating(self, timeout: float = 30.0) -> None:
+        """Wait until this replica is in sync with its primary and acknowledging."""
+        primary = self.replica_of
+        if primary is None:
+            raise ServerError(f"{self} replicates nothing")
+
+        def in_sync() -> bool:
+            link = self.info("replication").get("master_link_status")
+            replicas = primary.info("replication")
+            acknowledged = [
+                value
+                for name, value in replicas.items()
+                if name.startswith("slave")
+                and isinstance(value, dict)
+                and value.get("port") == self.port
+                and value.get("state") == "online"
+            ]
+            return link == "up" and bool(acknowledged) and acknowledged[0].get("lag", 99) <= 1
+
+        wait_until(in_sync, timeout=timeout, description=f"{self} to replicate {primary}")
+
+    def promote(self) -> None:
+        """Make this replica a primary (``REPLICAOF NO ONE``); its old primary runs on."""
+        with self.client() as client:
+            client.replicaof("NO", "ONE")
+        self.replica_of = None
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server (``SIGTERM``: with persistence, its data stays on disk)."""

@@ -669,7 +669,7 @@ class Claim:
         """
         return max(self.clock.time_ns() // 1_000_000 + round(self.ttl_s * 1000), floor_ms)
 
-    def _settle_past_floor(self, floor_ms: int) -> None:
+    def _settle_past_floor(self, floor_ms: int, *, longest_ttl_s: float | None = None) -> None:
         """Grant nothing until this host's clock passes ``floor_ms`` (a driver's call
         in ``_acquire``, for the floor it returns).
 
@@ -678,13 +678,13 @@ class Claim:
         an identity last, the driver floors the claim a TTL + the skew past the
         moment the store's memory may begin, and the claim waits that out, by
         when any holder the store forgot has fenced itself. The real-time bound
-        (TTL + skew since the claim) keeps a host whose clock runs behind from
-        waiting as long as its clock is off; its generator then waits for (or
-        refuses on) the floor, as on a high-water mark.
+        (that TTL + skew since the claim) keeps a host whose clock runs behind
+        from waiting as long as its clock is off; its generator then waits for
+        (or refuses on) the floor, as on a high-water mark. ``longest_ttl_s``:
+        the longest lease a forgotten holder may have had (default: this claim's).
         """
-        until_mono = self.clock.monotonic_ns() + round(
-            (self.ttl_s + self.options.skew_ms / 1000) * 1e9
-        )
+        ttl_s = self.ttl_s if longest_ttl_s is None else longest_ttl_s
+        until_mono = self.clock.monotonic_ns() + round((ttl_s + self.options.skew_ms / 1000) * 1e9)
         self._settling = (floor_ms, until_mono)
 
     def _still_settling(self) -> bool:

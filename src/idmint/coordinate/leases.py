@@ -5,32 +5,52 @@ random token and an expiry by the store's clock; the holder renews it three
 times per TTL with one request that compares its token in the same atomic step
 as it writes the new ceiling, and fences itself by its own monotonic clock
 before the lease can lapse (:mod:`idmint.coordinate.base`). What sets these
-stores apart from ZooKeeper and etcd is that they can forget: Redis without
-persistence loses every key on a restart, an operator may flush or drop the
-pool, and a failover to an asynchronous replica (Redis or PostgreSQL) loses
-the latest writes: a claim and the renewals of a holder that goes on minting.
+stores apart from ZooKeeper and etcd is that they can forget, or remember
+something older than what they acknowledged: Redis without persistence loses
+every key on a restart, an operator may flush or drop the pool, a failover to
+an asynchronous replica (Redis or PostgreSQL) loses the latest writes, and a
+restore of the claims data into the running store (``RESTORE ... REPLACE``,
+``pg_restore --data-only``) writes back an older state: perhaps without a claim,
+or the renewals of a holder that goes on minting.
 
 So a claimant trusts only what the store can prove it has not forgotten:
 
-* **The store's incarnation**: an identifier of the server process's life
-  (Redis's ``run_id``, PostgreSQL's postmaster start time), which a restart,
-  a failover or a restore changes. Every high-water mark carries the
-  incarnation it was written in, and the pool's record says since when (by
-  the claimants' clocks) the pool has been seen in the current one.
-* **A mark written in the current incarnation** is proven: nothing written
+* **The pool's incarnation**: ``<store>/<epoch>``. The store's part is an
+  identifier of the server process's life (Redis's ``run_id``, PostgreSQL's
+  postmaster start time), which a restart or a failover changes; the epoch is
+  the pool's own, in its record, and a new one begins whenever the pool's
+  memory is in doubt: the record is missing (a new pool, or one the store
+  forgot), was written in another incarnation of the store, or the store finds
+  that its data were written back by something other than idmint's own
+  requests (a restore). Every high-water mark is stamped, by the store in the
+  request that writes it, with the incarnation of the pool it was written in.
+* **A witness of every write** that a restore cannot write back: on PostgreSQL
+  the row's own version (``xmin``, which any writer but the statement that
+  recorded it in the row changes); on Redis a generation that every take,
+  renewal and release advances, kept in the pool's hash and, as the key's
+  expiry, outside it (``RESTORE`` and writing fields back leave the two
+  apart). A claim remembers the generation its last write saw, and a store
+  whose generation went back since (an older state written back whole) ends
+  the epoch at that holder's next renewal.
+* **A mark stamped with the current incarnation** is proven: nothing written
   after it was lost, so the claimant's floor is its ceiling (a released mark
   is a clean release; a lapsed one is held off as on every coordinator).
-* **Otherwise** (no mark, or one from an earlier incarnation, and the pool's
-  record is younger than a TTL + the skew allowance), a holder the store has
-  forgotten may still be minting until its deadline: the floor is
-  ``max(mark, record.since + TTL + skew)`` and the claim *settles*, granting
-  nothing until its clock passes that floor (or that long has really elapsed),
-  by when any such holder has fenced itself, and every timestamp it used lies
-  below. TTL here is the longest any claimant of the pool declared.
+* **Otherwise** (no mark, or one stamped with another incarnation), a holder
+  the store has forgotten may still be minting until its deadline: the floor
+  is ``max(mark, record.since + max_ttl + skew)`` and the claim *settles*,
+  granting nothing until its clock passes that floor (or that long has really
+  elapsed), by when any such holder has fenced itself, and every timestamp it
+  used lies below.
 
-A missing record (a new pool, or one the store forgot) is written with the
-current incarnation and ``since`` = now, so a brand-new pool settles its first
-claims too: a new pool and a forgotten one look the same.
+``max_ttl`` is the pool's, not any claimant's lease: the longest TTL any
+claimant may use (the URL's ``max_ttl``, 10 s by default), which every claimant
+is given alike, so that the bound is known without the store's memory. A
+``ttl`` longer than it is refused when the URL is read; it is recorded in the
+pool's record, and a claimant given a smaller one than the record's is refused
+while the store remembers it.
+
+A new epoch's record is written with ``since`` = now, so a brand-new pool
+settles its first claims too: a new pool and a forgotten one look the same.
 
 A lost reply to a claim is recognised by the token: the claim is sent again
 with the same token, and the store answers that it is already ours.
@@ -47,17 +67,26 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar
 
 from idmint.coordinate.base import ClaimSource, DriverClaim, HighWaterMark, holder_description
-from idmint.errors import CoordinationError, CoordinatorRefused, CoordinatorUnavailable
+from idmint.coordinate.url import CoordinatorUrl
+from idmint.errors import (
+    ConfigurationError,
+    CoordinationError,
+    CoordinatorRefused,
+    CoordinatorUnavailable,
+)
 
 __all__ = [
+    "DEFAULT_TTL_S",
+    "OPTIONS",
     "STEP_BACK_SLACK_MS",
     "Free",
     "LeaseClaim",
     "LeaseStore",
+    "LeaseTimes",
     "Look",
     "PoolRecord",
     "SharedClients",
@@ -72,6 +101,39 @@ STEP_BACK_SLACK_MS = 1000
 """A lease whose expiry lies more than its TTL + this ahead of the store's clock
 is taken as lapsed: the store's clock stepped back since it was renewed, and a
 live holder renews it again within a third of its TTL."""
+
+DEFAULT_TTL_S = 10.0
+"""A lease's TTL, and the pool's ``max_ttl``, where the URL gives none."""
+
+OPTIONS = ("ttl", "max_ttl", "timeout")
+"""The options every lease store takes beside :data:`idmint.coordinate.url.COMMON_OPTIONS`."""
+
+
+@dataclass(frozen=True)
+class LeaseTimes:
+    """A lease store's times, from its URL: ``ttl``, ``max_ttl`` and ``timeout``."""
+
+    ttl_s: float
+    """This claimant's lease."""
+    max_ttl_s: float
+    """The longest lease any claimant of the pool may hold: what a claimant the
+    store cannot vouch for waits out (see the module docs)."""
+    timeout_s: float
+    """How long one request may take before it counts as failed."""
+
+    @classmethod
+    def from_url(cls, url: CoordinatorUrl) -> LeaseTimes:
+        """The URL's times, checked: a ``ttl`` longer than ``max_ttl`` is refused."""
+        ttl_s = url.number("ttl", DEFAULT_TTL_S, minimum=1)
+        max_ttl_s = url.number("max_ttl", DEFAULT_TTL_S, minimum=1)
+        if ttl_s > max_ttl_s:
+            raise ConfigurationError(
+                f"{url.redacted()}: ttl={ttl_s:g} is longer than max_ttl={max_ttl_s:g}, the "
+                f"longest lease the pool allows; give every claimant of the pool max_ttl="
+                f"{ttl_s:g} (or more), the same for all"
+            )
+        return cls(ttl_s, max_ttl_s, url.number("timeout", 2.0, minimum=0.1))
+
 
 ResultT = TypeVar("ResultT")
 
@@ -129,27 +191,55 @@ _LOOKS_AT_ONCE = 3
 
 @dataclass(frozen=True)
 class PoolRecord:
-    """What a pool says about its own memory: the incarnation it was last seen in."""
+    """What a pool says about its own memory: since when, in which incarnation, it holds."""
 
-    incarnation: str
+    store_incarnation: str
+    """The store's incarnation the record was written in."""
+    epoch: str
+    """The pool's own part of its incarnation: a new one whenever its memory is in doubt."""
     since_ms: int
-    """When a claimant first saw the pool in this incarnation (its clock)."""
-    ttl_ms: int
-    """The longest TTL a claimant of this pool declared."""
+    """When the epoch began (a claimant's clock): nothing before it is proven."""
+    max_ttl_ms: int
+    """The longest lease a claimant of the pool may hold (the claimants' ``max_ttl``)."""
+
+    @property
+    def incarnation(self) -> str:
+        """The pool's incarnation, which marks written in it are stamped with."""
+        return f"{self.store_incarnation}/{self.epoch}"
+
+    @classmethod
+    def begin(cls, store_incarnation: str, since_ms: int, max_ttl_ms: int) -> PoolRecord:
+        """A new epoch of the pool's memory, beginning at ``since_ms``."""
+        return cls(store_incarnation, uuid.uuid4().hex[:16], since_ms, max_ttl_ms)
+
+    @classmethod
+    def read(
+        cls, incarnation: str | None, since_ms: int | None, max_ttl_ms: int | None
+    ) -> PoolRecord | None:
+        """The record as a store keeps it, or None if there is none (or it cannot be
+        read: as if forgotten)."""
+        store, slash, epoch = (incarnation or "").rpartition("/")
+        if not (store and slash and epoch) or since_ms is None or max_ttl_ms is None:
+            return None
+        return cls(store, epoch, int(since_ms), int(max_ttl_ms))
 
     def to_json(self) -> str:
         return json.dumps(
-            {"incarnation": self.incarnation, "since_ms": self.since_ms, "ttl_ms": self.ttl_ms}
+            {
+                "incarnation": self.incarnation,
+                "since_ms": self.since_ms,
+                "max_ttl_ms": self.max_ttl_ms,
+            }
         )
 
     @classmethod
     def from_json(cls, text: str | bytes | None) -> PoolRecord | None:
-        """The record, or None if there is none (or it cannot be read: as if forgotten)."""
+        """The record from its JSON (Redis), or None if there is none or it cannot be read."""
         if not text:
             return None
         try:
             data = json.loads(text)
-            return cls(str(data["incarnation"]), int(data["since_ms"]), int(data["ttl_ms"]))
+            return cls.read(str(data["incarnation"]), data["since_ms"], data["max_ttl_ms"])
         except (ValueError, TypeError, KeyError):
             return None
 
@@ -162,6 +252,8 @@ class Free:
     number: int
     mark: HighWaterMark | None
     mark_incarnation: str | None
+    """The pool incarnation the mark was stamped with; None where the store cannot
+    vouch for it (written back by something other than idmint's requests)."""
     version: Any
     """The mark as stored, to compare when taking the identity (store-specific)."""
 
@@ -171,8 +263,12 @@ class Look:
     """One look at a pool: the store's incarnation, the pool's record, free identities."""
 
     incarnation: str
+    """The store's incarnation now."""
     record: PoolRecord | None
+    """The pool's record; None if there is none, or the store found its data written
+    back by something other than idmint's requests (a new epoch must begin)."""
     record_version: Any
+    """The record as stored, to compare when writing a new one (store-specific)."""
     free: Sequence[Free]
 
 
@@ -186,15 +282,24 @@ class Take:
     since_ms: int
     ttl_ms: int
     mark: HighWaterMark
-    """The first high-water mark (incarnation is the store's, checked)."""
+    """The first high-water mark."""
     incarnation: str
+    """The store's incarnation the claimant saw, checked by the take."""
+    stamp: str
+    """The pool's incarnation, which the mark is stamped with."""
     record: PoolRecord | None
     """A record to write (None: the pool's record is current and stays)."""
     record_version: Any
 
 
 class LeaseStore(Protocol):
-    """The requests a store answers, each one atomic on the store."""
+    """The requests a store answers, each one atomic on the store.
+
+    A write (take, renewal, release) returns the pool's *generation* after it,
+    which the claimant sends with its next write; a store that keeps one
+    (Redis) begins a new epoch when it finds its generation went back since
+    (see the module docs); one that does not returns 0 and ignores it.
+    """
 
     description: str
 
@@ -202,20 +307,36 @@ class LeaseStore(Protocol):
         """Up to ``want`` free identities of ``pool`` (all if None), from ``start`` on."""
         ...
 
-    def take(self, space: str, attempt: Take) -> bool:
+    def take(self, space: str, attempt: Take) -> int | None:
         """Take ``attempt.free`` if it is still free (or already ours by the token),
         its mark and the store's incarnation unchanged; write the lease, the mark
-        and the record. False if it is not ours."""
+        and the record. The pool's generation, or None if it is not ours."""
         ...
 
     def renew(
-        self, space: str, cluster: int, number: int, *, token: str, ttl_ms: int, mark: HighWaterMark
-    ) -> bool:
-        """Extend our lease and write ``mark`` if the lease still carries ``token``."""
+        self,
+        space: str,
+        cluster: int,
+        number: int,
+        *,
+        token: str,
+        ttl_ms: int,
+        mark: HighWaterMark,
+        generation: int,
+    ) -> int | None:
+        """Extend our lease and write ``mark`` if the lease still carries ``token``:
+        the pool's generation, or None if the lease is not ours."""
         ...
 
     def release(
-        self, space: str, cluster: int, number: int, *, token: str, mark: HighWaterMark | None
+        self,
+        space: str,
+        cluster: int,
+        number: int,
+        *,
+        token: str,
+        mark: HighWaterMark | None,
+        generation: int,
     ) -> None:
         """End our lease (if it still carries ``token``), writing ``mark`` if given."""
         ...
@@ -225,6 +346,8 @@ class LeaseSource(ClaimSource, Protocol):
     """A coordinator whose claims are leases in a store (PostgreSQL, Redis)."""
 
     store: LeaseStore
+    max_ttl_s: float
+    """The pool's longest lease (:attr:`LeaseTimes.max_ttl_s`)."""
 
 
 class LeaseClaim(DriverClaim[LeaseSource]):
@@ -235,8 +358,13 @@ class LeaseClaim(DriverClaim[LeaseSource]):
         # per TTL/3 at most, and still two before the deadline, so one lost costs nothing.
         self.renew_every_s = min(self.ttl_s / 3, (self.ttl_s - self.margin_s) / 2)
         self.store = self.coordinator.store
+        self.max_ttl_ms = round(self.coordinator.max_ttl_s * 1000)
         self._held: tuple[int, int] | None = None
         self._token = ""
+        self._generation = 0
+        """The pool's generation after our last write (see :class:`LeaseStore`)."""
+        self._unanswered: tuple[float, CoordinatorUnavailable] | None = None
+        """Since when (monotonic) looks at the pool have gone unanswered, and why."""
         self.proven = True
         """Whether the last claim's floor came from a mark the store proved current."""
 
@@ -255,6 +383,7 @@ class LeaseClaim(DriverClaim[LeaseSource]):
         # claim is not mistaken for this one.
         self._token = uuid.uuid4().hex
         self._held = None
+        self._unanswered = None
         return super()._acquire()
 
     def _look(self, deadline: float) -> tuple[Mapping[str, int], int] | None:
@@ -262,7 +391,15 @@ class LeaseClaim(DriverClaim[LeaseSource]):
         start = random.choice(pool)
         want: int | None = PROBES
         for _ in range(_LOOKS_AT_ONCE):
-            look = self.store.look(self.space, self.cluster, pool, start=start, want=want)
+            asked = time.monotonic()
+            try:
+                look = self.store.look(self.space, self.cluster, pool, start=start, want=want)
+            except CoordinatorRefused:
+                raise
+            except CoordinatorUnavailable as error:
+                self._went_unanswered(error, asked)
+                return None
+            self._unanswered = None
             taken, raced = self._take_one_of(look)
             if taken is not None:
                 return taken
@@ -272,6 +409,28 @@ class LeaseClaim(DriverClaim[LeaseSource]):
             # claimant took ours or wrote the pool's record first (look again).
             want = None
         return None
+
+    def _went_unanswered(self, error: CoordinatorUnavailable, asked: float) -> None:
+        """A look the store did not answer (down, a statement timed out, a table
+        locked), asked at ``asked`` (monotonic): looked at again until
+        ``connect_timeout`` has passed since the first look it left unanswered."""
+        since = self._unanswered[0] if self._unanswered is not None else asked
+        self._unanswered = (since, error)
+        if time.monotonic() - since >= self.options.connect_timeout_s:
+            raise self._unanswered_error() from error
+
+    def _unanswered_error(self) -> CoordinatorUnavailable:
+        assert self._unanswered is not None
+        since, error = self._unanswered
+        return CoordinatorUnavailable(
+            f"{error}; no answer for {time.monotonic() - since:.0f} s: wait longer with "
+            "connect_timeout=SECONDS"
+        )
+
+    def _nothing_free(self) -> Exception:
+        if self._unanswered is not None:
+            return self._unanswered_error()
+        return super()._nothing_free()
 
     def _take_one_of(self, look: Look) -> tuple[tuple[Mapping[str, int], int] | None, bool]:
         """Take the first usable identity of ``look``.
@@ -285,12 +444,13 @@ class LeaseClaim(DriverClaim[LeaseSource]):
         for free in look.free:
             if self._held_off((free.cluster, free.number), free.mark, now_ms):
                 continue
-            proven = free.mark is not None and free.mark_incarnation == look.incarnation
+            # A new epoch's record proves no mark: none was stamped with it.
+            proven = free.mark is not None and free.mark_incarnation == record.incarnation
             if proven:
                 assert free.mark is not None
                 floor = free.mark.ceiling_ms
             else:
-                forgotten_until = record.since_ms + record.ttl_ms + self.options.skew_ms
+                forgotten_until = record.since_ms + self.max_ttl_ms + self.options.skew_ms
                 floor = max(free.mark.ceiling_ms if free.mark else -1, forgotten_until)
             ceiling = self._first_ceiling(floor)
             attempt = Take(
@@ -303,45 +463,60 @@ class LeaseClaim(DriverClaim[LeaseSource]):
                     ceiling_ms=ceiling, renewed_ms=now_ms, holder=holder_description()
                 ),
                 incarnation=look.incarnation,
+                stamp=record.incarnation,
                 record=record_update,
                 record_version=look.record_version,
             )
             sent_mono = self.clock.monotonic_ns()
-            if not self._send_take(attempt):
+            generation = self._send_take(attempt)
+            if generation is None:
                 raced = True
                 if record_update is not None:
                     break  # another claimant may have written the record first
                 continue
             self._held = (free.cluster, free.number)
+            self._generation = generation
             self.proven = proven
             # The lease's expiry was set by the store after we sent the take.
             self._recorded_with_claim = (ceiling, sent_mono)
             if not proven and floor >= now_ms:
-                self._settle_past_floor(floor)
+                self._settle_past_floor(floor, longest_ttl_s=self.max_ttl_ms / 1000)
                 log.info(
                     "%s: the store cannot prove who held %s last; nothing is issued "
-                    "before %d (its record dates from %d)",
+                    "before %d (the pool's memory begins at %d; max_ttl %g s)",
                     self.description,
                     self._identity_text(self._identity(free.number, free.cluster)),
                     floor,
                     record.since_ms,
+                    self.max_ttl_ms / 1000,
                 )
             return (self._identity(free.number, free.cluster), floor), False
         return None, raced
 
     def _record_after(self, look: Look, now_ms: int) -> tuple[PoolRecord, PoolRecord | None]:
-        """The pool's record once our take lands, and what to write (None: nothing)."""
+        """The pool's record once our take lands, and what to write (None: nothing).
+
+        Raises :class:`ConfigurationError` if the pool allows longer leases than
+        this claimant's ``max_ttl``: after a forget it would wait too little.
+        """
         record = look.record
-        if record is None or record.incarnation != look.incarnation:
-            # A new pool, or the store's memory begins now: anything before is unproven.
-            fresh = PoolRecord(look.incarnation, now_ms, self.ttl_ms)
+        if record is None or record.store_incarnation != look.incarnation:
+            # A new pool, or the pool's memory begins now: anything before is unproven.
+            fresh = PoolRecord.begin(look.incarnation, now_ms, self.max_ttl_ms)
             return fresh, fresh
-        if record.ttl_ms < self.ttl_ms:
-            longer = PoolRecord(record.incarnation, record.since_ms, self.ttl_ms)
+        if record.max_ttl_ms > self.max_ttl_ms:
+            raise ConfigurationError(
+                f"{self.description}: the pool's claimants allow leases of up to "
+                f"max_ttl={record.max_ttl_ms / 1000:g} s, this one max_ttl="
+                f"{self.max_ttl_ms / 1000:g} s; give every claimant of the pool the same "
+                "max_ttl (at least the longest ttl any of them uses)"
+            )
+        if record.max_ttl_ms < self.max_ttl_ms:
+            longer = replace(record, max_ttl_ms=self.max_ttl_ms)
             return longer, longer
         return record, None
 
-    def _send_take(self, attempt: Take) -> bool:
+    def _send_take(self, attempt: Take) -> int | None:
         """Send the take, again with the same token if the reply is lost."""
         retry_until = time.monotonic() + self.options.claim_timeout_s
         while True:
@@ -357,22 +532,36 @@ class LeaseClaim(DriverClaim[LeaseSource]):
         held = self._held
         if held is None:
             return False
-        mark = self._mark(ceiling_ms)
-        return self.store.renew(self.space, *held, token=self._token, ttl_ms=self.ttl_ms, mark=mark)
+        generation = self.store.renew(
+            self.space,
+            *held,
+            token=self._token,
+            ttl_ms=self.ttl_ms,
+            mark=self._mark(ceiling_ms),
+            generation=self._generation,
+        )
+        if generation is None:
+            return False
+        self._generation = generation
+        return True
 
     def _release(self, final_ceiling_ms: int | None) -> None:
         held, self._held = self._held, None
         if held is None:
             return
         mark = None if final_ceiling_ms is None else self._mark(final_ceiling_ms, released=True)
-        self.store.release(self.space, *held, token=self._token, mark=mark)
+        self.store.release(
+            self.space, *held, token=self._token, mark=mark, generation=self._generation
+        )
 
     def _reclaim(self) -> None:
         held, self._held = self._held, None
         if held is not None:
             # Most likely gone already; if not, it lapses by itself.
             with contextlib.suppress(CoordinationError):
-                self.store.release(self.space, *held, token=self._token, mark=None)
+                self.store.release(
+                    self.space, *held, token=self._token, mark=None, generation=self._generation
+                )
         super()._reclaim()
 
     def _forget(self) -> None:

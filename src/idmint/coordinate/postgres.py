@@ -16,7 +16,10 @@ option               default    meaning
 ``schema``           ``public`` the table's schema (created if missing)
 ``table``            ``idmint_claims`` the table (created if missing): one pool
 ``ttl``              ``10``     s; the lease's TTL (the deadline's basis)
+``max_ttl``          ``10``     s; the longest ``ttl`` any claimant of the table may
+                                use, the same for all (:mod:`idmint.coordinate.leases`)
 ``timeout``          ``2``      s a statement may take before it counts as failed
+                                (a lock waited for: 3/4 of it)
 ``generators``       all        ``LO-HI``: the generator IDs this client may claim
 ``cluster``          ``0``      the uid64 cluster ID to claim in
 ``claim_timeout``    ``30``     s to wait for a free generator ID
@@ -37,32 +40,40 @@ describing the pool (``cluster`` and ``id`` -1)::
         token text,                   -- the holder's random token; NULL when free
         holder text,                  -- host:pid
         since_ms bigint,              -- claimed at (the holder's clock); the pool's
-                                      -- record: since when it is seen in this incarnation
+                                      -- record: since when its epoch began
         expires_ms bigint,            -- the lease's end, by the server's clock
-        lease_ms integer,             -- the holder's TTL; the pool's record: the longest
+        lease_ms integer,             -- the holder's TTL; the pool's record: max_ttl
         ceiling_ms bigint,            -- the high-water mark ...
         renewed_ms bigint,
         released_ms bigint,
         mark_holder text,
-        incarnation text,             -- ... and the server incarnation it was written in
+        incarnation text,             -- ... and the pool incarnation it was written in
+                                      -- (<postmaster start>/<epoch>); the record: the
+                                      -- pool's incarnation
+        written_xid bigint,           -- the transaction that wrote the row (its xmin)
         PRIMARY KEY (space, cluster, id)
     );
 
 It is created when missing (by the first claimant; concurrent ones wait on an
-advisory lock). A role that may not create it gets a clear error: create it as
-above and grant the role SELECT, INSERT and UPDATE on it.
+advisory lock), and a table made by an older idmint gains the columns it lacks. A
+role that may not create it gets a clear error: create it as above and grant the
+role SELECT, INSERT and UPDATE on it.
 
 Each request is one statement in autocommit, compared and written atomically
-(a claim is an ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` on the row as it
-was read; a renewal an ``UPDATE ... WHERE token = <ours>``). The sessions
-commit synchronously (``synchronous_commit`` off on the server is raised to on
-for them), so a crash of the server loses none of their writes. The
-incarnation is the postmaster's start time: a restart, a failover to a
-replica or a restore from a backup changes it, and a mark written in another
-is not proven current (:mod:`idmint.coordinate.leases`). A lease ends when the
-server's clock (``statement_timestamp()``) passes ``expires_ms``; one whose
-end lies more than its TTL + 1 s ahead of that clock is taken as lapsed too
-(the clock stepped back).
+(a claim is an ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` on the row version
+it read; a renewal an ``UPDATE ... WHERE token = <ours>``). The sessions commit
+synchronously (``synchronous_commit`` off or local on the server is raised to on
+for them), so a crash of the server loses none of their writes, and a
+synchronous standby has every one. The store's incarnation is the
+postmaster's start time: a restart or a failover to a replica changes it. Every
+statement that writes a row records its own transaction in it
+(``written_xid``), which the row's version (``xmin``) matches until anything
+else writes the row: a restore of the table's rows (``pg_restore
+--data-only``, ``INSERT ... SELECT`` from a copy) leaves rows idmint cannot vouch
+for, and the pool begins a new epoch (:mod:`idmint.coordinate.leases`). A
+lease ends when the server's clock (``statement_timestamp()``) passes
+``expires_ms``; one whose end lies more than its TTL + 1 s ahead of that clock
+is taken as lapsed too (the clock stepped back).
 
 A process shares one connection per server, user and database among all its
 claims: a fleet costs the server a connection per process, not per claim.
@@ -80,10 +91,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from idmint.coordinate.base import ClaimInfo, ClaimOptions, Coordinator, HighWaterMark
+from idmint.coordinate.leases import OPTIONS as LEASE_OPTIONS
 from idmint.coordinate.leases import (
     STEP_BACK_SLACK_MS,
     Free,
     LeaseClaim,
+    LeaseTimes,
     Look,
     PoolRecord,
     SharedClients,
@@ -103,17 +116,21 @@ from idmint.errors import (
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["PostgresCoordinator", "PostgresStore"]
+__all__ = ["INCARNATION_SQL", "WRITTEN_XID_SQL", "PostgresCoordinator", "PostgresStore"]
 
 DEFAULT_SCHEMA = "public"
 DEFAULT_TABLE = "idmint_claims"
-DEFAULT_TTL_S = 10.0
-OPTIONS = (*COMMON_OPTIONS, "schema", "table", "ttl", "timeout")
+OPTIONS = (*COMMON_OPTIONS, *LEASE_OPTIONS, "schema", "table")
 SPACES = ("generator", "node", "short60")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 _NOW = "(extract(epoch FROM statement_timestamp()) * 1000)::bigint"
-_INCARNATION = "(extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint::text"
+INCARNATION_SQL = "(extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint::text"
+"""The store's incarnation: the postmaster's start time (µs)."""
+WRITTEN_XID_SQL = "mod(txid_current(), 4294967296)"
+"""The writing transaction's ID as a row's ``xmin`` shows it (32 bits)."""
+_INTACT = "({row}.xmin::text::bigint IS NOT DISTINCT FROM {row}.written_xid)"
+"""Whether a row is as an idmint statement wrote it (see the module docs)."""
 _LAPSED = (
     "({row}.expires_ms < {now} OR {row}.expires_ms > {now} + {row}.lease_ms + "
     f"{STEP_BACK_SLACK_MS})"
@@ -133,8 +150,11 @@ _COLUMNS = """
     released_ms bigint,
     mark_holder text,
     incarnation text,
+    written_xid bigint,
     PRIMARY KEY (space, cluster, id)
 """
+_ADDED_COLUMNS = ("written_xid bigint",)
+"""Columns an older idmint's table lacks, added when it is first used."""
 
 
 def _import_psycopg() -> Any:
@@ -179,28 +199,32 @@ class _Connection:
                 if read is not None:
                     answer = read(answer)
             except pg.Error as error:
-                translated = _translate(error, f"{doing} at {self.description}")
-                if isinstance(translated, CoordinatorUnavailable) or _broken(error):
+                cause = _first_error(error)
+                translated = _translate(cause, f"{doing} at {self.description}")
+                if _broken(cause):
                     self._drop()
-                raise translated from error
+                raise translated from cause
             return answer
 
     def _set_up_with(self, connection: Any, request: Callable[[Any], Any]) -> Any:
         """The session's set-up, then ``request``, sent together: one round trip.
 
-        Our writes must survive a crash of the server: they commit synchronously
-        even where the server's default does not. No statement runs longer than
-        a request may take. Both run in one transaction (a pipeline syncs once),
-        so if ``request`` fails the set-up is undone too, and made again with the
-        next request.
+        Our writes must survive a crash of the server and be on a synchronous
+        standby: they commit synchronously even where the server's default does
+        not. No statement runs longer than a request may take, nor waits for a
+        lock for longer than 3/4 of that (so that a lock held by another session
+        is named as the cause). Both run in one transaction (a pipeline syncs
+        once), so if ``request`` fails the set-up is undone too, and made again
+        with the next request.
         """
         pg = _import_psycopg()
         set_up = (
-            "SELECT set_config('synchronous_commit', CASE current_setting("
-            "'synchronous_commit') WHEN 'off' THEN 'on' ELSE current_setting("
-            "'synchronous_commit') END, false), set_config('statement_timeout', %s, false)"
+            "SELECT set_config('synchronous_commit', CASE WHEN current_setting("
+            "'synchronous_commit') IN ('off', 'local') THEN 'on' ELSE current_setting("
+            "'synchronous_commit') END, false), set_config('statement_timeout', %s, false), "
+            "set_config('lock_timeout', %s, false)"
         )
-        timeout = (str(round(self.timeout_s * 1000)),)
+        timeout = (str(round(self.timeout_s * 1000)), str(round(self.timeout_s * 750)))
         if not pg.Pipeline.is_supported():  # a libpq older than 14
             connection.execute(set_up, timeout)
             connection.idmint_set_up = True
@@ -218,7 +242,9 @@ class _Connection:
         connection: Any = timed.connect(
             self.conninfo, autocommit=True, connect_timeout=max(2, math.ceil(timeout_s))
         )
-        connection.request_timeout_s = self.timeout_s
+        # A server that answers ends a statement that runs too long itself, with an
+        # error naming why; only one that does not answer at all meets this limit.
+        connection.request_timeout_s = self.timeout_s + _ANSWER_SLACK_S
         return connection  # type: ignore[no-any-return]
 
     def connect_within(self, seconds: float) -> None:
@@ -278,6 +304,9 @@ class _Connection:
         _FORSAKEN.append(connection)
 
 
+_ANSWER_SLACK_S = 1.0
+"""How much longer than ``timeout`` a request waits for the server's answer."""
+
 _FORSAKEN: list[Any] = []
 """Connections inherited through fork(): kept, so that nothing closes them early."""
 
@@ -325,18 +354,20 @@ class PostgresStore:
         self, doing: str, request: Callable[[Any], Any], read: Callable[[Any], Any] | None = None
     ) -> Any:
         """``request`` and ``read`` (see :meth:`_Connection.run`), creating the table
-        first if it is missing."""
+        first if it is missing (or adding the columns an older idmint's table lacks)."""
         pg = _import_psycopg()
         try:
             return self.connection.run(doing, request, read)
         except CoordinationError as error:
-            if not isinstance(error.__cause__, pg.errors.UndefinedTable):
+            missing = (pg.errors.UndefinedTable, pg.errors.UndefinedColumn)
+            if not isinstance(error.__cause__, missing):
                 raise
         try:
             self.connection.run(f"creating {self.qualified}", self._create)
         except CoordinatorRefused as refused:
             raise CoordinatorRefused(
-                f"{refused}. The table is missing and this role may not create it: create it "
+                f"{refused}. The table is missing (or made by an older idmint) and this role "
+                "may not create it: create it "
                 f"as the postgresql:// driver's documentation shows (CREATE TABLE "
                 f"{self.qualified} ...), then GRANT SELECT, INSERT, UPDATE ON "
                 f"{self.qualified} TO the URL's role"
@@ -347,6 +378,15 @@ class PostgresStore:
         # One claimant creates, the others wait for it on the lock and find it
         # made: 64 processes starting at once must not fail on each other.
         lock = int.from_bytes(f"idmint {self.qualified}".encode()[:8].ljust(8, b"\0"), "big") >> 1
+        added = "".join(
+            f"""
+              IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                              WHERE attrelid = '{self.qualified}'::regclass
+                                AND attname = '{column.split()[0]}' AND NOT attisdropped) THEN
+                ALTER TABLE {self.qualified} ADD COLUMN {column};
+              END IF;"""
+            for column in _ADDED_COLUMNS
+        )
         connection.execute(
             f"""
             DO $create$ BEGIN
@@ -357,26 +397,27 @@ class PostgresStore:
               IF to_regclass('{self.qualified}') IS NULL THEN
                 CREATE TABLE {self.qualified} ({_COLUMNS});
               END IF;
+              {added}
             END $create$
             """
         )
 
     def look(self, space: str, cluster: int, pool: range, *, start: int, want: int | None) -> Look:
         query = f"""
-            WITH srv AS (SELECT {_NOW} AS now, {_INCARNATION} AS inc)
+            WITH srv AS (SELECT {_NOW} AS now, {INCARNATION_SQL} AS inc)
             (SELECT -1 AS id, srv.inc, r.incarnation, r.since_ms, r.lease_ms::bigint,
-                    NULL::bigint, NULL::text
+                    NULL::bigint, NULL::text, r.xmin::text, {_INTACT.format(row="r")}
                FROM srv LEFT JOIN {self.qualified} r
                  ON r.space = %(space)s AND r.cluster = -1 AND r.id = -1)
             UNION ALL
             (SELECT g.id, NULL, c.incarnation, c.ceiling_ms, c.renewed_ms, c.released_ms,
-                    c.mark_holder
+                    c.mark_holder, c.xmin::text, {_INTACT.format(row="c")}
                FROM srv CROSS JOIN (SELECT generate_series(%(start)s::int, %(hi)s::int)
                                     UNION ALL
                                     SELECT generate_series(%(lo)s::int, %(start)s::int - 1)
                                    ) AS g(id)
                LEFT JOIN LATERAL (
-                 SELECT * FROM {self.qualified} c
+                 SELECT *, xmin FROM {self.qualified} c
                   WHERE c.space = %(space)s AND c.cluster = %(cluster)s AND c.id = g.id
                  OFFSET 0) c ON true
               WHERE c.token IS NULL OR {_LAPSED.format(row="c", now="srv.now")}
@@ -397,56 +438,54 @@ class PostgresStore:
             "looking for a free ID", lambda c: c.execute(query, parameters), _fetch_all
         )
         # The record's row (id -1) comes first: UNION ALL appends in order.
-        _, incarnation, record_incarnation, since, ttl, _, _ = rows[0]
-        record = (
-            PoolRecord(record_incarnation, since, ttl)
-            if record_incarnation is not None and since is not None and ttl is not None
-            else None
-        )
+        _, incarnation, record_incarnation, since, max_ttl, _, _, record_version, intact = rows[0]
+        record = PoolRecord.read(record_incarnation, since, max_ttl) if intact else None
         free = []
-        for number, _, mark_incarnation, ceiling, renewed, released, holder in rows[1:]:
+        for number, _, stamp, ceiling, renewed, released, holder, version, vouched in rows[1:]:
             mark = (
                 HighWaterMark(ceiling, renewed or 0, released, holder or "")
                 if ceiling is not None
                 else None
             )
+            if mark is not None and not vouched:
+                # Written back by something else (a restore): the pool's memory is in
+                # doubt from now on, not only this identity's.
+                record = None
             free.append(
                 Free(
                     cluster=cluster,
                     number=number,
                     mark=mark,
-                    mark_incarnation=mark_incarnation if mark is not None else None,
-                    version=(ceiling, renewed, released, mark_incarnation),
+                    mark_incarnation=stamp if mark is not None and vouched else None,
+                    version=version,
                 )
             )
-        return Look(str(incarnation), record, (record_incarnation, since, ttl), free)
+        return Look(str(incarnation), record, record_version, free)
 
-    def take(self, space: str, attempt: Take) -> bool:
+    def take(self, space: str, attempt: Take) -> int | None:
         free = attempt.free
-        old_ceiling, old_renewed, old_released, old_incarnation = free.version
         record = attempt.record
-        old_record = attempt.record_version
         query = f"""
-            WITH srv AS (SELECT {_NOW} AS now, {_INCARNATION} AS inc),
+            WITH srv AS (SELECT {_NOW} AS now, {INCARNATION_SQL} AS inc),
             rec AS (
               INSERT INTO {self.qualified} AS r (space, cluster, id, incarnation, since_ms,
-                                                 lease_ms)
+                                                 lease_ms, written_xid)
               SELECT %(space)s, -1, -1, %(rec_inc)s::text, %(rec_since)s::bigint,
-                     %(rec_ttl)s::int
+                     %(rec_max_ttl)s::int, {WRITTEN_XID_SQL}
                 FROM srv WHERE %(write_record)s::boolean AND srv.inc = %(inc)s::text
               ON CONFLICT (space, cluster, id) DO UPDATE
                  SET incarnation = excluded.incarnation, since_ms = excluded.since_ms,
-                     lease_ms = excluded.lease_ms
-               WHERE (r.incarnation, r.since_ms, r.lease_ms) IS NOT DISTINCT FROM
-                     (%(old_rec_inc)s::text, %(old_rec_since)s::bigint, %(old_rec_ttl)s::int)
+                     lease_ms = excluded.lease_ms, written_xid = excluded.written_xid
+               WHERE r.xmin::text IS NOT DISTINCT FROM %(old_record)s::text
               RETURNING 1
             )
             INSERT INTO {self.qualified} AS c (space, cluster, id, token, holder, since_ms,
                 expires_ms, lease_ms, ceiling_ms, renewed_ms, released_ms, mark_holder,
-                incarnation)
+                incarnation, written_xid)
             SELECT %(space)s, %(cluster)s::smallint, %(id)s::int, %(token)s::text,
                    %(holder)s::text, %(since)s::bigint, srv.now + %(ttl)s::int, %(ttl)s::int,
-                   %(ceiling)s::bigint, %(renewed)s::bigint, NULL, %(holder)s::text, srv.inc
+                   %(ceiling)s::bigint, %(renewed)s::bigint, NULL, %(holder)s::text,
+                   %(stamp)s::text, {WRITTEN_XID_SQL}
               FROM srv
              WHERE srv.inc = %(inc)s::text
                AND (NOT %(write_record)s::boolean OR EXISTS (SELECT 1 FROM rec)
@@ -458,14 +497,13 @@ class PostgresStore:
                    since_ms = excluded.since_ms, expires_ms = excluded.expires_ms,
                    lease_ms = excluded.lease_ms, ceiling_ms = excluded.ceiling_ms,
                    renewed_ms = excluded.renewed_ms, released_ms = NULL,
-                   mark_holder = excluded.mark_holder, incarnation = excluded.incarnation
+                   mark_holder = excluded.mark_holder, incarnation = excluded.incarnation,
+                   written_xid = excluded.written_xid
              WHERE c.token = excluded.token
                 OR ((c.token IS NULL OR {
             _LAPSED.format(row="c", now="(excluded.expires_ms - excluded.lease_ms)")
         })
-                    AND (c.ceiling_ms, c.renewed_ms, c.released_ms, c.incarnation)
-                        IS NOT DISTINCT FROM (%(old_ceiling)s::bigint, %(old_renewed)s::bigint,
-                                              %(old_released)s::bigint, %(old_inc)s::text))
+                    AND c.xmin::text IS NOT DISTINCT FROM %(old_version)s::text)
             RETURNING 1
         """
         parameters = {
@@ -479,31 +517,45 @@ class PostgresStore:
             "ceiling": attempt.mark.ceiling_ms,
             "renewed": attempt.mark.renewed_ms,
             "inc": attempt.incarnation,
+            "stamp": attempt.stamp,
             "write_record": record is not None,
             "rec_inc": record.incarnation if record else None,
             "rec_since": record.since_ms if record else None,
-            "rec_ttl": record.ttl_ms if record else None,
-            "old_rec_inc": old_record[0],
-            "old_rec_since": old_record[1],
-            "old_rec_ttl": old_record[2],
-            "old_ceiling": old_ceiling,
-            "old_renewed": old_renewed,
-            "old_released": old_released,
-            "old_inc": old_incarnation,
+            "rec_max_ttl": record.max_ttl_ms if record else None,
+            "old_record": attempt.record_version,
+            "old_version": free.version,
         }
         row: object = self._run(
             f"claiming {space} ID {free.number}", lambda c: c.execute(query, parameters), _fetch_one
         )
-        return row is not None
+        # The table's rows vouch for themselves (xmin): no generation is kept.
+        return None if row is None else 0
+
+    def _stamp(self) -> str:
+        """The pool's incarnation, for a mark written now: the record's, if the store
+        can vouch for it (else NULL: a mark nobody can prove current)."""
+        return f"""(SELECT r.incarnation FROM {self.qualified} r
+                     WHERE r.space = %(space)s AND r.cluster = -1 AND r.id = -1
+                       AND split_part(r.incarnation, '/', 1) = {INCARNATION_SQL}
+                       AND {_INTACT.format(row="r")})"""
 
     def renew(
-        self, space: str, cluster: int, number: int, *, token: str, ttl_ms: int, mark: HighWaterMark
-    ) -> bool:
+        self,
+        space: str,
+        cluster: int,
+        number: int,
+        *,
+        token: str,
+        ttl_ms: int,
+        mark: HighWaterMark,
+        generation: int,
+    ) -> int | None:
         query = f"""
             UPDATE {self.qualified}
                SET expires_ms = {_NOW} + %(ttl)s::int, lease_ms = %(ttl)s::int,
                    ceiling_ms = %(ceiling)s::bigint, renewed_ms = %(renewed)s::bigint,
-                   mark_holder = %(holder)s::text, incarnation = {_INCARNATION}
+                   mark_holder = %(holder)s::text, incarnation = {self._stamp()},
+                   written_xid = {WRITTEN_XID_SQL}
              WHERE space = %(space)s AND cluster = %(cluster)s AND id = %(id)s
                AND token = %(token)s
         """
@@ -520,17 +572,24 @@ class PostgresStore:
         count: int = self._run(
             "renewing the claim", lambda c: c.execute(query, parameters), _row_count
         )
-        return count == 1
+        return 0 if count == 1 else None
 
     def release(
-        self, space: str, cluster: int, number: int, *, token: str, mark: HighWaterMark | None
+        self,
+        space: str,
+        cluster: int,
+        number: int,
+        *,
+        token: str,
+        mark: HighWaterMark | None,
+        generation: int,
     ) -> None:
-        ends = "token = NULL, holder = NULL, expires_ms = NULL"
+        ends = f"token = NULL, holder = NULL, expires_ms = NULL, written_xid = {WRITTEN_XID_SQL}"
         if mark is not None:
             ends += (
                 ", ceiling_ms = %(ceiling)s::bigint, renewed_ms = %(renewed)s::bigint,"
                 " released_ms = %(released)s::bigint, mark_holder = %(holder)s::text,"
-                f" incarnation = {_INCARNATION}"
+                f" incarnation = {self._stamp()}"
             )
         query = f"""
             UPDATE {self.qualified} SET {ends}
@@ -587,8 +646,8 @@ class PostgresCoordinator(Coordinator):
         libpq = {name: value for name, value in url.options.items() if name not in OPTIONS}
         self.schema = _identifier(url, "schema", ours.get("schema", DEFAULT_SCHEMA))
         self.table = _identifier(url, "table", ours.get("table", DEFAULT_TABLE))
-        self.ttl_s = url.number("ttl", DEFAULT_TTL_S, minimum=1)
-        timeout_s = url.number("timeout", 2.0, minimum=0.1)
+        times = LeaseTimes.from_url(url)
+        self.ttl_s, self.max_ttl_s, timeout_s = times.ttl_s, times.max_ttl_s, times.timeout_s
         self._options_template = ClaimOptions.from_url(url)
         conninfo, where = _conninfo(url, libpq)
         self.description = f"{url.scheme}://{where} {self.schema}.{self.table}"
@@ -667,17 +726,40 @@ def _conninfo(url: CoordinatorUrl, libpq: Mapping[str, str]) -> tuple[str, str]:
 
 
 def _broken(error: BaseException) -> bool:
-    """Whether the connection cannot be trusted after ``error`` (it is then made again)."""
+    """Whether the connection cannot be trusted after ``error`` (it is then made again):
+    not after a statement the server itself cut short."""
     pg = _import_psycopg()
+    if getattr(error, "sqlstate", None) in _CUT_SHORT_STATES:
+        return False
     return isinstance(error, (pg.OperationalError, pg.InterfaceError))
 
+
+def _first_error(error: BaseException) -> BaseException:
+    """The error that ended a request: leaving a pipeline with a request still
+    unanswered raises psycopg's own ("cannot exit pipeline mode while busy") over
+    the error that cut the request short."""
+    context = error.__context__
+    if "pipeline mode" in first_line(error) and isinstance(context, Exception):
+        return context
+    return error
+
+
+def _timed_out(error: BaseException) -> bool:
+    """Whether ``error`` is the connection's own time limit (the server did not answer)."""
+    return type(error).__name__ == "_WaitTimeout"
+
+
+_LOCK_TIMEOUT_STATE = "55P03"
+_STATEMENT_TIMEOUT_STATE = "57014"
+_CUT_SHORT_STATES = (_LOCK_TIMEOUT_STATE, _STATEMENT_TIMEOUT_STATE)
+"""A lock waited for, a statement run, for too long: the server cut it short itself."""
 
 _REFUSED_STATES = ("28000", "28P01", "42501")
 """invalid authorization, invalid password, insufficient privilege."""
 
-_OUTAGE_STATES = ("57P01", "57P02", "57P03", "57014", "25006", "53300")
-"""Admin or crash shutdown, cannot connect now, statement timeout, read-only (a
-standby), too many connections."""
+_OUTAGE_STATES = ("57P01", "57P02", "57P03", "25006", "53300")
+"""Admin or crash shutdown, cannot connect now, read-only (a standby), too many
+connections."""
 
 _REFUSED_MESSAGES = (
     "password authentication failed",
@@ -706,6 +788,20 @@ def _translate(error: BaseException, doing: str) -> CoordinationError:
         return CoordinatorRefused(
             f"{doing}: PostgreSQL refused us ({message}); check the user and password in "
             "the URL and the role's privileges on the schema and table"
+        )
+    if state == _LOCK_TIMEOUT_STATE:
+        return CoordinatorUnavailable(
+            f"{doing}: another session holds a lock on the table ({message}); pg_locks shows which"
+        )
+    if state == _STATEMENT_TIMEOUT_STATE:
+        return CoordinatorUnavailable(
+            f"{doing}: the statement ran longer than the URL's timeout ({message}); the "
+            "server is overloaded"
+        )
+    if _timed_out(error):
+        return CoordinatorUnavailable(
+            f"{doing}: no answer from the server within the URL's timeout + "
+            f"{_ANSWER_SLACK_S:g} s (frozen, or cut off from us)"
         )
     if state in _OUTAGE_STATES or state.startswith("08"):
         return CoordinatorUnavailable(f"{doing}: {message}")

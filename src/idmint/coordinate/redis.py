@@ -14,6 +14,8 @@ option               default   meaning
 ==================== ========= ======================================================
 ``prefix``           ``idmint`` the keys' prefix: ``<prefix>:generator``, ...
 ``ttl``              ``10``    s; the lease's TTL (the deadline's basis)
+``max_ttl``          ``10``    s; the longest ``ttl`` any claimant of the pool may
+                               use, the same for all (:mod:`idmint.coordinate.leases`)
 ``timeout``          ``2``     s a request may take before it counts as failed
 ``tls``              ``false`` use TLS (``rediss://`` sets it)
 ``ca``               system    CA bundle to verify the server with
@@ -32,15 +34,23 @@ lives in one slot, is evicted or flushed whole, and every request on it is one
 atomic Lua script::
 
     <prefix>:generator     (and <prefix>:node, <prefix>:short60)
-      pool                 the pool's record: JSON {"incarnation", "since_ms", "ttl_ms"}
+      pool                 the pool's record: JSON {"incarnation", "since_ms", "max_ttl_ms"}
+      generation           every take, renewal and release adds one
       lease:<cluster>:<n>  "<expires_ms> <ttl_ms> <token> <JSON {holder, since_ms, token}>"
-      mark:<cluster>:<n>   "<incarnation> <JSON high-water mark>"
+      mark:<cluster>:<n>   "<pool incarnation> <JSON high-water mark>"
 
 A lease expires when Redis's clock (``TIME``) passes ``expires_ms``; one whose
 expiry lies more than its TTL + 1 s ahead of that clock is taken as lapsed too
-(the clock stepped back). The incarnation is the server's ``run_id``, which
-every restart changes and a replica has its own of: a mark written under
-another ``run_id`` is not proven current (:mod:`idmint.coordinate.leases`).
+(the clock stepped back). The store's incarnation is the server's ``run_id``,
+which every restart changes and a replica has its own of; the pool's is
+``<run_id>/<epoch>`` (:mod:`idmint.coordinate.leases`). The key itself expires
+at 2**52 ms (the year 142,000) + its generation: the generation's witness, which
+``RESTORE`` (its TTL is the caller's) and fields written back with ``HSET``
+leave apart from the hash's, so that the pool begins a new epoch. A restore
+that also sets the key's exact expiry (``RESTORE ... ABSTTL`` with the
+``PEXPIRETIME`` it was dumped with) is found at the next write of a holder
+whose last write saw a later generation. Under a ``volatile-*`` eviction policy
+the key can be evicted like any key with an expiry: a forget.
 
 Supported: one Redis server, with or without replicas (a failover behind one
 address is a new incarnation). Redis Cluster and Sentinel are refused with a
@@ -63,10 +73,12 @@ from idmint.coordinate.base import (
     HighWaterMark,
     holder_of,
 )
+from idmint.coordinate.leases import OPTIONS as LEASE_OPTIONS
 from idmint.coordinate.leases import (
     STEP_BACK_SLACK_MS,
     Free,
     LeaseClaim,
+    LeaseTimes,
     Look,
     PoolRecord,
     SharedClients,
@@ -86,13 +98,16 @@ from idmint.errors import (
 if TYPE_CHECKING:
     import redis as redis_py
 
-__all__ = ["RedisCoordinator", "RedisStore"]
+__all__ = ["GENERATION_WITNESS_MS", "RedisCoordinator", "RedisStore"]
 
 DEFAULT_PREFIX = "idmint"
-DEFAULT_TTL_S = 10.0
 DEFAULT_PORT = 6379
-OPTIONS = (*COMMON_OPTIONS, "prefix", "ttl", "timeout", "tls", "ca", "cert", "key")
+OPTIONS = (*COMMON_OPTIONS, *LEASE_OPTIONS, "prefix", "tls", "ca", "cert", "key")
 SPACES = ("generator", "node", "short60")
+
+GENERATION_WITNESS_MS = 2**52
+"""The pool's key expires at this + its generation (ms since the epoch: in the year
+142,000): the generation kept where writing the hash back does not put it."""
 
 # Every script starts with the store's clock and incarnation.
 _PRELUDE = f"""
@@ -113,23 +128,56 @@ local function our_lease(suffix)
   if lease and token_of(lease) == ARGV[3] then return lease end
   return nil
 end
+-- Whether the hash is as these scripts left it (its generation and the key's expiry
+-- agree), and its generation.
+local function vouched()
+  local generation = tonumber(redis.call('HGET', KEYS[1], 'generation') or '')
+  if generation == nil then return false, 0 end
+  return redis.call('PEXPIRETIME', KEYS[1]) == {GENERATION_WITNESS_MS} + generation, generation
+end
+-- Every write: the pool's next generation, witnessed by the key's expiry.
+local function advance()
+  local generation = redis.call('HINCRBY', KEYS[1], 'generation', 1)
+  redis.call('PEXPIREAT', KEYS[1], {GENERATION_WITNESS_MS} + generation)
+  return generation
+end
+-- A hash written back, or whose generation went back below the one the caller's
+-- last write saw: its record vouches for nothing, and the next claimant begins a
+-- new epoch.
+local function doubt(seen)
+  local ok, generation = vouched()
+  if not ok or generation < seen then redis.call('HDEL', KEYS[1], 'pool') end
+end
+-- The pool's incarnation, for a mark written now: the record's, if of this run_id.
+local function stamp()
+  local raw = redis.call('HGET', KEYS[1], 'pool')
+  if raw then
+    local ok, record = pcall(cjson.decode, raw)
+    if ok and type(record) == 'table' and type(record.incarnation) == 'string'
+       and string.sub(record.incarnation, 1, #run_id + 1) == run_id .. '/' then
+      return record.incarnation
+    end
+  end
+  return run_id .. '/'
+end
 -- Lease ID suffix to the token ARGV[3] for ttl ms from now, and record its mark.
-local function hold(suffix, ttl, holder, mark)
+local function hold(suffix, ttl, holder, mark, incarnation)
   redis.call('HSET', KEYS[1],
     'lease:' .. suffix, string.format('%.0f %d %s %s', now + ttl, ttl, ARGV[3], holder),
-    'mark:' .. suffix, run_id .. ' ' .. mark)
+    'mark:' .. suffix, incarnation .. ' ' .. mark)
 end
 """
 
 # KEYS: the pool. ARGV: cluster, lo, hi, start, want (0: all).
-# Returns run_id, the record, then (ID, mark) for each free ID from start on.
+# Returns run_id, the record, whether the hash is vouched for (1 or 0), then (ID,
+# mark) for each free ID from start on.
 _LOOK = (
     _PRELUDE
     + """
 local cluster, lo, hi = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local start, want = tonumber(ARGV[4]), tonumber(ARGV[5])
 local size = hi - lo + 1
-local out = {run_id, redis.call('HGET', KEYS[1], 'pool') or ''}
+local out = {run_id, redis.call('HGET', KEYS[1], 'pool') or '', vouched() and 1 or 0}
 local found = 0
 for i = 0, size - 1 do
   local id = lo + (start - lo + i) % size
@@ -147,8 +195,10 @@ return out
 )
 
 # KEYS: the pool. ARGV: cluster, ID, token, holder JSON, ttl_ms, the incarnation the
-# claimant saw, the mark it saw, its first mark, the record it saw, a record to write.
-# Returns 1 if the lease is ours (taken now, or by an earlier send of the same take).
+# claimant saw, the mark it saw, its first mark, the record it saw, a record to write,
+# the pool incarnation to stamp the mark with.
+# Returns the pool's generation if the lease is ours (taken now, or by an earlier
+# send of the same take), else 0.
 _TAKE = (
     _PRELUDE
     + """
@@ -156,40 +206,46 @@ if run_id ~= ARGV[6] then return 0 end
 local suffix = ARGV[1] .. ':' .. ARGV[2]
 local lease = redis.call('HGET', KEYS[1], 'lease:' .. suffix)
 if lease then
-  if token_of(lease) == ARGV[3] then return 1 end
+  if token_of(lease) == ARGV[3] then return math.max(select(2, vouched()), 1) end
   if not lapsed(lease) then return 0 end
 end
 if (redis.call('HGET', KEYS[1], 'mark:' .. suffix) or '') ~= ARGV[7] then return 0 end
+if (redis.call('HGET', KEYS[1], 'pool') or '') ~= ARGV[9] then return 0 end
 if ARGV[10] ~= '' then
-  if (redis.call('HGET', KEYS[1], 'pool') or '') ~= ARGV[9] then return 0 end
   redis.call('HSET', KEYS[1], 'pool', ARGV[10])
+elseif not vouched() then
+  return 0  -- written back since the claimant looked: it must look again
 end
-hold(suffix, tonumber(ARGV[5]), ARGV[4], ARGV[8])
-return 1
+hold(suffix, tonumber(ARGV[5]), ARGV[4], ARGV[8], ARGV[11])
+return advance()
 """
 )
 
-# KEYS: the pool. ARGV: cluster, ID, token, ttl_ms, the new mark.
+# KEYS: the pool. ARGV: cluster, ID, token, ttl_ms, the new mark, the generation
+# the holder's last write saw. Returns the pool's generation, or 0 if not ours.
 _RENEW = (
     _PRELUDE
     + """
+doubt(tonumber(ARGV[6]))
 local suffix = ARGV[1] .. ':' .. ARGV[2]
 local lease = our_lease(suffix)
 if not lease then return 0 end
-hold(suffix, tonumber(ARGV[4]), string.match(lease, '^%d+ %d+ %x+ (.*)$'), ARGV[5])
-return 1
+hold(suffix, tonumber(ARGV[4]), string.match(lease, '^%d+ %d+ %x+ (.*)$'), ARGV[5], stamp())
+return advance()
 """
 )
 
-# KEYS: the pool. ARGV: cluster, ID, token, the final mark ('' to keep the last one).
+# KEYS: the pool. ARGV: cluster, ID, token, the final mark ('' to keep the last one),
+# the generation the holder's last write saw.
 _RELEASE = (
     _PRELUDE
     + """
+doubt(tonumber(ARGV[5]))
 local suffix = ARGV[1] .. ':' .. ARGV[2]
 if not our_lease(suffix) then return 0 end
 redis.call('HDEL', KEYS[1], 'lease:' .. suffix)
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'mark:' .. suffix, run_id .. ' ' .. ARGV[4]) end
-return 1
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'mark:' .. suffix, stamp() .. ' ' .. ARGV[4]) end
+return advance()
 """
 )
 
@@ -266,8 +322,9 @@ class RedisStore:
         )
         incarnation = _text(reply[0])
         record_raw = _text(reply[1])
+        vouched = int(reply[2]) == 1
         free = []
-        for index in range(2, len(reply) - 1, 2):
+        for index in range(3, len(reply) - 1, 2):
             mark_raw = _text(reply[index + 1])
             incarnation_of_mark, _, mark_json = mark_raw.partition(" ")
             free.append(
@@ -279,14 +336,16 @@ class RedisStore:
                     version=mark_raw,
                 )
             )
-        return Look(incarnation, PoolRecord.from_json(record_raw), record_raw, free)
+        # A hash written back (a restore) vouches for nothing: a new epoch begins.
+        record = PoolRecord.from_json(record_raw) if vouched else None
+        return Look(incarnation, record, record_raw, free)
 
-    def take(self, space: str, attempt: Take) -> bool:
+    def take(self, space: str, attempt: Take) -> int | None:
         free = attempt.free
         holder = json.dumps(
             {"holder": attempt.holder, "since_ms": attempt.since_ms, "token": attempt.token}
         )
-        taken = self._call(
+        generation = self._call(
             f"claiming {space} ID {free.number}",
             _TAKE_SCRIPT,
             space,
@@ -301,26 +360,47 @@ class RedisStore:
                 json.dumps(attempt.mark.to_json()),
                 attempt.record_version,
                 attempt.record.to_json() if attempt.record is not None else "",
+                attempt.stamp,
             ],
         )
-        return bool(taken)
+        return int(generation) or None
 
     def renew(
-        self, space: str, cluster: int, number: int, *, token: str, ttl_ms: int, mark: HighWaterMark
-    ) -> bool:
+        self,
+        space: str,
+        cluster: int,
+        number: int,
+        *,
+        token: str,
+        ttl_ms: int,
+        mark: HighWaterMark,
+        generation: int,
+    ) -> int | None:
         renewed = self._call(
             "renewing the claim",
             _RENEW_SCRIPT,
             space,
-            [cluster, number, token, ttl_ms, json.dumps(mark.to_json())],
+            [cluster, number, token, ttl_ms, json.dumps(mark.to_json()), generation],
         )
-        return bool(renewed)
+        return int(renewed) or None
 
     def release(
-        self, space: str, cluster: int, number: int, *, token: str, mark: HighWaterMark | None
+        self,
+        space: str,
+        cluster: int,
+        number: int,
+        *,
+        token: str,
+        mark: HighWaterMark | None,
+        generation: int,
     ) -> None:
         final = json.dumps(mark.to_json()) if mark is not None else ""
-        self._call("releasing the claim", _RELEASE_SCRIPT, space, [cluster, number, token, final])
+        self._call(
+            "releasing the claim",
+            _RELEASE_SCRIPT,
+            space,
+            [cluster, number, token, final, generation],
+        )
 
     def list_space(self, space: str) -> list[ClaimInfo]:
         now_ms, flat = self._call("listing the claims", _LIST_SCRIPT, space, [])
@@ -384,8 +464,8 @@ class RedisCoordinator(Coordinator):
                 f"{self.url}: option prefix must be non-empty and without spaces, "
                 f"got {self.prefix!r}"
             )
-        self.ttl_s = url.number("ttl", DEFAULT_TTL_S, minimum=1)
-        timeout_s = url.number("timeout", 2.0, minimum=0.1)
+        times = LeaseTimes.from_url(url)
+        self.ttl_s, self.max_ttl_s, timeout_s = times.ttl_s, times.max_ttl_s, times.timeout_s
         tls = url.flag("tls", url.scheme == "rediss") or bool(url.options.get("ca"))
         self._options_template = ClaimOptions.from_url(url)
         self.description = (
@@ -518,6 +598,11 @@ def _translate(error: BaseException, doing: str) -> CoordinationError:
         (errors.ConnectionError, errors.TimeoutError, errors.ReadOnlyError, OSError),
     ):
         return CoordinatorUnavailable(f"{doing}: {first_line(error)}")
+    if isinstance(error, errors.ResponseError) and str(error).startswith("NOREPLICAS"):
+        return CoordinatorUnavailable(
+            f"{doing}: the server has fewer good replicas than its min-replicas-to-write "
+            f"({first_line(error)}): it may no longer be the primary"
+        )
     if isinstance(error, errors.ResponseError) and str(error).startswith("WRONGTYPE"):
         return CoordinationError(
             f"{doing}: a key under the prefix is not idmint's ({first_line(error)}); "

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from idmint.coordinate import connect
 from idmint.coordinate.base import SPACES, Claim, Coordinator, HighWaterMark
 from idmint.coordinate.etcd import EtcdClaim, EtcdCoordinator
-from idmint.coordinate.leases import LeaseClaim
+from idmint.coordinate.leases import LeaseClaim, PoolRecord
 from idmint.coordinate.local import (
     DirectoryPool,
     LocalCoordinator,
@@ -28,8 +28,8 @@ from idmint.coordinate.local import (
     lock_key,
 )
 from idmint.coordinate.memory import MemoryCoordinator
-from idmint.coordinate.postgres import PostgresCoordinator
-from idmint.coordinate.redis import RedisCoordinator
+from idmint.coordinate.postgres import INCARNATION_SQL, WRITTEN_XID_SQL, PostgresCoordinator
+from idmint.coordinate.redis import GENERATION_WITNESS_MS, RedisCoordinator
 from idmint.coordinate.static import DEFAULT_HOST_POOL, StaticCoordinator
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.coordinate.zookeeper import ZooKeeperCoordinator
@@ -266,7 +266,7 @@ class _LeaseHooks(Hooks):
         cluster, number, token = claim.lease
         # The lease goes, as when it lapses and another holder takes it: the claim
         # learns it at its next renewal.
-        claim.store.release(claim.space, cluster, number, token=token, mark=None)
+        claim.store.release(claim.space, cluster, number, token=token, mark=None, generation=0)
 
     def read_mark(
         self, coordinator: Coordinator, space: str, identity: Mapping[str, int]
@@ -309,11 +309,18 @@ class PostgresHooks(_LeaseHooks):
                 "settling the pool",
                 lambda c: c.execute(
                     f"INSERT INTO {store.qualified} (space, cluster, id, incarnation, "
-                    "since_ms, lease_ms) SELECT space, -1, -1, (extract(epoch FROM "
-                    "pg_postmaster_start_time()) * 1000000)::bigint::text, 0, 0 "
-                    "FROM unnest(%s::text[]) AS space ON CONFLICT DO NOTHING",
-                    (list(SPACES),),
+                    f"since_ms, lease_ms, written_xid) SELECT space, -1, -1, {INCARNATION_SQL} "
+                    f"|| '/' || %s, 0, 0, {WRITTEN_XID_SQL} FROM unnest(%s::text[]) AS space "
+                    "ON CONFLICT DO NOTHING",
+                    (_new_epoch(), list(SPACES)),
                 ),
+            )
+
+    def forget(self, url: CoordinatorUrl) -> None:
+        with _connected(url, PostgresCoordinator) as postgres:
+            table = postgres.store.qualified
+            postgres.store.connection.run(
+                "forgetting the pool", lambda c: c.execute(f"DELETE FROM {table}")
             )
 
     def remove_pool(self, url: CoordinatorUrl) -> None:
@@ -322,6 +329,11 @@ class PostgresHooks(_LeaseHooks):
             postgres.store.connection.run(
                 "removing the pool", lambda c: c.execute(f"DROP TABLE IF EXISTS {table}")
             )
+
+
+def _new_epoch() -> str:
+    """The epoch of a pool the kit made and settled (see :class:`PoolRecord`)."""
+    return PoolRecord.begin("", 0, 0).epoch
 
 
 class RedisHooks(_LeaseHooks):
@@ -341,9 +353,22 @@ class RedisHooks(_LeaseHooks):
         with _connected(url, RedisCoordinator) as redis:
             client = redis.store.client
             run_id = client.info("server")["run_id"]
-            record = json.dumps({"incarnation": run_id, "since_ms": 0, "ttl_ms": 0})
+            record = PoolRecord(run_id, _new_epoch(), 0, 0).to_json()
             for space in SPACES:
-                client.hsetnx(redis.store.key(space), "pool", record)
+                # A record, generation 0 and its witness, unless the pool has begun.
+                client.eval(
+                    "if redis.call('EXISTS', KEYS[1]) == 0 then "
+                    "redis.call('HSET', KEYS[1], 'pool', ARGV[1], 'generation', 0) "
+                    "redis.call('PEXPIREAT', KEYS[1], ARGV[2]) end",
+                    1,
+                    redis.store.key(space),
+                    record,
+                    GENERATION_WITNESS_MS,
+                )
+
+    def forget(self, url: CoordinatorUrl) -> None:
+        # The pool is its keys: forgetting it is removing them, under its holders.
+        self.remove_pool(url)
 
     def remove_pool(self, url: CoordinatorUrl) -> None:
         with _connected(url, RedisCoordinator) as redis:

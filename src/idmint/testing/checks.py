@@ -2,9 +2,10 @@
 
 Each check is a function of a :class:`~idmint.testing.kit.Trial` that raises
 (an ``AssertionError`` saying what broke) when the driver breaks the rule.
-Timings follow the claim's own TTL, so the checks run on whatever TTL the URL
-gives; a short one (2 s) makes them quick, and the outage checks want one long
-enough for a client to reconnect to a restarted server (5 s).
+Timings follow the driver's own settings (its TTL or session timeout, the
+skew), so the checks run on a URL as a fleet gives it; a short TTL (2 s) makes
+them quick, and the outage checks want one long enough for a client to
+reconnect to a restarted server (5 s).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from idmint.clock import OffsetClock
 from idmint.coordinate import ClaimState, Coordinator, CoordinatorUrl
-from idmint.coordinate.base import HighWaterMark, holder_description
+from idmint.coordinate.base import ClaimOptions, HighWaterMark, holder_description
 from idmint.errors import (
     ClaimLost,
     ClockMovedBackwards,
@@ -30,7 +31,7 @@ from idmint.errors import (
 )
 from idmint.factory import new_generator
 from idmint.schemes import Uid64
-from idmint.testing.kit import Check, Trial, check
+from idmint.testing.kit import Check, Skipped, Trial, check
 from idmint.testing.minting import Minter, RenewalWatch, minting, wait_for, wait_for_new_claim
 
 __all__ = ["CHECKS"]
@@ -407,11 +408,19 @@ def _mint_and_release(url: CoordinatorUrl) -> list[int]:
         return first.batch(5_000).ints() + [int(first.generate()) for _ in range(500)]
 
 
+def _holdoff_s(trial: Trial, url: CoordinatorUrl) -> float:
+    """How long a released ID of ``url``'s pool is held off at most: the driver's TTL
+    (or session timeout) + the skew, by real time."""
+    skew_s = ClaimOptions.from_url(url).skew_ms / 1000
+    return trial.coordinator(url).ttl_s + skew_s
+
+
 @check("claimed")
 def a_successor_with_a_slow_clock_starts_above_the_mark(trial: Trial) -> None:
     """A successor whose clock runs behind starts above its predecessor's high-water mark."""
     ids = trial.ids(1)
-    url = trial.pool(generators=span(ids), wait_timeout=5, claim_timeout=15)
+    url = trial.pool(generators=span(ids), wait_timeout=5)
+    url = url.replace(options={**url.options, "claim_timeout": _holdoff_s(trial, url) + 4})
     before = _mint_and_release(url)
     highest = max(_timestamps(before))
 
@@ -431,7 +440,11 @@ def a_successor_with_a_slow_clock_starts_above_the_mark(trial: Trial) -> None:
 @check("claimed")
 def a_successor_with_a_clock_far_behind_refuses(trial: Trial) -> None:
     """A successor whose clock is a minute behind refuses rather than mint below the mark."""
-    url = trial.pool(generators=span(trial.ids(1)), wait_timeout=2, claim_timeout=4)
+    wait_timeout_s = 2
+    url = trial.pool(generators=span(trial.ids(1)), wait_timeout=wait_timeout_s)
+    # Its clock a minute behind, the successor waits out the hold-off by real time.
+    holdoff_s = _holdoff_s(trial, url)
+    url = url.replace(options={**url.options, "claim_timeout": holdoff_s + 4})
     _mint_and_release(url)
 
     started = time.monotonic()
@@ -442,7 +455,9 @@ def a_successor_with_a_clock_far_behind_refuses(trial: Trial) -> None:
 
     error = _raises(ClockMovedBackwards, mint_one, "a successor a minute behind")
     assert "high-water mark" in str(error), error
-    assert time.monotonic() - started < 2 + 2.0, "should refuse within its wait timeout"
+    took = time.monotonic() - started
+    limit = holdoff_s + wait_timeout_s + 2.0
+    assert took < limit, f"refused after {took:.1f} s: not within its hold-off and wait timeout"
 
 
 @check("claimed", needs=("read_mark",))
@@ -522,6 +537,55 @@ def an_expired_claim_comes_back_above_its_mark(trial: Trial) -> None:
 def an_expired_claim_moves_to_a_free_id(trial: Trial) -> None:
     """An expired claim moves to the pool's other ID, which is free at once."""
     _expiry_makes_a_new_claim(trial, 2)
+
+
+# -- a store that forgets ------------------------------------------------------------------
+
+
+@check("claimed", needs=("forget",))
+def a_store_that_forgets_holds_claimants_back_for_the_longest_lease(trial: Trial) -> None:
+    """After the store forgets, a successor with a short TTL starts above a holder's ceiling.
+
+    The holder has the pool's longest lease (its ``max_ttl``); the store forgets
+    just after a renewal, so the holder goes on minting the longest before its next
+    one finds the lease gone; a successor with the shortest TTL claims the ID at
+    once. What it may not rule out is waited for with the pool's longest lease,
+    not its own.
+    """
+    base = trial.pool(generators=span(trial.ids(1)))
+    longest_s = trial.coordinator(base).ttl_s
+    shortest_s = 1.0
+    if longest_s <= shortest_s:
+        raise Skipped(f"the URL's ttl is {longest_s:g} s: give a longer one for this check")
+
+    def leased(ttl_s: float, **options: object) -> CoordinatorUrl:
+        changed = {"ttl": ttl_s, "max_ttl": longest_s, **options}
+        return base.replace(options={**base.options, **changed})
+
+    holder = trial.generator(leased(longest_s))
+    claim = holder.claim
+    assert claim is not None
+    with minting(holder) as (minter, _):
+        minter.wait_for_count(3_000, timeout=10)
+        renewals = claim.renewals
+        wait_for(lambda: claim.renewals > renewals, timeout=longest_s, what="a renewal")
+        trial.hooks.forget(base)
+        successor = trial.generator(leased(shortest_s))
+        after = [int(successor.generate()), *successor.batch(3_000).ints()]
+        wait_for(
+            lambda: claim.state is not ClaimState.ACTIVE,
+            timeout=longest_s,
+            what="the holder to find its lease gone",
+        )
+    assert {Uid64(value).generator for value in after} == {holder.generator}
+    grant = claim.last_grant
+    assert grant is not None
+    first = min(_timestamps(after))
+    assert first > grant.ceiling_ms, (
+        f"the successor minted at {first}, at or below {grant.ceiling_ms}, the ceiling of a "
+        f"holder the store forgot ({grant.ceiling_ms - first} ms)"
+    )
+    _assert_unique(minter.values + after)
 
 
 # -- the coordinator goes away -----------------------------------------------------------
@@ -687,6 +751,7 @@ CHECKS: tuple[Check, ...] = (
     release_records_the_newest_timestamp,
     an_expired_claim_comes_back_above_its_mark,
     an_expired_claim_moves_to_a_free_id,
+    a_store_that_forgets_holds_claimants_back_for_the_longest_lease,
     a_short_outage_fences_then_resumes,
     a_long_outage_fences_then_resumes,
     an_outage_that_loses_the_session_fences_then_claims_again,

@@ -23,7 +23,15 @@ from idmint.coordinate.url import CoordinatorUrl
 
 __all__ = ["HOOKS", "HOOK_NAMES", "Hooks", "hooks_for"]
 
-HOOK_NAMES = ("expire", "read_mark", "write_mark", "stop_server", "start_server", "remove_pool")
+HOOK_NAMES = (
+    "expire",
+    "read_mark",
+    "write_mark",
+    "stop_server",
+    "start_server",
+    "remove_pool",
+    "forget",
+)
 """The hooks a check may need (``settle`` is a courtesy no check needs)."""
 
 
@@ -73,6 +81,17 @@ class Hooks:
 
     def remove_pool(self, url: CoordinatorUrl) -> None:
         """Remove the pool ``url`` names, marks and all (the kit's own, once released)."""
+        raise NotImplementedError
+
+    def forget(self, url: CoordinatorUrl) -> None:
+        """Make the store forget the pool ``url`` names under its holders, as a store
+        that loses its data does (flushed, restarted empty, failed over to a replica
+        that missed the latest writes): its leases, marks and record, nothing else.
+
+        Only for a store that may forget; a check that needs it gives its claimants
+        the ``ttl`` and ``max_ttl`` options every such store takes
+        (:mod:`idmint.coordinate.leases`).
+        """
         raise NotImplementedError
 
     def settle(self, url: CoordinatorUrl) -> None:

@@ -195,10 +195,13 @@ class Report:
         return self.count("failed") == 0
 
     def summary(self) -> str:
-        """The closing line: ``N passed`` and, where any, how many failed or were skipped."""
+        """The closing line: ``N passed`` and, where any, how many failed or were skipped,
+        naming the checks that could not run here."""
         parts = [f"{self.count('passed')} passed"]
         parts += [f"{self.count(s)} {s}" for s in ("failed", "skipped") if self.count(s)]
-        return ", ".join(parts)
+        text = ", ".join(parts)
+        skipped = [outcome.check.name for outcome in self.outcomes if outcome.status == "skipped"]
+        return f"{text} (not run here: {', '.join(skipped)})" if skipped else text
 
 
 def why_not(found: Check, *, configured: bool, hooks: Hooks, url: CoordinatorUrl) -> str | None:
