@@ -3,6 +3,7 @@
 * No import circle anywhere in ``src/idmint`` (imports inside functions and under
   ``TYPE_CHECKING`` count: a circle is a circle however late it closes).
 * Arrows point down: each part imports only the parts below it.
+* A part's private modules (``schemes._base``) are imported only inside the part.
 * Coordinators are found by URL scheme in package metadata and nowhere else: no
   table of ``module:Class`` targets in the code, and no code outside a driver
   picks behaviour by comparing a URL's scheme with a name.
@@ -143,6 +144,25 @@ def test_the_faces_do_not_import_each_other_but_through_the_factory() -> None:
         if _part(module) in ("server", "client", "testing"):
             faces = {_part(t) for t in imported} & (FACES - {_part(module), "__init__"})
             assert not faces, f"{module} imports the faces {faces}"
+
+
+PUBLIC_FACES_OF_PRIVATE_MODULES = {("idmint.pydantic", "idmint.schemes._pydantic")}
+"""``idmint.pydantic`` is what ``schemes._pydantic`` shows the world: the schemes'
+package cannot name it, since importing it imports pydantic."""
+
+
+def test_a_parts_private_modules_are_imported_only_inside_it() -> None:
+    # ``schemes._base`` is the schemes' own: the rest asks ``idmint.schemes`` for its names.
+    reached_in = sorted(
+        f"{module} imports {target}"
+        for module, imported in GRAPH.items()
+        for target in imported
+        if target.rpartition(".")[2].startswith("_")
+        and target.count(".") > 1
+        and _part(target) != _part(module)
+        and (module, target) not in PUBLIC_FACES_OF_PRIVATE_MODULES
+    )
+    assert not reached_in, reached_in
 
 
 # -- drivers: by scheme, in package metadata, nowhere else -------------------------------

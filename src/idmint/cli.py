@@ -37,8 +37,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from idmint.errors import EXIT_RUNTIME, EXIT_USAGE, IdmintError, IdmintWarning, InvalidId
-from idmint.schemes import SCHEMES, IdValue, parse_id, scheme_type
-from idmint.schemes._base import iso_ms
+from idmint.schemes import SCHEMES, IdValue, iso_ms, parse_id, scheme_type
 
 if TYPE_CHECKING:
     from idmint.generate.core import IdBatch

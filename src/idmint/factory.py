@@ -30,8 +30,7 @@ from idmint.coordinate.base import Claim, Coordinator
 from idmint.errors import ConfigurationError
 from idmint.generate.core import COMMON_OPTIONS, TickGenerator
 from idmint.generate.generators import GENERATORS
-from idmint.schemes import SCHEMES
-from idmint.schemes._base import a_scheme
+from idmint.schemes import SCHEMES, a_scheme
 
 __all__ = [
     "IDENTITY_OPTIONS",
@@ -326,5 +325,5 @@ def _on_claim(
         for close in closers:
             close()
         raise
-    generator._closers.extend(closers)
+    generator.close_with(*closers)
     return generator

@@ -18,11 +18,11 @@ from idmint.generate.core import (
     check_tick_range,
     fork_generation,
 )
+from idmint.schemes import IdValue
 from idmint.schemes import elastic64 as e64
 from idmint.schemes import muid as mu
 from idmint.schemes import short60 as s60
 from idmint.schemes import uid64 as u64
-from idmint.schemes._base import IdValue
 from idmint.schemes.elastic64 import Elastic64
 from idmint.schemes.muid import Muid
 from idmint.schemes.short60 import Short60
