@@ -28,8 +28,7 @@ from idmint.errors import ConfigurationError, InvalidId
 from idmint.factory import IDENTITY_OPTIONS, SCHEME_OPTIONS, new_generator, new_generators
 from idmint.generate.core import DEFAULT_MAX_CLOCK_WAIT_MS, Claim, TickGenerator
 from idmint.generate.generators import GENERATORS
-from idmint.schemes import SCHEMES, Field, IdValue, parse_id
-from idmint.schemes._base import check_field, int_from_hex, iso_ms, time_from_ms
+from idmint.schemes import SCHEMES, Field, IdValue, int_from_hex, parse_id
 from idmint.server.openapi import openapi_document
 
 SOURCE = Path(idmint.__file__).parent
@@ -43,16 +42,18 @@ TIMESTAMP_SHIFT = LANE_SHIFT + LANE_BITS
 
 
 class Toy56(IdValue):
-    """A toy ID: 14 hex digits."""
+    """A toy ID: 14 hex digits. Its layout, fields, text codec and build, and no more:
+    the base derives its ``bytes``, ``str()``, ``time`` and ``to_dict()``."""
 
     __slots__ = ()
     scheme = "toy56"
+    bits = 56
     _forms = "14 hex digits, 7 bytes or an int"
-    _byte_length = 7
-    _max_int = (1 << 56) - 1
     summary = "7 bytes: ms, lane, sequence, 4-bit node; 256 IDs/ms"
     fields = (
-        Field("timestamp_ms", "ms since 1970-01-01 UTC", 0, (1 << TIMESTAMP_BITS) - 1),
+        Field(
+            "timestamp_ms", "ms since 1970-01-01 UTC", 0, (1 << TIMESTAMP_BITS) - 1, per_second=1000
+        ),
         Field("lane", "toy lane", 0, (1 << LANE_BITS) - 1),
         Field("sequence", "position within the ms", 0, (1 << SEQUENCE_BITS) - 1),
         Field("node", "node ID", 0, (1 << NODE_BITS) - 1),
@@ -67,9 +68,12 @@ class Toy56(IdValue):
         return cls.from_int(int_from_hex(cls.scheme, text.strip(), cls.text_length))
 
     @classmethod
+    def text_of_int(cls, value: int) -> str:
+        return f"{value:014x}"
+
+    @classmethod
     def build(cls, *, timestamp_ms: int, node: int, lane: int = 0, sequence: int = 0) -> Toy56:
-        for field, value in zip(cls.fields, (timestamp_ms, lane, sequence, node), strict=True):
-            check_field(cls.scheme, field.name, value, field.low, field.high)
+        cls._check_fields(timestamp_ms=timestamp_ms, lane=lane, sequence=sequence, node=node)
         return cls._trusted(
             timestamp_ms << TIMESTAMP_SHIFT | lane << LANE_SHIFT | sequence << SEQUENCE_SHIFT | node
         )
@@ -92,24 +96,6 @@ class Toy56(IdValue):
     @property
     def node(self) -> int:
         return self._part(0, NODE_BITS)
-
-    @property
-    def time(self) -> _dt.datetime:
-        return time_from_ms(self.timestamp_ms)
-
-    def __str__(self) -> str:
-        return f"{self._int:014x}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "scheme": self.scheme,
-            "id": str(self),
-            "time": iso_ms(self.timestamp_ms),
-            "timestamp_ms": self.timestamp_ms,
-            "lane": self.lane,
-            "sequence": self.sequence,
-            "node": self.node,
-        }
 
 
 class Toy56Generator(TickGenerator[Toy56]):
@@ -167,6 +153,50 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
 
 
 # -- the toy scheme everywhere ---------------------------------------------------------
+
+
+def test_a_scheme_that_declares_its_fields_and_codec_shows_every_view() -> None:
+    toy = Toy56.build(timestamp_ms=1_700_000_000_123, lane=2, sequence=17, node=9)
+    assert str(toy) == f"{int(toy):014x}"
+    assert toy.bytes == int(toy).to_bytes(7, "big")
+    assert Toy56.from_bytes(toy.bytes) == toy == Toy56(str(toy)) == Toy56(int(toy))
+    assert toy.time == _dt.datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=_dt.timezone.utc)
+    assert toy.to_dict() == {
+        "scheme": "toy56",
+        "id": str(toy),
+        "time": "2023-11-14T22:13:20.123Z",
+        "timestamp_ms": 1_700_000_000_123,
+        "lane": 2,
+        "sequence": 17,
+        "node": 9,
+    }
+    assert repr(toy) == f"Toy56('{toy}')"
+    with pytest.raises(InvalidId, match="expected 7 bytes"):
+        Toy56.from_bytes(bytes(8))
+    with pytest.raises(InvalidId, match="out of range"):
+        Toy56.from_int(1 << 56)
+
+
+def test_a_scheme_must_say_which_field_counts_time() -> None:
+    with pytest.raises(TypeError, match="one decoded field must count time"):
+
+        class Timeless(IdValue):
+            __slots__ = ()
+            fields = (Field("count", "a count", 0, 9),)
+
+
+def _subclasses(cls: type[IdValue]) -> list[type[IdValue]]:
+    return [each for sub in cls.__subclasses__() for each in (sub, *_subclasses(sub))]
+
+
+@pytest.mark.parametrize("view", ["time", "bytes", "__str__", "to_dict"])
+def test_the_views_of_an_id_are_defined_once_in_the_base(view: str) -> None:
+    redefined = [
+        f"{id_type.__module__}.{id_type.__qualname__}"
+        for id_type in _subclasses(IdValue)
+        if id_type.__module__.startswith("idmint.") and view in vars(id_type)
+    ]
+    assert redefined == [], f"{view} is derived from the declared fields in IdValue"
 
 
 @pytest.mark.usefixtures("toy")
