@@ -99,9 +99,9 @@ class Toy56(IdValue):
 
 
 class Toy56Generator(TickGenerator[Toy56]):
-    """Mints toy56 IDs in lane 0 for one 4-bit node ID, claimed in the node-ID space."""
+    """Mints toy56 IDs in one lane for one 4-bit node ID, claimed in the node-ID space."""
 
-    __slots__ = ("_node",)
+    __slots__ = ("_lane", "_node")
     id_type = Toy56
     identity_fields = ("node",)
     space = "node"
@@ -109,6 +109,7 @@ class Toy56Generator(TickGenerator[Toy56]):
     def __init__(
         self,
         node: int | None = None,
+        lane: int = 0,
         *,
         claim: Claim | None = None,
         clock: idmint.generate.Clock | None = None,
@@ -122,6 +123,7 @@ class Toy56Generator(TickGenerator[Toy56]):
             claim=claim,
         )
         self._node = 0
+        self._lane = lane
         if claim is not None:
             grant = claim.wait()
             with self._lock:
@@ -135,7 +137,7 @@ class Toy56Generator(TickGenerator[Toy56]):
         self._node = self.checked_identity(identity)["node"]
 
     def _base_for_tick(self, tick: int) -> int:
-        return tick << TIMESTAMP_SHIFT | self._node
+        return tick << TIMESTAMP_SHIFT | self._lane << LANE_SHIFT | self._node
 
 
 @pytest.fixture
@@ -207,7 +209,7 @@ def test_a_registered_scheme_is_listed_by_idmint_schemes(
     assert status == 0
     lines = {line.split()[0]: line for line in out.splitlines()}
     assert list(lines) == list(SCHEMES)
-    assert lines["toy56"].endswith(f"{Toy56.summary} (generate: --node)")
+    assert lines["toy56"].endswith(f"{Toy56.summary} (generate: --node --lane)")
 
 
 @pytest.mark.usefixtures("toy")
@@ -216,7 +218,9 @@ def test_a_registered_scheme_is_encoded_with_flags_from_its_fields(
 ) -> None:
     with pytest.raises(SystemExit):
         run_cli(capsys, "encode", "--help")
-    assert re.search(r"--lane LANE\s+toy lane \(toy56\)", capsys.readouterr().out)
+    assert re.search(
+        r"--lane LANE\s+toy lane \(toy56: 0\.\.3; default 0\)", capsys.readouterr().out
+    )
 
     status, out, err = run_cli(
         capsys, "encode", "--scheme", "toy56", "--timestamp-ms", "1700000000000", "--node", "9",
@@ -281,7 +285,7 @@ def test_a_registered_scheme_mints_through_new_generator(
     with pytest.raises(ConfigurationError, match="toy56 generators take no medallion option"):
         new_generator("toy56", medallion=5)
     assert IDENTITY_OPTIONS["toy56"] == ("node",)
-    assert SCHEME_OPTIONS["toy56"] == {"node"}
+    assert SCHEME_OPTIONS["toy56"] == {"node", "lane"}
 
     status, out, err = run_cli(capsys, "generate", "--scheme", "toy56", "--count", "3")
     assert (status, err) == (0, "")
@@ -291,6 +295,18 @@ def test_a_registered_scheme_mints_through_new_generator(
     status, out, _ = run_cli(capsys, "decode", "--scheme", "toy56", "--format", "json", texts[0])
     assert status == 0
     assert json.loads(out) == Toy56.from_text(texts[0]).to_dict()
+    # The generator's own option is a flag of generate's, checked by the factory.
+    status, out, err = run_cli(capsys, "generate", "--scheme", "toy56", "--lane", "2")
+    assert (status, err) == (0, "")
+    assert Toy56.from_text(out.strip()).lane == 2
+    status, _, err = run_cli(capsys, "generate", "--scheme", "muid", "--lane", "2")
+    assert status == 2
+    assert err == "idmint: error: muid generators take no lane option; it applies to toy56\n"
+    with pytest.raises(SystemExit):
+        run_cli(capsys, "generate", "--help")
+    assert re.search(
+        r"--lane LANE\s+toy lane \(toy56: 0\.\.3; default 0\)", capsys.readouterr().out
+    )
 
 
 @pytest.mark.usefixtures("toy")
@@ -406,6 +422,32 @@ def test_the_generators_take_the_options_their_signatures_name() -> None:
         assert set(SCHEME_OPTIONS[scheme]) == set(parameters) - {
             "self", "claim", "clock", "max_clock_wait_ms",
         }  # fmt: skip
+
+
+def _flags_of(command: str, group: str | None = None) -> set[str]:
+    """The long options of ``idmint COMMAND`` (in its argument group ``group``)."""
+    (commands,) = [a for a in cli._build_parser()._actions if a.dest == "command"]
+    parser = commands.choices[command]  # type: ignore[index]
+    actions = (
+        parser._actions
+        if group is None
+        else next(g for g in parser._action_groups if g.title == group)._group_actions
+    )
+    return {action.option_strings[-1] for action in actions if action.option_strings}
+
+
+def _as_flags(names: set[str]) -> set[str]:
+    return {"--" + name.replace("_", "-") for name in names}
+
+
+def test_every_scheme_flag_is_an_option_of_a_generator_class_or_a_field_of_build() -> None:
+    """The CLI names no generator option or field itself: its flags are the classes'."""
+    taken = set().union(*(set(cls.scheme_options()) for cls in GENERATORS.values()))
+    identities = set().union(*(set(cls.identity_fields) for cls in GENERATORS.values()))
+    assert _flags_of("generate", "scheme options") == _as_flags(taken)
+    assert _flags_of("serve", "scheme options") == _as_flags(taken - identities)
+    built = set().union(*(set(sum(t.build_fields(), ())) for t in SCHEMES.values()))
+    assert _flags_of("encode") - {"--help", "--scheme", "--format"} == _as_flags(built)
 
 
 # Modules above the schemes that take a scheme's facts from its value type or

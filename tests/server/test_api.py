@@ -855,6 +855,7 @@ SCHEME_SERVERS = [
     pytest.param("uid64-v1", (), None, id="uid64-v1"),
     pytest.param("muid", (), None, id="muid"),
     pytest.param("short60", (), None, id="short60"),
+    pytest.param("short60", ("--random",), None, id="short60-random-bits"),
     pytest.param(
         "elastic64",
         ("--coordinator", "static://?node=9&node_bits=10", "--generators", "2"),
@@ -891,6 +892,8 @@ def test_every_scheme_can_be_served(
         assert http.get("/healthz").json() == {"status": "ok"}
         claims = http.get("/v1/claims").json()
         assert claims["scheme"] == scheme
+        if "--random" in options:  # random bits: nothing claimed
+            assert (claims["coordinator"], claims["claims"][0]["state"]) == (None, "static")
         if scheme == "elastic64":
             assert [row["identity"] for row in claims["claims"]] == ["node 9", "node 10"]
             assert {value.node for value in values} == {9, 10}  # type: ignore[attr-defined]
@@ -920,6 +923,12 @@ STARTUP_ERRORS = [
         "generator 2048 is out of range; expected 0..2047",
         2,
         id="uid64-static-past-2047",
+    ),
+    pytest.param(
+        ("--random",),
+        "uid64 generators take no random option; it applies to short60",
+        2,
+        id="uid64-with-random-bits",
     ),
     pytest.param(
         ("--coordinator", "zk://127.0.0.1:1/idmint?connect_timeout=1"),

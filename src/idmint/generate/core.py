@@ -298,6 +298,10 @@ class TickGenerator(Generic[IdT]):
             if name not in {"self", "claim"} and name not in COMMON_OPTIONS
         )
 
+    options_about: ClassVar[Mapping[str, str]] = {}
+    """What the options that are not the value type's fields (or mean something else
+    here) are for, for help texts; the value type's fields describe the others."""
+
     @classmethod
     def identity_pool(cls) -> range:
         """The values a coordinator may claim for the counted identity field."""
