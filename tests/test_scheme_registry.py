@@ -29,6 +29,8 @@ from idmint.factory import IDENTITY_OPTIONS, SCHEME_OPTIONS, new_generator, new_
 from idmint.generate.core import DEFAULT_MAX_CLOCK_WAIT_MS, Claim, TickGenerator
 from idmint.generate.generators import GENERATORS
 from idmint.schemes import SCHEMES, Field, IdValue, int_from_hex, parse_id
+from idmint.server.app import ROUTES
+from idmint.server.config import ServerConfig
 from idmint.server.openapi import openapi_document
 
 SOURCE = Path(idmint.__file__).parent
@@ -247,7 +249,7 @@ def test_a_registered_scheme_is_encoded_with_flags_from_its_fields(
 
 @pytest.mark.usefixtures("toy")
 def test_a_registered_scheme_is_in_the_openapi_document() -> None:
-    schemas = openapi_document(10)["components"]["schemas"]
+    schemas = openapi_document(ServerConfig(max_count=10), ROUTES)["components"]["schemas"]
     decoded = schemas["DecodedToy56"]
     assert decoded["properties"]["scheme"] == {"type": "string", "enum": ["toy56"]}
     assert decoded["required"] == list(Toy56.build(timestamp_ms=0, node=0).to_dict())
@@ -335,7 +337,7 @@ def test_the_toy_is_gone_after_its_test() -> None:
 
 
 def decoded_schema_of(scheme: str) -> dict[str, Any]:
-    schemas = openapi_document(10)["components"]["schemas"]
+    schemas = openapi_document(ServerConfig(max_count=10), ROUTES)["components"]["schemas"]
     for name in schemas["Decoded"]["oneOf"]:
         schema: dict[str, Any] = schemas[name["$ref"].rsplit("/", 1)[1]]
         if scheme in schema["properties"]["scheme"]["enum"]:

@@ -501,6 +501,32 @@ def check_metrics_move(api: httpx.Client) -> None:
     assert counts[-1] == metric(after, "idmint_http_request_duration_seconds_count", route="/v1/id")
 
 
+def test_a_request_is_counted_under_its_route_whatever_its_answer(
+    metrics_server: IdmintServer,
+) -> None:
+    """405 and 413 are the route's (issue 35: a 405 was counted as ``other``); only a
+    path that names no route is ``other``."""
+    with metrics_server.client() as http:
+        before = scrape(http)
+        assert http.post("/v1/id").status_code == 405
+        assert http.delete("/v1/decode/0000000000004c97").status_code == 405
+        assert http.request("GET", "/v1/ids", content=b"count=5").status_code == 413
+        assert http.post("/nowhere").status_code == 405
+        assert http.get("/nowhere").status_code == 404
+        after = scrape(http)
+
+    def moved(route: str, code: str) -> float:
+        labels = {"route": route, "code": code}
+        return metric(after, "idmint_http_requests_total", **labels) - metric(
+            before, "idmint_http_requests_total", **labels
+        )
+
+    assert moved("/v1/id", "405") == 1
+    assert moved("/v1/decode", "405") == 1
+    assert moved("/v1/ids", "413") == 1
+    assert (moved("other", "405"), moved("other", "404")) == (1, 1)
+
+
 def test_metrics_labels_have_no_spaces_and_name_the_generator(metrics_server: IdmintServer) -> None:
     """Every label value is a bare token; the identity is split into its fields."""
     with metrics_server.client() as http:

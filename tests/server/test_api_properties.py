@@ -23,6 +23,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from idmint.server.app import ROUTES
+from idmint.server.config import ServerConfig
 from idmint.server.openapi import openapi_document
 
 if TYPE_CHECKING:
@@ -61,7 +63,7 @@ def session(api_schema: schemathesis.BaseSchema) -> Iterator[requests.Session]:
 # The operations, as the server describes them (the served document is this one: see
 # test_api.py's OpenAPI test); the negative mode only where a parameter can be invalid
 # (any string is a valid /static/{name}).
-_DOCUMENT = openapi_document(10_000)
+_DOCUMENT = openapi_document(ServerConfig(max_count=10_000), ROUTES)
 OPERATIONS = [
     pytest.param(path, method.upper(), mode, id=f"{method.upper()} {path} {mode}")
     for path, methods in _DOCUMENT["paths"].items()

@@ -309,7 +309,7 @@ def test_create_app_refuses_an_unknown_keyword_in_one_line() -> None:
 
 
 def test_create_app_takes_a_config_or_keywords_not_both() -> None:
-    assert create_app(ServerConfig(generators=2)).generator_count == 2
-    assert create_app(generators=3).generator_count == 3
+    assert create_app(ServerConfig(generators=2)).config.generators == 2
+    assert create_app(generators=3).config.generators == 3
     with pytest.raises(ConfigurationError, match="not both"):
         create_app(ServerConfig(), generators=2)

@@ -405,6 +405,11 @@ class ServerConfig:
         return self.sources.get(name, name)
 
     @property
+    def requires_token(self) -> bool:
+        """Whether ``/v1/*`` want a bearer token: one is given, or a file of them."""
+        return self.token is not None or self.token_file is not None
+
+    @property
     def limits(self) -> RequestLimits:
         return RequestLimits(request_timeout_s=self.request_timeout)
 
