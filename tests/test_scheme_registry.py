@@ -44,8 +44,9 @@ TIMESTAMP_SHIFT = LANE_SHIFT + LANE_BITS
 
 
 class Toy56(IdValue):
-    """A toy ID: 14 hex digits. Its layout, fields, text codec and build, and no more:
-    the base derives its ``bytes``, ``str()``, ``time`` and ``to_dict()``."""
+    """A toy ID: 14 hex digits. Its layout (where each field lies), fields, text codec
+    and build, and no more: the base derives the field properties, ``bytes``, ``str()``,
+    ``time`` and ``to_dict()``."""
 
     __slots__ = ()
     scheme = "toy56"
@@ -53,13 +54,21 @@ class Toy56(IdValue):
     _forms = "14 hex digits, 7 bytes or an int"
     summary = "7 bytes: ms, lane, sequence, 4-bit node; 256 IDs/ms"
     fields = (
-        Field(
-            "timestamp_ms", "ms since 1970-01-01 UTC", 0, (1 << TIMESTAMP_BITS) - 1, per_second=1000
+        Field.at(
+            "timestamp_ms",
+            "ms since 1970-01-01 UTC",
+            TIMESTAMP_SHIFT,
+            TIMESTAMP_BITS,
+            per_second=1000,
         ),
-        Field("lane", "toy lane", 0, (1 << LANE_BITS) - 1),
-        Field("sequence", "position within the ms", 0, (1 << SEQUENCE_BITS) - 1),
-        Field("node", "node ID", 0, (1 << NODE_BITS) - 1),
+        Field.at("lane", "toy lane", LANE_SHIFT, LANE_BITS),
+        Field.at("sequence", "position within the ms", SEQUENCE_SHIFT, SEQUENCE_BITS),
+        Field.at("node", "node ID", 0, NODE_BITS),
     )
+    timestamp_ms: int
+    lane: int
+    sequence: int
+    node: int
     text_pattern = "[0-9a-f]{14}"
     text_length = 14
     json_description = "A toy56 ID: 14 hex digits"
@@ -75,29 +84,9 @@ class Toy56(IdValue):
 
     @classmethod
     def build(cls, *, timestamp_ms: int, node: int, lane: int = 0, sequence: int = 0) -> Toy56:
-        cls._check_fields(timestamp_ms=timestamp_ms, lane=lane, sequence=sequence, node=node)
         return cls._trusted(
-            timestamp_ms << TIMESTAMP_SHIFT | lane << LANE_SHIFT | sequence << SEQUENCE_SHIFT | node
+            cls._packed(timestamp_ms=timestamp_ms, lane=lane, sequence=sequence, node=node)
         )
-
-    def _part(self, shift: int, bits: int) -> int:
-        return (self._int >> shift) & ((1 << bits) - 1)
-
-    @property
-    def timestamp_ms(self) -> int:
-        return self._int >> TIMESTAMP_SHIFT
-
-    @property
-    def lane(self) -> int:
-        return self._part(LANE_SHIFT, LANE_BITS)
-
-    @property
-    def sequence(self) -> int:
-        return self._part(SEQUENCE_SHIFT, SEQUENCE_BITS)
-
-    @property
-    def node(self) -> int:
-        return self._part(0, NODE_BITS)
 
 
 class Toy56Generator(TickGenerator[Toy56]):

@@ -143,12 +143,14 @@ def _command_in(argv: Sequence[str]) -> str | None:
 
 def _add_id_commands(commands: Any, *, generator_options: bool = True) -> None:
     """generate, decode, encode, schemes: the IDs themselves."""
-    generate = commands.add_parser(
+    generate = _command(
+        commands,
         "generate",
+        _cmd_generate,
         help="mint IDs, one per line",
         description="Mint IDs, one per line. With no identity option and no coordinator, "
         "each process claims a free identity on this host, so processes never share one.",
-        formatter_class=_HelpFormatter,
+        graceful=True,
     )
     generate.add_argument(
         "--scheme", choices=list(SCHEMES), default="uid64", help="the ID scheme (see `schemes`)"
@@ -156,9 +158,7 @@ def _add_id_commands(commands: Any, *, generator_options: bool = True) -> None:
     generate.add_argument(
         "--count", type=_positive_count, default=1, help="how many IDs; 0: until interrupted"
     )
-    generate.add_argument(
-        "--format", choices=["text", "json"], default="text", help="one text form or JSON per line"
-    )
+    _add_format(generate, "one text form or JSON per line")
     generate.add_argument(
         "--coordinator",
         metavar="URL",
@@ -171,7 +171,7 @@ def _add_id_commands(commands: Any, *, generator_options: bool = True) -> None:
         if generator_options
         else ()
     )
-    generate.set_defaults(handler=_cmd_generate, graceful=True, generator_options=names)
+    generate.set_defaults(generator_options=names)
     _add_decode_encode(commands)
 
 
@@ -333,12 +333,16 @@ def _read_with(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 def _add_fleet_commands(commands: Any, *, serve_options: bool = True) -> None:
     """serve, claims, discovery: the server and what is held in ZooKeeper or etcd."""
-    serve = commands.add_parser(
+    serve = _command(
+        commands,
         "serve",
+        _cmd_serve,
         help="run the ID server (HTTP API and web page)",
         description="Serve IDs over HTTP until SIGTERM/SIGINT, then finish in-flight "
         "requests and release claims. Each option can also be set by the environment "
         "variable named in its help; the option wins.",
+        # The server logs on stderr (waits for a coordinator included) and needs no stdout.
+        keeps_a_log=True,
     )
     names: tuple[str, ...] = ()
     if serve_options:
@@ -347,20 +351,16 @@ def _add_fleet_commands(commands: Any, *, serve_options: bool = True) -> None:
         names = _add_scheme_flags(
             serve.add_argument_group("scheme options"), _generator_options(identities=False)
         )
-    # The server logs on stderr (waits for a coordinator included) and needs no stdout.
-    serve.set_defaults(handler=_cmd_serve, keeps_a_log=True, generator_options=names)
+    serve.set_defaults(generator_options=names)
 
-    claims = commands.add_parser("claims", help="inspect claimed generator IDs")
-    claims_commands = claims.add_subparsers(
-        dest="claims_command", metavar="COMMAND", parser_class=_Parser
-    )
-    claims_commands.required = True
-    claims_list = claims_commands.add_parser(
+    claims_commands = _command_group(commands, "claims", "inspect claimed generator IDs")
+    claims_list = _command(
+        claims_commands,
         "list",
+        _cmd_claims_list,
         help="who holds which generator ID",
         description="List the held identities of a pool: who holds each, since when, and "
         "its high-water mark.",
-        formatter_class=_HelpFormatter,
     )
     claims_list.add_argument(
         "--coordinator",
@@ -368,21 +368,17 @@ def _add_fleet_commands(commands: Any, *, serve_options: bool = True) -> None:
         help="the pool to list: this host's (default, local://), zk://host:port/root or "
         "etcd://host:port/prefix",
     )
-    claims_list.add_argument(
-        "--format", choices=["text", "json"], default="text", help="a table or JSON lines"
-    )
-    claims_list.set_defaults(handler=_cmd_claims_list)
+    _add_format(claims_list, "a table or JSON lines")
 
-    discovery = commands.add_parser("discovery", help="service discovery in ZooKeeper")
-    discovery_commands = discovery.add_subparsers(
-        dest="discovery_command", metavar="COMMAND", parser_class=_Parser
-    )
-    discovery_commands.required = True
-    register = discovery_commands.add_parser(
+    discovery_commands = _command_group(commands, "discovery", "service discovery in ZooKeeper")
+    register = _command(
+        discovery_commands,
         "register",
+        _cmd_discovery_register,
         help="register an instance and hold it until interrupted",
         description="Claim a node ID, register an instance under it, print the node ID, "
         "and hold the registration until SIGTERM/SIGINT.",
+        graceful=True,
     )
     register.add_argument(
         "--coordinator", metavar="URL", required=True, help="the zk:// discovery tree"
@@ -404,32 +400,60 @@ def _add_fleet_commands(commands: Any, *, serve_options: bool = True) -> None:
         metavar="K=V",
         help="a key and value published with the instance (repeatable)",
     )
-    register.set_defaults(handler=_cmd_discovery_register, graceful=True)
-    listing = discovery_commands.add_parser(
+    listing = _command(
+        discovery_commands,
         "list",
+        _cmd_discovery_list,
         help="the registered services and endpoints",
         description="Print the registered instances by service, and the endpoints' nodes.",
-        formatter_class=_HelpFormatter,
     )
     listing.add_argument(
         "--coordinator", metavar="URL", required=True, help="the zk:// discovery tree"
     )
     listing.add_argument("--service", help="only this service type (default: every one)")
-    listing.add_argument(
-        "--format", choices=["text", "json"], default="text", help="text lines or one JSON object"
-    )
-    listing.set_defaults(handler=_cmd_discovery_list)
+    _add_format(listing, "text lines or one JSON object")
     _add_fetch(commands)
 
 
+def _add_format(parser: argparse.ArgumentParser, help_text: str, default: str = "text") -> None:
+    """``--format``: the text forms or JSON, ``default`` first."""
+    choices = sorted(("text", "json"), key=lambda choice: choice != default)
+    parser.add_argument("--format", choices=choices, default=default, help=help_text)
+
+
+def _command(
+    commands: Any, name: str, handler: Callable[..., int], help: str, **settings: Any
+) -> argparse.ArgumentParser:
+    """The command ``name``, run by ``handler(args, out)``: ``help`` in the list of
+    commands; ``settings``, its description and its defaults (``graceful``,
+    ``keeps_a_log``: see :func:`main`)."""
+    description = settings.pop("description", None)
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name, help=help, description=description, formatter_class=_HelpFormatter
+    )
+    parser.set_defaults(handler=handler, **settings)
+    return parser
+
+
+def _command_group(commands: Any, name: str, help_text: str) -> Any:
+    """A command of commands (``claims list``): the subparsers to add them to."""
+    group = commands.add_parser(name, help=help_text).add_subparsers(
+        dest=f"{name}_command", metavar="COMMAND", parser_class=_Parser
+    )
+    group.required = True
+    return group
+
+
 def _add_fetch(commands: Any) -> None:
-    fetch = commands.add_parser(
+    fetch = _command(
+        commands,
         "fetch",
+        _cmd_fetch,
         help="take IDs from ID servers (idmint serve), one per line",
         description="Take IDs from running ID servers through idmint.client: in batches, "
         "from the next server when one fails. Exits 69 when no server gives IDs in time, "
         "77 at once when the servers refuse the token.",
-        formatter_class=_HelpFormatter,
+        graceful=True,
     )
     where = fetch.add_mutually_exclusive_group(required=True)
     where.add_argument(
@@ -479,57 +503,55 @@ def _add_fetch(commands: Any) -> None:
         metavar="S",
         help="give up when no server has given IDs for S seconds",
     )
-    fetch.add_argument(
-        "--format", choices=["text", "json"], default="text", help="one text form or JSON per line"
-    )
-    fetch.set_defaults(handler=_cmd_fetch, graceful=True)
+    _add_format(fetch, "one text form or JSON per line")
 
 
 def _add_decode_encode(commands: Any) -> None:
-    decode = commands.add_parser(
+    decode = _command(
+        commands,
         "decode",
+        _cmd_decode,
         help="show what IDs are made of (JSON lines)",
         description="Decode IDs given as arguments, or one per line on stdin with '-'. The "
         "scheme is guessed only from a full-length form that allows one answer.",
-        formatter_class=_HelpFormatter,
     )
     decode.add_argument(
         "--scheme", choices=list(SCHEMES), help="the IDs' scheme (default: guessed from the shape)"
     )
     decode.add_argument("--node-bits", type=_integer, help=_node_bits_help())
-    decode.add_argument(
-        "--format", choices=["json", "text"], default="json", help="JSON lines or one line of text"
-    )
+    _add_format(decode, "JSON lines or one line of text", default="json")
     decode.add_argument("ids", nargs="*", metavar="ID", help="IDs, or - to read stdin")
-    decode.set_defaults(handler=_cmd_decode)
 
-    encode = commands.add_parser(
+    encode = _command(
+        commands,
         "encode",
+        _cmd_encode,
         help="make an ID from its fields",
         description="Make an ID from its fields; `idmint schemes` lists each scheme's.",
-        formatter_class=_HelpFormatter,
     )
     encode.add_argument("--scheme", choices=list(SCHEMES), required=True, help="the ID scheme")
     names = _add_scheme_flags(encode, _build_options())
-    encode.add_argument(
-        "--format", choices=["text", "json"], default="text", help="the text form or JSON"
-    )
-    encode.set_defaults(handler=_cmd_encode, fields=names)
+    _add_format(encode, "the text form or JSON")
+    encode.set_defaults(fields=names)
 
-    schemes = commands.add_parser(
-        "schemes", help="list the ID schemes", description="The ID schemes, with their options."
+    _command(
+        commands,
+        "schemes",
+        _cmd_schemes,
+        help="list the ID schemes",
+        description="The ID schemes, with their options.",
     )
-    schemes.set_defaults(handler=_cmd_schemes)
 
-    completion = commands.add_parser(
+    completion = _command(
+        commands,
         "completion",
+        _cmd_completion,
         help="print a shell completion script",
         description="Print a completion script for bash or zsh, e.g. "
         "`idmint completion bash > ~/.local/share/bash-completion/completions/idmint`, or "
         "`source <(idmint completion zsh)` in ~/.zshrc.",
     )
     completion.add_argument("shell", choices=["bash", "zsh"], help="the shell")
-    completion.set_defaults(handler=_cmd_completion)
 
 
 def _node_bits_help() -> str:

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from tests.cli_process import run_idmint
+from tests.cli_process import ps, run_idmint
 from tests.server.server_helpers import (
     LOOPBACK,
     IdmintServer,
@@ -562,12 +562,7 @@ def test_metrics_build_info_and_process(metrics_server: IdmintServer) -> None:
     assert metric(samples, "process_resident_memory_bytes") == pytest.approx(
         resident_pages * page_size, rel=0.25
     )
-    elapsed = subprocess.run(
-        ["ps", "-o", "etimes=", "-p", str(metrics_server.pid)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    elapsed = ps("-o", "etimes=", "-p", str(metrics_server.pid))
     started = time.time() - int(elapsed)
     assert metric(samples, "process_start_time_seconds") == pytest.approx(started, abs=3)
     assert metric(samples, "process_cpu_seconds_total") > 0

@@ -56,6 +56,20 @@ class Field:
     """For the field that counts time: its units per second (1000: ms since
     1970-01-01 UTC). An ID's ``time``, and the ``time`` of ``to_dict()``, are read
     from it; 0 for every other field."""
+    shift: int | None = None
+    """Where a field that stands in the int as it is lies: ``bits`` bits from bit
+    ``shift`` up, holding the value less ``low``. :class:`IdValue` then derives the
+    field's property, and ``_packed`` puts it in place. None: the scheme writes the
+    property (a field split in parts or stored transformed, as uid64's)."""
+    bits: int = 0
+
+    @classmethod
+    def at(
+        cls, name: str, about: str, shift: int, bits: int, *, low: int = 0, **more: Any
+    ) -> Field:
+        """A field standing as it is in ``bits`` bits from bit ``shift``: it holds
+        ``low`` and the ``2**bits - 1`` values above."""
+        return cls(name, about, low, low + (1 << bits) - 1, shift=shift, bits=bits, **more)
 
 
 class IdValue:
@@ -106,6 +120,9 @@ class IdValue:
                 raise TypeError(f"{cls.__name__}: one decoded field must count time (per_second)")
             cls._time_field = timed[0]
             cls._decoded = tuple(field for field in cls.fields if field.decoded)
+            for field in cls.fields:
+                if field.shift is not None and not hasattr(cls, field.name):
+                    setattr(cls, field.name, _field_property(field))
 
     def __new__(cls: type[IdT], value: object) -> IdT:
         return cls.parse(value)
@@ -157,6 +174,18 @@ class IdValue:
         for name, value in values.items():
             field = cls.field(name)
             check_field(cls.scheme, name, value, field.low, field.high)
+
+    @classmethod
+    def _packed(cls, **values: int) -> int:
+        """The int of ``values``, each checked against its field's range and put where
+        its field lies (every field named has a ``shift``)."""
+        cls._check_fields(**values)
+        packed = 0
+        for name, value in values.items():
+            field = cls.field(name)
+            assert field.shift is not None, name
+            packed |= (value - field.low) << field.shift
+        return packed
 
     @classmethod
     def build_fields(cls) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -300,6 +329,15 @@ class IdValue:
     def bytes(self) -> bytes:
         """The ID as big-endian bytes."""
         return self._int.to_bytes(self._byte_length, "big")
+
+
+def _field_property(field: Field) -> property:
+    """A property reading ``field`` where it lies in the int (its ``shift``)."""
+    assert field.shift is not None
+    shift, mask, low = field.shift, (1 << field.bits) - 1, field.low
+    if low:
+        return property(lambda self: low + ((self._int >> shift) & mask), doc=field.about)
+    return property(lambda self: (self._int >> shift) & mask, doc=field.about)
 
 
 def coerce_id(

@@ -63,7 +63,15 @@ class Elastic64(IdValue):
         f"2**({LOW_BITS}-bits) IDs/ms"
     )
     fields = (
-        Field("timestamp_ms", "ms since 1970-01-01 UTC", 0, MAX_TIMESTAMP_MS, per_second=1000),
+        Field(
+            "timestamp_ms",
+            "ms since 1970-01-01 UTC",
+            0,
+            MAX_TIMESTAMP_MS,
+            per_second=1000,
+            shift=TIMESTAMP_SHIFT,
+            bits=64 - TIMESTAMP_SHIFT,
+        ),
         Field("burst", "position within the ms", 0, (1 << (LOW_BITS - MIN_NODE_BITS)) - 1),
         Field("node", "node ID", 0, (1 << MAX_NODE_BITS) - 1),
         Field("node_bits", "node-ID width", MIN_NODE_BITS, MAX_NODE_BITS),
@@ -170,14 +178,12 @@ class Elastic64(IdValue):
             (timestamp_ms << TIMESTAMP_SHIFT) | (burst << node_bits) | node, node_bits
         )
 
-    # -- fields -------------------------------------------------------------
+    # -- fields (timestamp_ms, which stands as it is, is made from its) -------------
+    timestamp_ms: int
+
     @property
     def node_bits(self) -> int:
         return self._node_bits
-
-    @property
-    def timestamp_ms(self) -> int:
-        return self._int >> TIMESTAMP_SHIFT
 
     @property
     def burst(self) -> int:

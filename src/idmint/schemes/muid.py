@@ -54,10 +54,20 @@ class Muid(IdValue):
     _forms = "32 hex digits (or 14-13-5 dashed), 16 bytes or an int"
     summary = "16 bytes: us, random medallion, offset in a transaction"
     fields = (
-        Field("timestamp_us", "us since 1970-01-01 UTC", 0, MAX_TIMESTAMP_US, per_second=1_000_000),
-        Field("medallion", "medallion", 0, MAX_MEDALLION),
-        Field("offset", "offset within a transaction", 0, MAX_OFFSET),
+        Field.at(
+            "timestamp_us",
+            "us since 1970-01-01 UTC",
+            TIMESTAMP_SHIFT,
+            TIMESTAMP_BITS,
+            per_second=1_000_000,
+        ),
+        Field.at("medallion", "medallion", MEDALLION_SHIFT, MEDALLION_BITS),
+        Field.at("offset", "offset within a transaction", 0, OFFSET_BITS),
     )
+    # The fields, as properties (made from the fields above).
+    timestamp_us: int
+    medallion: int
+    offset: int
     text_pattern = "[0-9A-Fa-f]{32}|" + "-".join(f"[0-9A-Fa-f]{{{n}}}" for n in _DASHED_GROUPS)
     text_length = sum(_DASHED_GROUPS) + len(_DASHED_GROUPS) - 1  # the dashed form
     json_description = "A muid: 32 hex digits (also read: the dashed 14-13-5 form)"
@@ -84,21 +94,9 @@ class Muid(IdValue):
     @classmethod
     def build(cls, *, timestamp_us: int, medallion: int, offset: int = 0) -> Muid:
         """Make the muid with these fields; every field is range-checked."""
-        cls._check_fields(timestamp_us=timestamp_us, medallion=medallion, offset=offset)
-        return cls._trusted(timestamp_us << TIMESTAMP_SHIFT | medallion << MEDALLION_SHIFT | offset)
-
-    @property
-    def timestamp_us(self) -> int:
-        """Microseconds since the Unix epoch."""
-        return self._int >> TIMESTAMP_SHIFT
-
-    @property
-    def medallion(self) -> int:
-        return (self._int >> MEDALLION_SHIFT) & MAX_MEDALLION
-
-    @property
-    def offset(self) -> int:
-        return self._int & MAX_OFFSET
+        return cls._trusted(
+            cls._packed(timestamp_us=timestamp_us, medallion=medallion, offset=offset)
+        )
 
     @property
     def dashed(self) -> str:

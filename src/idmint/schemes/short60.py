@@ -118,24 +118,30 @@ class Short60(IdValue):
         f"{MAX_SEQUENCE + 1} IDs/ms"
     )
     fields = (
-        Field(
+        Field.at(
             "timestamp_ms",
             "ms since 1970-01-01 UTC",
-            EPOCH_MS,
-            EPOCH_MS + MAX_ELAPSED_MS,
+            TIMESTAMP_SHIFT,
+            TIMESTAMP_BITS,
+            low=EPOCH_MS,  # stored as the ms since uexky's epoch
             per_second=1000,
         ),
-        Field("sequence", "position within the ms", 0, MAX_SEQUENCE),
-        Field("node", "node ID", 0, MAX_NODE),
-        Field(
+        Field.at("sequence", "position within the ms", SEQUENCE_SHIFT, SEQUENCE_BITS),
+        Field.at("node", "node ID", 0, NODE_BITS),
+        Field.at(
             "random",
             f"the low {RANDOM_BITS} bits under uexky's name (same as node)",
             0,
-            MAX_RANDOM,
+            RANDOM_BITS,
             decoded=False,
         ),
         Field("int", "the ID as an int", 0, MAX_VALUE),
     )
+    # The fields with a place, as properties (made from the fields above).
+    timestamp_ms: int
+    sequence: int
+    node: int
+    random: int
     text_pattern = f"[A-Za-z0-9_-]{{1,{MAX_DISPLAY_LENGTH}}}"
     text_length = MAX_DISPLAY_LENGTH
     json_description = f"A short60 ID: 1 to {MAX_DISPLAY_LENGTH} base-64 characters"
@@ -187,7 +193,6 @@ class Short60(IdValue):
 
         ``node`` and ``random`` name the same low 9 bits; give one of them.
         """
-        cls._check_fields(timestamp_ms=timestamp_ms, sequence=sequence)
         if node is not None:
             if random:
                 raise InvalidId(
@@ -197,29 +202,9 @@ class Short60(IdValue):
                 )
             cls._check_fields(node=node)
             random = node
-        cls._check_fields(random=random)
         return cls._trusted(
-            (timestamp_ms - EPOCH_MS) << TIMESTAMP_SHIFT | sequence << SEQUENCE_SHIFT | random
+            cls._packed(timestamp_ms=timestamp_ms, sequence=sequence, random=random)
         )
-
-    @property
-    def timestamp_ms(self) -> int:
-        """Milliseconds since the Unix epoch (the field itself counts from 2018-03-01)."""
-        return (self._int >> TIMESTAMP_SHIFT) + EPOCH_MS
-
-    @property
-    def sequence(self) -> int:
-        return (self._int >> SEQUENCE_SHIFT) & MAX_SEQUENCE
-
-    @property
-    def node(self) -> int:
-        """The low 9 bits: the minting generator's node ID (random bits from uexky)."""
-        return self._int & MAX_NODE
-
-    @property
-    def random(self) -> int:
-        """The low 9 bits under uexky's name for them (the same as :attr:`node`)."""
-        return self._int & MAX_RANDOM
 
     @property
     def display(self) -> str:

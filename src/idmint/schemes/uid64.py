@@ -117,9 +117,9 @@ def identity_bits(generator: int, cluster: int, mode: Mode) -> int:
 def _fields(max_generator: int) -> tuple[Field, ...]:
     return (
         Field("timestamp_ms", "ms since 1970-01-01 UTC", 0, MAX_TIMESTAMP_MS, per_second=1000),
-        Field("sequence", "position within the ms", 0, MAX_SEQUENCE),
+        Field.at("sequence", "position within the ms", SEQUENCE_SHIFT, SEQUENCE_BITS),
         Field("generator", "generator ID", 0, max_generator),
-        Field("cluster", "cluster ID", 0, MAX_CLUSTER),
+        Field.at("cluster", "cluster ID", 0, CLUSTER_BITS),
         Field("mode", "bit layout", choices=tuple(mode.value for mode in Mode)),
     )
 
@@ -174,7 +174,10 @@ class _EightByteId(IdValue):
         """``mode`` read, where the layout has it (uid64-v1 has spread only)."""
         return Mode.parse(mode, cls.scheme)
 
-    # -- fields -------------------------------------------------------------
+    # -- fields (sequence and cluster, which stand as they are, are made from theirs) ---
+    sequence: int
+    cluster: int
+
     @property
     def mode(self) -> Mode:
         return Mode.TIME_SEQUENTIAL if self._int & MODE_BIT else Mode.SPREAD
@@ -186,17 +189,9 @@ class _EightByteId(IdValue):
         return field if self._int & MODE_BIT else reverse42(field)
 
     @property
-    def sequence(self) -> int:
-        return (self._int >> SEQUENCE_SHIFT) & MAX_SEQUENCE
-
-    @property
     def generator(self) -> int:
         low = self._int & 0xFFFF
         return ((low & 0xE000) >> 5) | ((low >> 4) & 0xFF)
-
-    @property
-    def cluster(self) -> int:
-        return self._int & MAX_CLUSTER
 
     @property
     def hex(self) -> str:

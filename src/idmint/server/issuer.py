@@ -176,49 +176,55 @@ class Issuer:
                 if (claim := _claim_of(g)) is not None
             ]
 
-        return [
-            Family(
+        generators: list[tuple[str, str, str, Callable[[Generator], float]]] = [
+            (
                 "idmint_ids_issued_total",
                 "counter",
                 "IDs issued by the server's generators.",
-                per_generator(lambda g: g.issued),
+                lambda g: g.issued,
             ),
-            Family(
+            (
                 "idmint_clock_waits_total",
                 "counter",
                 "Waits for the clock (tick used up or clock behind).",
-                per_generator(lambda g: g.clock_waits),
+                lambda g: g.clock_waits,
             ),
-            Family(
+            (
                 "idmint_clock_steps_back_total",
                 "counter",
                 "Times the clock was seen behind the newest tick.",
-                per_generator(lambda g: g.clock_steps_back),
+                lambda g: g.clock_steps_back,
             ),
-            Family(
+            (
                 "idmint_claim_usable",
                 "gauge",
                 "1 while the generator's claim lets it issue IDs.",
-                per_generator(lambda g: int(_usable(g))),
+                lambda g: int(_usable(g)),
             ),
-            Family(
+        ]
+        claims: list[tuple[str, str, Callable[[Claim], float]]] = [
+            (
                 "idmint_claim_renewals_total",
-                "counter",
                 "Successful claim renewals (each records a new high-water mark).",
-                per_claim(lambda claim: claim.renewals),
+                lambda claim: claim.renewals,
             ),
-            Family(
+            (
                 "idmint_claim_renewal_failures_total",
-                "counter",
                 "Claim renewals that failed (coordinator unreachable or slow).",
-                per_claim(lambda claim: claim.renewal_failures),
+                lambda claim: claim.renewal_failures,
             ),
-            Family(
+            (
                 "idmint_claim_losses_total",
-                "counter",
                 "Claims found gone while held (session expired, lease revoked).",
-                per_claim(lambda claim: claim.losses),
+                lambda claim: claim.losses,
             ),
+        ]
+        return [
+            *(
+                Family(name, kind, text, per_generator(read))
+                for name, kind, text, read in generators
+            ),
+            *(Family(name, "counter", text, per_claim(read)) for name, text, read in claims),
         ]
 
 
