@@ -200,7 +200,7 @@ class _EveryReadingANewMillisecond:
 def serve_unwaited(generators: int) -> int:
     """``idmint serve --generators N`` whose generators never wait (the CPU floor)."""
     from idmint.generate import Uid64Generator
-    from idmint.server import app, run
+    from idmint.server import issuer, run
 
     def unclaimed(scheme: str, count: int, *_: Any, **__: Any) -> list[Uid64Generator]:
         assert scheme == "uid64"
@@ -211,7 +211,7 @@ def serve_unwaited(generators: int) -> int:
     def announce(port: int) -> None:
         print(f"unwaited server: open http://127.0.0.1:{port}/", flush=True)
 
-    app.new_generators = unclaimed  # type: ignore[attr-defined,assignment]
+    issuer.new_generators = unclaimed  # type: ignore[attr-defined,assignment]
     return run.serve(host="127.0.0.1", port=0, generators=generators, announce=announce)
 
 

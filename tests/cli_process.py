@@ -18,14 +18,22 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import IO, TypeVar
 
 from tests.servers import wait_until
 
-__all__ = ["ERROR_PREFIX", "CliProcess", "assert_one_error_line", "now_ms", "run_idmint"]
+__all__ = [
+    "ERROR_PREFIX",
+    "CliProcess",
+    "ClosedOnExit",
+    "assert_one_error_line",
+    "end_child",
+    "now_ms",
+    "ps",
+    "run_idmint",
+]
 
-P = TypeVar("P", bound="CliProcess")
+C = TypeVar("C", bound="ClosedOnExit")
 
 
 def now_ms() -> int:
@@ -36,8 +44,11 @@ def _idmint_argv(args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "idmint", *args]
 
 
-def run_idmint(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    """Run ``idmint ARGS`` to completion and return what it printed."""
+def run_idmint(
+    *args: str, timeout: float = 60.0, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``idmint ARGS`` to completion (``env`` added to the test's environment) and
+    return what it printed."""
     return subprocess.run(
         _idmint_argv(args),
         capture_output=True,
@@ -45,7 +56,13 @@ def run_idmint(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess
         timeout=timeout,
         check=False,
         stdin=subprocess.DEVNULL,
+        env=None if env is None else {**os.environ, **env},
     )
+
+
+def ps(*options: str) -> str:
+    """What ``ps OPTIONS`` prints (``ps -o etimes= -p PID``: how long PID has run)."""
+    return subprocess.run(["ps", *options], capture_output=True, text=True, check=True).stdout
 
 
 ERROR_PREFIX = "idmint: error: "
@@ -61,7 +78,35 @@ def assert_one_error_line(stderr: str) -> str:
     return lines[0]
 
 
-class CliProcess:
+class ClosedOnExit:
+    """A context manager whose block ends with its :meth:`close`."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: C) -> C:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def end_child(popen: subprocess.Popen[str], drains: Sequence[threading.Thread]) -> None:
+    """Kill ``popen`` if it still runs, wait for it, join the threads that drain its
+    pipes and close them."""
+    if popen.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            popen.send_signal(signal.SIGCONT)  # a stopped process cannot die
+            popen.kill()
+        popen.wait(10)
+    for thread in drains:
+        thread.join(timeout=10)
+    for stream in (popen.stdout, popen.stderr):
+        if stream is not None:
+            stream.close()
+
+
+class CliProcess(ClosedOnExit):
     """``python -m idmint ARGS`` running, its stdout and stderr drained by threads.
 
     ``lines`` holds stdout's lines as they arrive and ``arrivals`` the monotonic time
@@ -181,23 +226,4 @@ class CliProcess:
         if self._session:  # whatever it started in its group goes with it
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, signal.SIGKILL)
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.send_signal(signal.SIGCONT)  # a stopped process cannot die
-                self.popen.kill()
-            self.popen.wait(10)
-        self._join()
-        for stream in (self.popen.stdout, self.popen.stderr):
-            if stream is not None:
-                stream.close()
-
-    def __enter__(self: P) -> P:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
+        end_child(self.popen, self._threads)

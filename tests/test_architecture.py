@@ -3,6 +3,8 @@
 * No import circle anywhere in ``src/idmint`` (imports inside functions and under
   ``TYPE_CHECKING`` count: a circle is a circle however late it closes).
 * Arrows point down: each part imports only the parts below it.
+* A part's private modules (``schemes._base``) are imported only inside the part.
+* A route of the server is declared once, in its route list.
 * Coordinators are found by URL scheme in package metadata and nowhere else: no
   table of ``module:Class`` targets in the code, and no code outside a driver
   picks behaviour by comparing a URL's scheme with a name.
@@ -143,6 +145,46 @@ def test_the_faces_do_not_import_each_other_but_through_the_factory() -> None:
         if _part(module) in ("server", "client", "testing"):
             faces = {_part(t) for t in imported} & (FACES - {_part(module), "__init__"})
             assert not faces, f"{module} imports the faces {faces}"
+
+
+PUBLIC_FACES_OF_PRIVATE_MODULES = {("idmint.pydantic", "idmint.schemes._pydantic")}
+"""``idmint.pydantic`` is what ``schemes._pydantic`` shows the world: the schemes'
+package cannot name it, since importing it imports pydantic."""
+
+
+def test_a_parts_private_modules_are_imported_only_inside_it() -> None:
+    # ``schemes._base`` is the schemes' own: the rest asks ``idmint.schemes`` for its names.
+    reached_in = sorted(
+        f"{module} imports {target}"
+        for module, imported in GRAPH.items()
+        for target in imported
+        if target.rpartition(".")[2].startswith("_")
+        and target.count(".") > 1
+        and _part(target) != _part(module)
+        and (module, target) not in PUBLIC_FACES_OF_PRIVATE_MODULES
+    )
+    assert not reached_in, reached_in
+
+
+def test_a_route_of_the_server_is_declared_once() -> None:
+    # The route list makes the dispatch, the metrics label and /openapi.json: a path
+    # written anywhere else in the server is a route kept in two places. ("/" is left
+    # out: it is every other path's first character.)
+    from idmint.server.app import ROUTES
+
+    names = {
+        name
+        for route in ROUTES
+        for name in (route.path, route.prefix, route.label)
+        if name is not None and name != "/"
+    }
+    written: dict[str, list[str]] = defaultdict(list)
+    for module, path in MODULES.items():
+        if _part(module) == "server":
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Constant) and node.value in names:
+                    written[node.value].append(f"{module}:{node.lineno}")
+    assert {name: places for name, places in written.items() if len(places) > 1} == {}
 
 
 # -- drivers: by scheme, in package metadata, nowhere else -------------------------------

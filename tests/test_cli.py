@@ -264,36 +264,23 @@ def test_generate_rejects_options_of_other_schemes_installed() -> None:
 
 # A few golden rows per scheme: (scheme, id, node_bits, fields other than scheme/id/time)
 DECODE_VECTORS: list[tuple[str, str, int | None, dict[str, Any]]] = []
-for _row in load_rows("uid64.csv")[:6]:
-    DECODE_VECTORS.append(
-        (
-            "uid64",
-            _row["hex"],
-            None,
-            {
-                "timestamp_ms": int(_row["timestamp_ms"]),
-                "sequence": int(_row["sequence"]),
-                "generator": int(_row["generator"]),
-                "cluster": int(_row["cluster"]),
-                "mode": _row["mode"].lower().replace("_", "-"),
-            },
+for _scheme, _file, _taken in (("uid64", "uid64.csv", 6), ("uid64-v1", "uid64_v1.csv", 4)):
+    for _row in load_rows(_file)[:_taken]:
+        DECODE_VECTORS.append(
+            (
+                _scheme,
+                _row["hex"],
+                None,
+                {
+                    **{
+                        key: int(_row[key])
+                        for key in ("timestamp_ms", "sequence", "generator", "cluster")
+                    },
+                    # uid64-v1 IDs are always spread: its vectors have no mode column.
+                    "mode": _row.get("mode", "SPREAD").lower().replace("_", "-"),
+                },
+            )
         )
-    )
-for _row in load_rows("uid64_v1.csv")[:4]:
-    DECODE_VECTORS.append(
-        (
-            "uid64-v1",
-            _row["hex"],
-            None,
-            {
-                "timestamp_ms": int(_row["timestamp_ms"]),
-                "sequence": int(_row["sequence"]),
-                "generator": int(_row["generator"]),
-                "cluster": int(_row["cluster"]),
-                "mode": "spread",
-            },
-        )
-    )
 for _row in load_rows("muid.csv")[:4]:
     DECODE_VECTORS.append(
         (

@@ -28,8 +28,9 @@ from idmint.errors import ConfigurationError, InvalidId
 from idmint.factory import IDENTITY_OPTIONS, SCHEME_OPTIONS, new_generator, new_generators
 from idmint.generate.core import DEFAULT_MAX_CLOCK_WAIT_MS, Claim, TickGenerator
 from idmint.generate.generators import GENERATORS
-from idmint.schemes import SCHEMES, Field, IdValue, parse_id
-from idmint.schemes._base import check_field, int_from_hex, iso_ms, time_from_ms
+from idmint.schemes import SCHEMES, Field, IdValue, int_from_hex, parse_id
+from idmint.server.app import ROUTES
+from idmint.server.config import ServerConfig
 from idmint.server.openapi import openapi_document
 
 SOURCE = Path(idmint.__file__).parent
@@ -43,20 +44,31 @@ TIMESTAMP_SHIFT = LANE_SHIFT + LANE_BITS
 
 
 class Toy56(IdValue):
-    """A toy ID: 14 hex digits."""
+    """A toy ID: 14 hex digits. Its layout (where each field lies), fields, text codec
+    and build, and no more: the base derives the field properties, ``bytes``, ``str()``,
+    ``time`` and ``to_dict()``."""
 
     __slots__ = ()
     scheme = "toy56"
+    bits = 56
     _forms = "14 hex digits, 7 bytes or an int"
-    _byte_length = 7
-    _max_int = (1 << 56) - 1
     summary = "7 bytes: ms, lane, sequence, 4-bit node; 256 IDs/ms"
     fields = (
-        Field("timestamp_ms", "ms since 1970-01-01 UTC", 0, (1 << TIMESTAMP_BITS) - 1),
-        Field("lane", "toy lane", 0, (1 << LANE_BITS) - 1),
-        Field("sequence", "position within the ms", 0, (1 << SEQUENCE_BITS) - 1),
-        Field("node", "node ID", 0, (1 << NODE_BITS) - 1),
+        Field.at(
+            "timestamp_ms",
+            "ms since 1970-01-01 UTC",
+            TIMESTAMP_SHIFT,
+            TIMESTAMP_BITS,
+            per_second=1000,
+        ),
+        Field.at("lane", "toy lane", LANE_SHIFT, LANE_BITS),
+        Field.at("sequence", "position within the ms", SEQUENCE_SHIFT, SEQUENCE_BITS),
+        Field.at("node", "node ID", 0, NODE_BITS),
     )
+    timestamp_ms: int
+    lane: int
+    sequence: int
+    node: int
     text_pattern = "[0-9a-f]{14}"
     text_length = 14
     json_description = "A toy56 ID: 14 hex digits"
@@ -67,55 +79,20 @@ class Toy56(IdValue):
         return cls.from_int(int_from_hex(cls.scheme, text.strip(), cls.text_length))
 
     @classmethod
+    def text_of_int(cls, value: int) -> str:
+        return f"{value:014x}"
+
+    @classmethod
     def build(cls, *, timestamp_ms: int, node: int, lane: int = 0, sequence: int = 0) -> Toy56:
-        for field, value in zip(cls.fields, (timestamp_ms, lane, sequence, node), strict=True):
-            check_field(cls.scheme, field.name, value, field.low, field.high)
         return cls._trusted(
-            timestamp_ms << TIMESTAMP_SHIFT | lane << LANE_SHIFT | sequence << SEQUENCE_SHIFT | node
+            cls._packed(timestamp_ms=timestamp_ms, lane=lane, sequence=sequence, node=node)
         )
-
-    def _part(self, shift: int, bits: int) -> int:
-        return (self._int >> shift) & ((1 << bits) - 1)
-
-    @property
-    def timestamp_ms(self) -> int:
-        return self._int >> TIMESTAMP_SHIFT
-
-    @property
-    def lane(self) -> int:
-        return self._part(LANE_SHIFT, LANE_BITS)
-
-    @property
-    def sequence(self) -> int:
-        return self._part(SEQUENCE_SHIFT, SEQUENCE_BITS)
-
-    @property
-    def node(self) -> int:
-        return self._part(0, NODE_BITS)
-
-    @property
-    def time(self) -> _dt.datetime:
-        return time_from_ms(self.timestamp_ms)
-
-    def __str__(self) -> str:
-        return f"{self._int:014x}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "scheme": self.scheme,
-            "id": str(self),
-            "time": iso_ms(self.timestamp_ms),
-            "timestamp_ms": self.timestamp_ms,
-            "lane": self.lane,
-            "sequence": self.sequence,
-            "node": self.node,
-        }
 
 
 class Toy56Generator(TickGenerator[Toy56]):
-    """Mints toy56 IDs in lane 0 for one 4-bit node ID, claimed in the node-ID space."""
+    """Mints toy56 IDs in one lane for one 4-bit node ID, claimed in the node-ID space."""
 
-    __slots__ = ("_node",)
+    __slots__ = ("_lane", "_node")
     id_type = Toy56
     identity_fields = ("node",)
     space = "node"
@@ -123,6 +100,7 @@ class Toy56Generator(TickGenerator[Toy56]):
     def __init__(
         self,
         node: int | None = None,
+        lane: int = 0,
         *,
         claim: Claim | None = None,
         clock: idmint.generate.Clock | None = None,
@@ -136,6 +114,7 @@ class Toy56Generator(TickGenerator[Toy56]):
             claim=claim,
         )
         self._node = 0
+        self._lane = lane
         if claim is not None:
             grant = claim.wait()
             with self._lock:
@@ -149,7 +128,7 @@ class Toy56Generator(TickGenerator[Toy56]):
         self._node = self.checked_identity(identity)["node"]
 
     def _base_for_tick(self, tick: int) -> int:
-        return tick << TIMESTAMP_SHIFT | self._node
+        return tick << TIMESTAMP_SHIFT | self._lane << LANE_SHIFT | self._node
 
 
 @pytest.fixture
@@ -169,6 +148,50 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
 # -- the toy scheme everywhere ---------------------------------------------------------
 
 
+def test_a_scheme_that_declares_its_fields_and_codec_shows_every_view() -> None:
+    toy = Toy56.build(timestamp_ms=1_700_000_000_123, lane=2, sequence=17, node=9)
+    assert str(toy) == f"{int(toy):014x}"
+    assert toy.bytes == int(toy).to_bytes(7, "big")
+    assert Toy56.from_bytes(toy.bytes) == toy == Toy56(str(toy)) == Toy56(int(toy))
+    assert toy.time == _dt.datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=_dt.timezone.utc)
+    assert toy.to_dict() == {
+        "scheme": "toy56",
+        "id": str(toy),
+        "time": "2023-11-14T22:13:20.123Z",
+        "timestamp_ms": 1_700_000_000_123,
+        "lane": 2,
+        "sequence": 17,
+        "node": 9,
+    }
+    assert repr(toy) == f"Toy56('{toy}')"
+    with pytest.raises(InvalidId, match="expected 7 bytes"):
+        Toy56.from_bytes(bytes(8))
+    with pytest.raises(InvalidId, match="out of range"):
+        Toy56.from_int(1 << 56)
+
+
+def test_a_scheme_must_say_which_field_counts_time() -> None:
+    with pytest.raises(TypeError, match="one decoded field must count time"):
+
+        class Timeless(IdValue):
+            __slots__ = ()
+            fields = (Field("count", "a count", 0, 9),)
+
+
+def _subclasses(cls: type[IdValue]) -> list[type[IdValue]]:
+    return [each for sub in cls.__subclasses__() for each in (sub, *_subclasses(sub))]
+
+
+@pytest.mark.parametrize("view", ["time", "bytes", "__str__", "to_dict"])
+def test_the_views_of_an_id_are_defined_once_in_the_base(view: str) -> None:
+    redefined = [
+        f"{id_type.__module__}.{id_type.__qualname__}"
+        for id_type in _subclasses(IdValue)
+        if id_type.__module__.startswith("idmint.") and view in vars(id_type)
+    ]
+    assert redefined == [], f"{view} is derived from the declared fields in IdValue"
+
+
 @pytest.mark.usefixtures("toy")
 def test_a_registered_scheme_is_listed_by_idmint_schemes(
     capsys: pytest.CaptureFixture[str],
@@ -177,7 +200,7 @@ def test_a_registered_scheme_is_listed_by_idmint_schemes(
     assert status == 0
     lines = {line.split()[0]: line for line in out.splitlines()}
     assert list(lines) == list(SCHEMES)
-    assert lines["toy56"].endswith(f"{Toy56.summary} (generate: --node)")
+    assert lines["toy56"].endswith(f"{Toy56.summary} (generate: --node --lane)")
 
 
 @pytest.mark.usefixtures("toy")
@@ -186,7 +209,9 @@ def test_a_registered_scheme_is_encoded_with_flags_from_its_fields(
 ) -> None:
     with pytest.raises(SystemExit):
         run_cli(capsys, "encode", "--help")
-    assert re.search(r"--lane LANE\s+toy lane \(toy56\)", capsys.readouterr().out)
+    assert re.search(
+        r"--lane LANE\s+toy lane \(toy56: 0\.\.3; default 0\)", capsys.readouterr().out
+    )
 
     status, out, err = run_cli(
         capsys, "encode", "--scheme", "toy56", "--timestamp-ms", "1700000000000", "--node", "9",
@@ -213,7 +238,7 @@ def test_a_registered_scheme_is_encoded_with_flags_from_its_fields(
 
 @pytest.mark.usefixtures("toy")
 def test_a_registered_scheme_is_in_the_openapi_document() -> None:
-    schemas = openapi_document(10)["components"]["schemas"]
+    schemas = openapi_document(ServerConfig(max_count=10), ROUTES)["components"]["schemas"]
     decoded = schemas["DecodedToy56"]
     assert decoded["properties"]["scheme"] == {"type": "string", "enum": ["toy56"]}
     assert decoded["required"] == list(Toy56.build(timestamp_ms=0, node=0).to_dict())
@@ -251,7 +276,7 @@ def test_a_registered_scheme_mints_through_new_generator(
     with pytest.raises(ConfigurationError, match="toy56 generators take no medallion option"):
         new_generator("toy56", medallion=5)
     assert IDENTITY_OPTIONS["toy56"] == ("node",)
-    assert SCHEME_OPTIONS["toy56"] == {"node"}
+    assert SCHEME_OPTIONS["toy56"] == {"node", "lane"}
 
     status, out, err = run_cli(capsys, "generate", "--scheme", "toy56", "--count", "3")
     assert (status, err) == (0, "")
@@ -261,6 +286,18 @@ def test_a_registered_scheme_mints_through_new_generator(
     status, out, _ = run_cli(capsys, "decode", "--scheme", "toy56", "--format", "json", texts[0])
     assert status == 0
     assert json.loads(out) == Toy56.from_text(texts[0]).to_dict()
+    # The generator's own option is a flag of generate's, checked by the factory.
+    status, out, err = run_cli(capsys, "generate", "--scheme", "toy56", "--lane", "2")
+    assert (status, err) == (0, "")
+    assert Toy56.from_text(out.strip()).lane == 2
+    status, _, err = run_cli(capsys, "generate", "--scheme", "muid", "--lane", "2")
+    assert status == 2
+    assert err == "idmint: error: muid generators take no lane option; it applies to toy56\n"
+    with pytest.raises(SystemExit):
+        run_cli(capsys, "generate", "--help")
+    assert re.search(
+        r"--lane LANE\s+toy lane \(toy56: 0\.\.3; default 0\)", capsys.readouterr().out
+    )
 
 
 @pytest.mark.usefixtures("toy")
@@ -289,7 +326,7 @@ def test_the_toy_is_gone_after_its_test() -> None:
 
 
 def decoded_schema_of(scheme: str) -> dict[str, Any]:
-    schemas = openapi_document(10)["components"]["schemas"]
+    schemas = openapi_document(ServerConfig(max_count=10), ROUTES)["components"]["schemas"]
     for name in schemas["Decoded"]["oneOf"]:
         schema: dict[str, Any] = schemas[name["$ref"].rsplit("/", 1)[1]]
         if scheme in schema["properties"]["scheme"]["enum"]:
@@ -376,6 +413,32 @@ def test_the_generators_take_the_options_their_signatures_name() -> None:
         assert set(SCHEME_OPTIONS[scheme]) == set(parameters) - {
             "self", "claim", "clock", "max_clock_wait_ms",
         }  # fmt: skip
+
+
+def _flags_of(command: str, group: str | None = None) -> set[str]:
+    """The long options of ``idmint COMMAND`` (in its argument group ``group``)."""
+    (commands,) = [a for a in cli._build_parser()._actions if a.dest == "command"]
+    parser = commands.choices[command]  # type: ignore[index]
+    actions = (
+        parser._actions
+        if group is None
+        else next(g for g in parser._action_groups if g.title == group)._group_actions
+    )
+    return {action.option_strings[-1] for action in actions if action.option_strings}
+
+
+def _as_flags(names: set[str]) -> set[str]:
+    return {"--" + name.replace("_", "-") for name in names}
+
+
+def test_every_scheme_flag_is_an_option_of_a_generator_class_or_a_field_of_build() -> None:
+    """The CLI names no generator option or field itself: its flags are the classes'."""
+    taken = set().union(*(set(cls.scheme_options()) for cls in GENERATORS.values()))
+    identities = set().union(*(set(cls.identity_fields) for cls in GENERATORS.values()))
+    assert _flags_of("generate", "scheme options") == _as_flags(taken)
+    assert _flags_of("serve", "scheme options") == _as_flags(taken - identities)
+    built = set().union(*(set(sum(t.build_fields(), ())) for t in SCHEMES.values()))
+    assert _flags_of("encode") - {"--help", "--scheme", "--format"} == _as_flags(built)
 
 
 # Modules above the schemes that take a scheme's facts from its value type or

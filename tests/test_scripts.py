@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.cli_process import CliProcess, run_idmint
+from tests.cli_process import CliProcess, ps, run_idmint
 from tests.servers import wait_until
 from tests.servers.ports import LOOPBACK, free_port
 
@@ -65,12 +65,7 @@ class Coordinators(CliProcess):
             os.kill(self.pid, signal.SIGUSR1)  # the script prints its stack (faulthandler)
             with contextlib.suppress(TimeoutError):
                 wait_until(lambda: "File " in self.stderr, timeout=10, description="a stack")
-            left = subprocess.run(
-                ["ps", "-o", "pid,stat,etime,args", "-g", str(self.pid)],
-                capture_output=True,
-                text=True,
-                check=False,
-            ).stdout
+            left = ps("-o", "pid,stat,etime,args", "-g", str(self.pid))
             raise AssertionError(
                 f"scripts/coordinators did not stop:\n{self.stderr}\nstill running:\n{left}"
             ) from None

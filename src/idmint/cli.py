@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import logging
 import os
@@ -34,11 +35,10 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TextIO
 
 from idmint.errors import EXIT_RUNTIME, EXIT_USAGE, IdmintError, IdmintWarning, InvalidId
-from idmint.schemes import SCHEMES, IdValue, parse_id, scheme_type
-from idmint.schemes._base import iso_ms
+from idmint.schemes import SCHEMES, Field, IdValue, iso_ms, parse_id, scheme_type
 
 if TYPE_CHECKING:
     from idmint.generate.core import IdBatch
@@ -53,9 +53,6 @@ ERROR_PREFIX = "idmint: error: "
 FLUSH_INTERVAL_S = 0.1
 """Generated IDs reach stdout at least this often, so a killed process has
 printed (nearly) everything it issued and a reader sees IDs as they come."""
-
-_GENERATE_OPTIONS = ("generator", "cluster", "mode", "node", "node_bits", "medallion", "random")
-"""The generator options ``generate`` has flags for, in the order ``schemes`` lists them."""
 
 
 class UsageError(Exception):
@@ -123,7 +120,8 @@ def _positive_count(text: str) -> int:
 def _build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The CLI's parser. ``command``: the command about to run, when known; the
     others' options that cost imports to describe (serve's settings, read from
-    the server's configuration) are then left out."""
+    the server's configuration; the generators' options, read from the generator
+    classes) are then left out."""
     parser = _Parser(
         prog="idmint",
         description="Mint, decode and encode compact unique IDs.",
@@ -131,8 +129,9 @@ def _build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_VersionAction)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
-    _add_id_commands(commands)
-    _add_fleet_commands(commands, serve_settings=command in (None, "serve"))
+    described = {name for name in ("generate", "serve") if command in (None, name)}
+    _add_id_commands(commands, generator_options="generate" in described)
+    _add_fleet_commands(commands, serve_options="serve" in described)
     return parser
 
 
@@ -142,14 +141,16 @@ def _command_in(argv: Sequence[str]) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
-def _add_id_commands(commands: Any) -> None:
+def _add_id_commands(commands: Any, *, generator_options: bool = True) -> None:
     """generate, decode, encode, schemes: the IDs themselves."""
-    generate = commands.add_parser(
+    generate = _command(
+        commands,
         "generate",
+        _cmd_generate,
         help="mint IDs, one per line",
         description="Mint IDs, one per line. With no identity option and no coordinator, "
         "each process claims a free identity on this host, so processes never share one.",
-        formatter_class=_HelpFormatter,
+        graceful=True,
     )
     generate.add_argument(
         "--scheme", choices=list(SCHEMES), default="uid64", help="the ID scheme (see `schemes`)"
@@ -157,9 +158,7 @@ def _add_id_commands(commands: Any) -> None:
     generate.add_argument(
         "--count", type=_positive_count, default=1, help="how many IDs; 0: until interrupted"
     )
-    generate.add_argument(
-        "--format", choices=["text", "json"], default="text", help="one text form or JSON per line"
-    )
+    _add_format(generate, "one text form or JSON per line")
     generate.add_argument(
         "--coordinator",
         metavar="URL",
@@ -167,39 +166,117 @@ def _add_id_commands(commands: Any) -> None:
         "static://?generator=G (configured, held on this host), zk://host:port/root or "
         "etcd://host:port/prefix (claimed, released on exit); IDMINT_COORDINATOR",
     )
-    uid64 = generate.add_argument_group("uid64 and uid64-v1 options")
-    uid64.add_argument(
-        "--generator",
-        type=_integer,
-        help=f"configured generator ID ({_span('uid64', 'generator')}; "
-        f"v1: {_span('uid64-v1', 'generator')})",
+    names = (
+        _add_scheme_flags(generate.add_argument_group("scheme options"), _generator_options())
+        if generator_options
+        else ()
     )
-    uid64.add_argument(
-        "--cluster", type=_integer, help=f"cluster ID {_span('uid64', 'cluster')} (default 0)"
-    )
-    uid64.add_argument("--mode", choices=_modes(), help="bit layout (default spread)")
-    elastic64 = generate.add_argument_group("elastic64 and short60 options")
-    elastic64.add_argument(
-        "--node",
-        type=_integer,
-        help=f"configured node ID (elastic64: < 2**node-bits; short60: {_span('short60', 'node')})",
-    )
-    elastic64.add_argument(
-        "--node-bits",
-        type=_integer,
-        help=f"elastic64 node-ID width {_span('elastic64', 'node_bits')} "
-        f"(default {SCHEMES['elastic64'].field('node_bits').low})",
-    )
-    elastic64.add_argument(
-        "--random",
-        action="store_true",
-        default=None,
-        help="short60: 9 random bits per ID instead of a node ID (collisions possible)",
-    )
-    muid = generate.add_argument_group("muid options")
-    muid.add_argument("--medallion", type=_integer, help="medallion (default: random)")
-    generate.set_defaults(handler=_cmd_generate, graceful=True)
+    generate.set_defaults(generator_options=names)
     _add_decode_encode(commands)
+
+
+# -- flags derived from the schemes ------------------------------------------------------
+
+
+class _SchemeOption(NamedTuple):
+    """An option one scheme takes (its generator's, or its ``build()``'s): a flag's part."""
+
+    scheme: str
+    name: str
+    about: str
+    field: Field | None
+    """The value type's field it sets, for its range or choices (None: a setting)."""
+    default: Any
+    """Shown when every scheme taking it agrees; None or ``inspect.Parameter.empty``: none."""
+
+
+def _generator_options(*, identities: bool = True) -> list[_SchemeOption]:
+    """Every option every scheme's generator class takes (read from its signature),
+    described by its value type's field of that name or by the class's ``options_about``.
+    ``identities=False`` leaves out the options that name an identity."""
+    from idmint.generate.generators import GENERATORS
+
+    options = []
+    for scheme, generator_class in GENERATORS.items():
+        parameters = inspect.signature(generator_class.__init__).parameters
+        fields = {field.name: field for field in generator_class.id_type.fields}
+        for name in generator_class.scheme_options():
+            if not identities and name in generator_class.identity_fields:
+                continue
+            default = parameters[name].default
+            # A switch (random=True) is no field's value, whatever its name.
+            field = None if isinstance(default, bool) else fields.get(name)
+            about = generator_class.options_about.get(name) or (
+                field.about if field else name.replace("_", " ")
+            )
+            options.append(_SchemeOption(scheme, name, about, field, default))
+    return options
+
+
+def _build_options() -> list[_SchemeOption]:
+    """Every field some scheme's ``build()`` takes (read from its signature)."""
+    options = []
+    for scheme, id_type in SCHEMES.items():
+        parameters = inspect.signature(id_type.build).parameters  # type: ignore[attr-defined]
+        for name in parameters:
+            field = id_type.field(name)
+            options.append(
+                _SchemeOption(scheme, name, field.about, field, parameters[name].default)
+            )
+    return options
+
+
+def _add_scheme_flags(parser: Any, options: Iterable[_SchemeOption]) -> tuple[str, ...]:
+    """One flag per option name, for every scheme that takes it: its choices, or a
+    whole number; a switch where the option is True or False. Returns the names."""
+    by_name: dict[str, list[_SchemeOption]] = {}
+    for option in options:
+        by_name.setdefault(option.name, []).append(option)
+    for name, takers in by_name.items():
+        help_text = _scheme_help(takers)
+        if all(isinstance(taker.default, bool) for taker in takers):
+            parser.add_argument(_flag(name), action="store_true", default=None, help=help_text)
+            continue
+        choices = next((list(t.field.choices) for t in takers if t.field and t.field.choices), [])
+        if choices:
+            parser.add_argument(_flag(name), choices=choices, help=help_text)
+        else:
+            parser.add_argument(_flag(name), type=_integer, help=help_text)
+    return tuple(by_name)
+
+
+def _scheme_help(takers: Sequence[_SchemeOption]) -> str:
+    """``cluster ID (uid64, uid64-v1: 0..15; default 0)``: what the option is, for which
+    schemes, in which range; the default where all agree."""
+    abouts: dict[str, dict[str, list[str]]] = {}  # about: {range: [scheme]}
+    for taker in takers:
+        field = taker.field
+        span = f"{field.low}..{field.high}" if field and not field.choices else ""
+        abouts.setdefault(taker.about, {}).setdefault(span, []).append(taker.scheme)
+    defaults = {str(taker.default) for taker in takers}
+    shown = takers[0].default
+    parts = []
+    for about, spans in abouts.items():
+        where = [
+            f"{', '.join(schemes)}: {span}" if span else ", ".join(schemes)
+            for span, schemes in spans.items()
+        ]
+        parts.append(f"{about} ({'; '.join(where)}")
+    if (
+        len(defaults) == 1
+        and shown not in (None, inspect.Parameter.empty)
+        and not isinstance(shown, bool)
+    ):
+        parts[-1] += f"; default {shown}"
+    return "; ".join(part + ")" for part in parts)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _flags(names: Iterable[str]) -> str:
+    return ", ".join(map(_flag, names))
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -254,32 +331,36 @@ def _read_with(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return read
 
 
-def _add_fleet_commands(commands: Any, *, serve_settings: bool = True) -> None:
+def _add_fleet_commands(commands: Any, *, serve_options: bool = True) -> None:
     """serve, claims, discovery: the server and what is held in ZooKeeper or etcd."""
-    serve = commands.add_parser(
+    serve = _command(
+        commands,
         "serve",
+        _cmd_serve,
         help="run the ID server (HTTP API and web page)",
         description="Serve IDs over HTTP until SIGTERM/SIGINT, then finish in-flight "
         "requests and release claims. Each option can also be set by the environment "
         "variable named in its help; the option wins.",
+        # The server logs on stderr (waits for a coordinator included) and needs no stdout.
+        keeps_a_log=True,
     )
-    if serve_settings:
+    names: tuple[str, ...] = ()
+    if serve_options:
         _add_serve_settings(serve)
-    serve.add_argument("--mode", choices=_modes(), help="uid64 mode")
-    # The server logs on stderr (waits for a coordinator included) and needs no stdout.
-    serve.set_defaults(handler=_cmd_serve, keeps_a_log=True)
+        # The identity comes from --coordinator (static://?generator=G configures one).
+        names = _add_scheme_flags(
+            serve.add_argument_group("scheme options"), _generator_options(identities=False)
+        )
+    serve.set_defaults(generator_options=names)
 
-    claims = commands.add_parser("claims", help="inspect claimed generator IDs")
-    claims_commands = claims.add_subparsers(
-        dest="claims_command", metavar="COMMAND", parser_class=_Parser
-    )
-    claims_commands.required = True
-    claims_list = claims_commands.add_parser(
+    claims_commands = _command_group(commands, "claims", "inspect claimed generator IDs")
+    claims_list = _command(
+        claims_commands,
         "list",
+        _cmd_claims_list,
         help="who holds which generator ID",
         description="List the held identities of a pool: who holds each, since when, and "
         "its high-water mark.",
-        formatter_class=_HelpFormatter,
     )
     claims_list.add_argument(
         "--coordinator",
@@ -287,21 +368,17 @@ def _add_fleet_commands(commands: Any, *, serve_settings: bool = True) -> None:
         help="the pool to list: this host's (default, local://), zk://host:port/root or "
         "etcd://host:port/prefix; IDMINT_COORDINATOR",
     )
-    claims_list.add_argument(
-        "--format", choices=["text", "json"], default="text", help="a table or JSON lines"
-    )
-    claims_list.set_defaults(handler=_cmd_claims_list)
+    _add_format(claims_list, "a table or JSON lines")
 
-    discovery = commands.add_parser("discovery", help="service discovery in ZooKeeper")
-    discovery_commands = discovery.add_subparsers(
-        dest="discovery_command", metavar="COMMAND", parser_class=_Parser
-    )
-    discovery_commands.required = True
-    register = discovery_commands.add_parser(
+    discovery_commands = _command_group(commands, "discovery", "service discovery in ZooKeeper")
+    register = _command(
+        discovery_commands,
         "register",
+        _cmd_discovery_register,
         help="register an instance and hold it until interrupted",
         description="Claim a node ID, register an instance under it, print the node ID, "
         "and hold the registration until SIGTERM/SIGINT.",
+        graceful=True,
     )
     register.add_argument(
         "--coordinator", metavar="URL", required=True, help="the zk:// discovery tree"
@@ -323,32 +400,60 @@ def _add_fleet_commands(commands: Any, *, serve_settings: bool = True) -> None:
         metavar="K=V",
         help="a key and value published with the instance (repeatable)",
     )
-    register.set_defaults(handler=_cmd_discovery_register, graceful=True)
-    listing = discovery_commands.add_parser(
+    listing = _command(
+        discovery_commands,
         "list",
+        _cmd_discovery_list,
         help="the registered services and endpoints",
         description="Print the registered instances by service, and the endpoints' nodes.",
-        formatter_class=_HelpFormatter,
     )
     listing.add_argument(
         "--coordinator", metavar="URL", required=True, help="the zk:// discovery tree"
     )
     listing.add_argument("--service", help="only this service type (default: every one)")
-    listing.add_argument(
-        "--format", choices=["text", "json"], default="text", help="text lines or one JSON object"
-    )
-    listing.set_defaults(handler=_cmd_discovery_list)
+    _add_format(listing, "text lines or one JSON object")
     _add_fetch(commands)
 
 
+def _add_format(parser: argparse.ArgumentParser, help_text: str, default: str = "text") -> None:
+    """``--format``: the text forms or JSON, ``default`` first."""
+    choices = sorted(("text", "json"), key=lambda choice: choice != default)
+    parser.add_argument("--format", choices=choices, default=default, help=help_text)
+
+
+def _command(
+    commands: Any, name: str, handler: Callable[..., int], help: str, **settings: Any
+) -> argparse.ArgumentParser:
+    """The command ``name``, run by ``handler(args, out)``: ``help`` in the list of
+    commands; ``settings``, its description and its defaults (``graceful``,
+    ``keeps_a_log``: see :func:`main`)."""
+    description = settings.pop("description", None)
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name, help=help, description=description, formatter_class=_HelpFormatter
+    )
+    parser.set_defaults(handler=handler, **settings)
+    return parser
+
+
+def _command_group(commands: Any, name: str, help_text: str) -> Any:
+    """A command of commands (``claims list``): the subparsers to add them to."""
+    group = commands.add_parser(name, help=help_text).add_subparsers(
+        dest=f"{name}_command", metavar="COMMAND", parser_class=_Parser
+    )
+    group.required = True
+    return group
+
+
 def _add_fetch(commands: Any) -> None:
-    fetch = commands.add_parser(
+    fetch = _command(
+        commands,
         "fetch",
+        _cmd_fetch,
         help="take IDs from ID servers (idmint serve), one per line",
         description="Take IDs from running ID servers through idmint.client: in batches, "
         "from the next server when one fails. Exits 69 when no server gives IDs in time, "
         "77 at once when the servers refuse the token.",
-        formatter_class=_HelpFormatter,
+        graceful=True,
     )
     where = fetch.add_mutually_exclusive_group(required=True)
     where.add_argument(
@@ -368,7 +473,7 @@ def _add_fetch(commands: Any) -> None:
         choices=list(SCHEMES),
         help="the scheme expected (default: whatever the servers serve)",
     )
-    fetch.add_argument("--node-bits", type=_integer, help=_NODE_BITS_HELP)
+    fetch.add_argument("--node-bits", type=_integer, help=_node_bits_help())
     fetch.add_argument(
         "--token-file",
         metavar="F",
@@ -398,95 +503,67 @@ def _add_fetch(commands: Any) -> None:
         metavar="S",
         help="give up when no server has given IDs for S seconds",
     )
-    fetch.add_argument(
-        "--format", choices=["text", "json"], default="text", help="one text form or JSON per line"
-    )
-    fetch.set_defaults(handler=_cmd_fetch, graceful=True)
+    _add_format(fetch, "one text form or JSON per line")
 
 
 def _add_decode_encode(commands: Any) -> None:
-    decode = commands.add_parser(
+    decode = _command(
+        commands,
         "decode",
+        _cmd_decode,
         help="show what IDs are made of (JSON lines)",
         description="Decode IDs given as arguments, or one per line on stdin with '-'. The "
         "scheme is guessed only from a full-length form that allows one answer.",
-        formatter_class=_HelpFormatter,
     )
     decode.add_argument(
         "--scheme", choices=list(SCHEMES), help="the IDs' scheme (default: guessed from the shape)"
     )
-    decode.add_argument("--node-bits", type=_integer, help=_NODE_BITS_HELP)
-    decode.add_argument(
-        "--format", choices=["json", "text"], default="json", help="JSON lines or one line of text"
-    )
+    decode.add_argument("--node-bits", type=_integer, help=_node_bits_help())
+    _add_format(decode, "JSON lines or one line of text", default="json")
     decode.add_argument("ids", nargs="*", metavar="ID", help="IDs, or - to read stdin")
-    decode.set_defaults(handler=_cmd_decode)
 
-    encode = commands.add_parser(
+    encode = _command(
+        commands,
         "encode",
+        _cmd_encode,
         help="make an ID from its fields",
         description="Make an ID from its fields; `idmint schemes` lists each scheme's.",
-        formatter_class=_HelpFormatter,
     )
     encode.add_argument("--scheme", choices=list(SCHEMES), required=True, help="the ID scheme")
-    for name, (choices, help_text) in _encode_flags().items():
-        flag = f"--{name.replace('_', '-')}"
-        if choices:
-            encode.add_argument(flag, choices=choices, help=help_text)
-        else:
-            encode.add_argument(flag, type=_integer, help=help_text)
-    encode.add_argument(
-        "--format", choices=["text", "json"], default="text", help="the text form or JSON"
-    )
-    encode.set_defaults(handler=_cmd_encode)
+    names = _add_scheme_flags(encode, _build_options())
+    _add_format(encode, "the text form or JSON")
+    encode.set_defaults(fields=names)
 
-    schemes = commands.add_parser(
-        "schemes", help="list the ID schemes", description="The ID schemes, with their options."
+    _command(
+        commands,
+        "schemes",
+        _cmd_schemes,
+        help="list the ID schemes",
+        description="The ID schemes, with their options.",
     )
-    schemes.set_defaults(handler=_cmd_schemes)
 
-    completion = commands.add_parser(
+    completion = _command(
+        commands,
         "completion",
+        _cmd_completion,
         help="print a shell completion script",
         description="Print a completion script for bash or zsh, e.g. "
         "`idmint completion bash > ~/.local/share/bash-completion/completions/idmint`, or "
         "`source <(idmint completion zsh)` in ~/.zshrc.",
     )
     completion.add_argument("shell", choices=["bash", "zsh"], help="the shell")
-    completion.set_defaults(handler=_cmd_completion)
 
 
-def _span(scheme: str, field: str) -> str:
-    """The range of a scheme's field, as help texts show it: ``0..2047``."""
-    described = SCHEMES[scheme].field(field)
-    return f"{described.low}..{described.high}"
-
-
-def _modes() -> list[str]:
-    return list(SCHEMES["uid64"].field("mode").choices)
-
-
-_NODE_BITS_HELP = f"elastic64: the node-ID width {_span('elastic64', 'node_bits')}"
-
-
-def _encode_flags() -> dict[str, tuple[list[str], str]]:
-    """Every field some scheme's ``build()`` takes, in a stable order, with its
-    choices (none for a number) and its help: what it is, and for which schemes."""
-    schemes_of: dict[str, dict[str, list[str]]] = {}  # field: {about: [scheme]}
-    choices: dict[str, list[str]] = {}
-    for scheme, id_type in SCHEMES.items():
-        required, optional = id_type.build_fields()
-        for name in (*required, *optional):
-            field = id_type.field(name)
-            schemes_of.setdefault(name, {}).setdefault(field.about, []).append(scheme)
-            choices.setdefault(name, list(field.choices))
-    return {
-        name: (
-            choices[name],
-            "; ".join(f"{about} ({', '.join(schemes)})" for about, schemes in abouts.items()),
-        )
-        for name, abouts in schemes_of.items()
-    }
+def _node_bits_help() -> str:
+    """``--node-bits`` of the readers: the width the schemes that need one read with."""
+    return _scheme_help(
+        [
+            _SchemeOption(scheme, "node_bits", field.about, field, None)
+            for scheme, id_type in SCHEMES.items()
+            if id_type.needs_node_bits
+            for field in [id_type.field("node_bits")]
+        ]
+    )
 
 
 class _VersionAction(argparse.Action):
@@ -520,21 +597,10 @@ def _version() -> str:
 
 
 def _cmd_generate(args: argparse.Namespace, out: _Output) -> int:
-    from idmint.factory import SCHEME_OPTIONS, new_generator
+    from idmint.factory import new_generator
 
-    options: dict[str, Any] = {name: getattr(args, name) for name in _GENERATE_OPTIONS}
-    stray = sorted(
-        name
-        for name, value in options.items()
-        if value is not None and name not in SCHEME_OPTIONS[args.scheme]
-    )
-    if stray:
-        takers = [name for name in SCHEMES if set(stray) <= SCHEME_OPTIONS[name]]
-        where = f" (it applies to {', '.join(takers)})" if takers else ""
-        raise UsageError(
-            f"{_options(stray)} {'does' if len(stray) == 1 else 'do'} not "
-            f"apply to {args.scheme} IDs{where}"
-        )
+    # Whether each applies to the scheme is the factory's to say, as for every caller.
+    options = {name: getattr(args, name) for name in args.generator_options}
     render = _renderer(args.format)
     with new_generator(args.scheme, coordinator=_coordinator(args), **options) as generator:
         # One tick's worth per batch keeps each write small and frequent.
@@ -617,25 +683,19 @@ def _cmd_encode(args: argparse.Namespace, out: _Output) -> int:
     id_type = scheme_type(args.scheme)
     required, optional = id_type.build_fields()
     known = set(required) | set(optional)
-    given = {
-        name: getattr(args, name) for name in _encode_flags() if getattr(args, name) is not None
-    }
+    given = {name: getattr(args, name) for name in args.fields if getattr(args, name) is not None}
     stray = sorted(set(given) - known)
     if stray:
         raise UsageError(
-            f"{args.scheme} IDs have no {_options(stray)}; "
-            f"their fields are {_options(required + optional)}"
+            f"{args.scheme} IDs have no {_flags(stray)}; "
+            f"their fields are {_flags(required + optional)}"
         )
     missing = [name for name in required if name not in given]
     if missing:
-        raise UsageError(f"{args.scheme} needs {_options(missing)}")
+        raise UsageError(f"{args.scheme} needs {_flags(missing)}")
     value = id_type.build(**given)  # type: ignore[attr-defined]
     out.write(json.dumps(value.to_dict()) + "\n" if args.format == "json" else f"{value}\n")
     return 0
-
-
-def _options(names: Iterable[str]) -> str:
-    return ", ".join(f"--{name.replace('_', '-')}" for name in names)
 
 
 def _cmd_serve(args: argparse.Namespace, out: _Output) -> int:
@@ -644,8 +704,11 @@ def _cmd_serve(args: argparse.Namespace, out: _Output) -> int:
     from idmint.server.run import serve, startup_line
 
     try:
+        options = {name: getattr(args, name) for name in args.generator_options}
         config = ServerConfig.from_sources(
-            vars(args), os.environ, options={"mode": args.mode} if args.mode else {}
+            vars(args),
+            os.environ,
+            options={name: value for name, value in options.items() if value is not None},
         )
     except ConfigurationError as error:
         raise UsageError(str(error)) from None
@@ -783,13 +846,9 @@ def _cmd_discovery_list(args: argparse.Namespace, out: _Output) -> int:
 
 
 def _cmd_schemes(args: argparse.Namespace, out: _Output) -> int:
-    from idmint.factory import SCHEME_OPTIONS
-
+    options = _generator_options()
     for name, id_type in SCHEMES.items():
-        taken = SCHEME_OPTIONS.get(name, frozenset())
-        flags = " ".join(
-            f"--{option.replace('_', '-')}" for option in _GENERATE_OPTIONS if option in taken
-        )
+        flags = " ".join(_flag(option.name) for option in options if option.scheme == name)
         out.write(f"{name:10} {id_type.summary} (generate: {flags or '-'})\n")
     return 0
 

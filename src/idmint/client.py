@@ -89,8 +89,7 @@ from idmint.errors import (
     ServerRefused,
     reason_of,
 )
-from idmint.schemes import SCHEMES, IdValue
-from idmint.schemes._base import a_scheme
+from idmint.schemes import SCHEMES, IdValue, a_scheme
 
 __all__ = ["AsyncIdClient", "IdClient"]
 

@@ -30,8 +30,7 @@ from idmint.coordinate.base import Claim, Coordinator
 from idmint.errors import ConfigurationError
 from idmint.generate.core import COMMON_OPTIONS, TickGenerator
 from idmint.generate.generators import GENERATORS
-from idmint.schemes import SCHEMES
-from idmint.schemes._base import a_scheme
+from idmint.schemes import SCHEMES, a_scheme
 
 __all__ = [
     "IDENTITY_OPTIONS",
@@ -143,9 +142,9 @@ def new_generators(
     _check_options(generator_class, given)
     refusal = generator_class.identity_free_because(given)
     if refusal is not None:
-        if coordinator is not None or given.keys() & set(generator_class.identity_fields):
+        if coordinator is not None:
             raise ConfigurationError(refusal)
-        return [generator_class(**given) for _ in range(count)]
+        return _unclaimed(generator_class, count, offset, given)
     identity = {name: given.pop(name) for name in generator_class.identity_fields if name in given}
     url = _url(generator_class, coordinator, identity)
     source = connect(url)
@@ -177,6 +176,22 @@ def new_generators(
             source.close()
         raise
     return made
+
+
+def _unclaimed(
+    generator_class: GeneratorClass, count: int, offset: int, given: dict[str, Any]
+) -> list[TickGenerator[Any]]:
+    """``count`` generators that claim nothing (muid; short60 with random bits)."""
+    identity = [name for name in generator_class.identity_fields if name in given]
+    if identity and (count > 1 or offset > 0):
+        # Nothing holds it (no claim, no lock on this host): every generator made
+        # with it, in this process or a sibling worker, would mint the same IDs.
+        raise ConfigurationError(
+            f"a {' and '.join(identity)} given is one {generator_class.id_type.scheme} "
+            "generator's alone, and nothing holds it: give it to one generator in one "
+            "process, or leave it out and let each generator pick its own"
+        )
+    return [generator_class(**given) for _ in range(count)]
 
 
 def generator_on(claim: Claim, scheme: str, **options: Any) -> TickGenerator[Any]:
@@ -326,5 +341,5 @@ def _on_claim(
         for close in closers:
             close()
         raise
-    generator._closers.extend(closers)
+    generator.close_with(*closers)
     return generator

@@ -30,7 +30,7 @@ from tests.integration.claims_helpers import (
 )
 
 from idmint import Uid64, new_generator
-from idmint.generate.clock import OffsetClock
+from idmint.clock import OffsetClock
 
 # The parent claims, forks, and reports once its child has exited; then it mints
 # until killed. The child leaves the way the test asks, as programs do.

@@ -25,15 +25,15 @@ import re
 import shutil
 import signal
 import tempfile
-import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.server.server_helpers import (
+    ClientThreads,
     IdmintServer,
     Samples,
     get_alone,
@@ -41,6 +41,7 @@ from tests.server.server_helpers import (
     list_claims,
     metric,
     parse_metrics,
+    private_pool,
     running_server,
     unique_zk_root,
     wait_for,
@@ -50,13 +51,6 @@ from tests.servers.zookeeper import ZooKeeperEnsemble
 from idmint.schemes import Uid64
 
 WAIT_S = 60.0
-
-
-def private_pool(tmp_path: Path) -> dict[str, str]:
-    """A ``local://`` directory of the test's own, and a temp dir for the run directory
-    (which a killed supervisor leaves behind)."""
-    (tmp_path / "tmp").mkdir(exist_ok=True)
-    return {"IDMINT_LOCAL_DIR": str(tmp_path / "pool"), "TMPDIR": str(tmp_path / "tmp")}
 
 
 def pool_url(tmp_path: Path) -> str:
@@ -123,25 +117,23 @@ class Answer:
     ids: list[str]
 
 
-@dataclass
-class Load:
+class Load(ClientThreads):
     """Threads asking for IDs on new connections until stopped, each answer with its times.
 
     Connections the dying worker had accepted fail (reset); they are counted, not
     retried: a request that failed issued no ID the client saw.
     """
 
-    port: int
-    threads: int = 4
-    count: int = 20
-    answers: list[Answer] = field(default_factory=list)
-    failures: int = 0
-    refused: list[tuple[int, bytes]] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _running: list[threading.Thread] = field(default_factory=list)
+    def __init__(self, port: int, threads: int = 4, count: int = 20) -> None:
+        super().__init__(threads)
+        self.port = port
+        self.count = count
+        self.answers: list[Answer] = []
+        self.failures = 0
+        self.refused: list[tuple[int, bytes]] = []
 
-    def _ask(self) -> None:
-        while not self._stop.is_set():
+    def run(self) -> None:
+        while not self.stopping.is_set():
             started = time.monotonic()
             try:
                 status, body = get_alone(self.port, f"/v1/ids?count={self.count}", timeout=10)
@@ -162,17 +154,6 @@ class Load:
             if answer.started > started_after and answer.finished < finished_before
             for text in answer.ids
         ]
-
-    def __enter__(self) -> Load:
-        self._running = [threading.Thread(target=self._ask) for _ in range(self.threads)]
-        for thread in self._running:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        for thread in self._running:
-            thread.join(timeout=60)
 
 
 def monotonic_counters(before: Samples, after: Samples) -> list[str]:
@@ -289,13 +270,7 @@ def test_a_replacement_whose_identity_is_taken_is_retried_while_the_other_serves
         view = claims_of(server.port)
         victim = worker_pid(view, 1)
         assert generators_of(view, 1) == {6}
-        seen: list[str] = []
-        wait_for(
-            lambda: any(Uid64(t).generator == 6 for t in _more(seen, server.port)),
-            timeout=WAIT_S,
-            description="worker 1 serving",
-            explain=lambda: f"{len(seen)} IDs",
-        )
+        seen = ids_until_one_of({6}, server.port, "worker 1 serving")
         before = scrape(server.port)
         os.kill(server.pid, signal.SIGSTOP)  # the supervisor cannot replace worker 1 yet
         try:
@@ -328,13 +303,7 @@ def test_a_replacement_whose_identity_is_taken_is_retried_while_the_other_serves
             description="worker 1 replaced once generator 6 is free",
             explain=server.stderr_text,
         )
-        later: list[str] = []
-        wait_for(
-            lambda: any(Uid64(t).generator == 6 for t in _more(later, server.port)),
-            timeout=WAIT_S,
-            description="the replacement serving",
-            explain=lambda: f"{len(later)} IDs",
-        )
+        later = ids_until_one_of({6}, server.port, "the replacement serving")
         after = scrape(server.port)
         assert server.terminate_and_wait() == 0, server.stderr_text()
     assert_distinct(seen + blocked_ids + alone + later)
@@ -401,13 +370,7 @@ def test_a_silent_worker_is_replaced_and_a_stopped_supervisor_kills_none(
         view = claims_of(server.port)
         assert worker_pid(view, 0) == first[0], "worker 0 was replaced too"
         new_generators = generators_of(view, 1)
-        later: list[str] = []
-        wait_for(
-            lambda: any(Uid64(t).generator in new_generators for t in _more(later, server.port)),
-            timeout=WAIT_S,
-            description="the replacement serving",
-            explain=lambda: f"{len(later)} IDs",
-        )
+        later = ids_until_one_of(new_generators, server.port, "the replacement serving")
         after = scrape(server.port)
         assert server.terminate_and_wait() == 0, server.stderr_text()
         log = server.stderr_text()
@@ -440,6 +403,18 @@ def _more(collected: list[str], port: int) -> list[str]:
     fresh: list[str] = json.loads(_ids(port, 10))["ids"]
     collected += fresh
     return fresh
+
+
+def ids_until_one_of(generators: set[int], port: int, description: str) -> list[str]:
+    """IDs asked for until one comes from one of ``generators``: all of them."""
+    seen: list[str] = []
+    wait_for(
+        lambda: any(Uid64(t).generator in generators for t in _more(seen, port)),
+        timeout=WAIT_S,
+        description=description,
+        explain=lambda: f"{len(seen)} IDs",
+    )
+    return seen
 
 
 def test_a_stopped_worker_does_not_stop_the_whole_servers_metrics(tmp_path: Path) -> None:

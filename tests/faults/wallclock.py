@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import queue
@@ -21,8 +20,9 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any
+
+from tests.cli_process import ClosedOnExit, end_child
 
 SHIM_SOURCE = Path(__file__).with_name("wallclock_shim.c")
 GCC_FLAGS = ("-shared", "-fPIC", "-O2", "-Wall", "-Werror")
@@ -73,7 +73,7 @@ class WallClockOffset:
         }
 
 
-class ReportingChild:
+class ReportingChild(ClosedOnExit):
     """A child process that reports as JSON lines on stdout; stderr is kept for failures."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
@@ -135,23 +135,4 @@ class ReportingChild:
                 return report
 
     def close(self) -> None:
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.kill()
-        self.popen.wait(10)
-        for thread in self._threads:
-            thread.join(10)
-        for stream in (self.popen.stdout, self.popen.stderr):
-            if stream is not None:
-                stream.close()
-
-    def __enter__(self) -> ReportingChild:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
+        end_child(self.popen, self._threads)

@@ -3,7 +3,7 @@
 * :func:`unique_root`, :func:`zk_url`: a discovery root no other test uses, and its URL.
 * :func:`raw_client`: a plain kazoo client (its own session) to look at, or tamper
   with, what idmint wrote; :func:`group_members`, :func:`published` read the node-ID
-  layout documented in :mod:`idmint.discovery.nodes`.
+  layout documented in :mod:`idmint.coordinate.zookeeper_groups`.
 * :class:`ClaimWorker`: a separate process holding many node-ID claims, each its own
   ZooKeeper session, driven over a line protocol (run this module as
   ``python -m tests.integration.discovery_helpers claim-worker URL``). Hundreds of
@@ -298,7 +298,8 @@ class ClaimWorker:
 def _worker_main(url: str) -> int:
     """The claim worker's side of :class:`ClaimWorker` (JSON lines on stdin/stdout)."""
     from idmint.coordinate.url import parse_url
-    from idmint.discovery.nodes import NodeIdClaim, NodeIdCoordinator
+    from idmint.coordinate.zookeeper import NodeIdCoordinator
+    from idmint.coordinate.zookeeper_groups import NodeIdClaim
 
     coordinator = NodeIdCoordinator(parse_url(url))
     held: dict[int, NodeIdClaim] = {}

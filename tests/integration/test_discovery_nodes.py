@@ -1,6 +1,6 @@
 """Elastic node IDs in real ZooKeeper: groups, width changes, and no duplicate meanwhile.
 
-What :mod:`idmint.discovery.nodes` promises, checked against a real server:
+What :mod:`idmint.coordinate.zookeeper_groups` promises, checked against a real server:
 
 * node IDs are distinct, never reserved (< 8), and fill group 0 (8..255) before
   group 1; the next group is created when the last one is three-quarters full
@@ -45,20 +45,20 @@ from tests.integration.discovery_helpers import (
 from tests.servers.zookeeper import ZooKeeperEnsemble
 
 from idmint import Elastic64
+from idmint.clock import OffsetClock
 from idmint.coordinate.url import parse_url
-from idmint.discovery.nodes import (
+from idmint.coordinate.zookeeper import NodeIdCoordinator
+from idmint.coordinate.zookeeper_groups import (
     GROUP_SIZE,
     GROW_AT,
     RESERVED,
     SHRINK_BELOW,
     NodeIdClaim,
-    NodeIdCoordinator,
     width_for_groups,
 )
 from idmint.errors import ClaimLost
 from idmint.factory import new_generator
 from idmint.generate import Elastic64Generator
-from idmint.generate.clock import OffsetClock
 
 WORKERS = 3
 """Processes sharing the 300 sessions of the big test (each ~100 sessions, 4 threads each)."""

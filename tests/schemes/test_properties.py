@@ -235,6 +235,17 @@ def test_uid64_time_sequential_sorts_by_timestamp_then_sequence(
 
 
 @settings(max_examples=50)
+def check_order_follows_fields(
+    id_type: Any, names: tuple[str, ...], values: list[tuple[int, ...]]
+) -> list[Any]:
+    """IDs built from ``values`` (of the fields ``names``) sort as the values do; the
+    IDs, in that order."""
+    built = [id_type.build(**dict(zip(names, each, strict=True))) for each in values]
+    expected = [id_type.build(**dict(zip(names, each, strict=True))) for each in sorted(values)]
+    assert sorted(built) == expected
+    return expected
+
+
 @given(
     triples=st.lists(
         st.tuples(MUID_TIMESTAMP, MEDALLION, OFFSET), min_size=2, max_size=20, unique=True
@@ -243,14 +254,8 @@ def test_uid64_time_sequential_sorts_by_timestamp_then_sequence(
 def test_muid_sorts_by_time_medallion_offset_in_value_and_text(
     triples: list[tuple[int, int, int]],
 ) -> None:
-    def make(triple: tuple[int, int, int]) -> Muid:
-        return Muid.build(timestamp_us=triple[0], medallion=triple[1], offset=triple[2])
-
-    values = [make(triple) for triple in triples]
-    expected = [make(triple) for triple in sorted(triples)]
-    assert sorted(values) == expected
-    assert sorted(values, key=str) == expected
-    assert sorted(str(value) for value in values) == [str(value) for value in expected]
+    expected = check_order_follows_fields(Muid, ("timestamp_us", "medallion", "offset"), triples)
+    assert sorted(expected, key=str) == expected
 
 
 @settings(max_examples=50)
@@ -282,13 +287,8 @@ def test_elastic64_sorts_by_timestamp_for_a_fixed_width(
 def test_short60_int_order_follows_timestamp_sequence_random(
     triples: list[tuple[int, int, int]],
 ) -> None:
-    def make(triple: tuple[int, int, int]) -> Short60:
-        return Short60.build(timestamp_ms=triple[0], sequence=triple[1], random=triple[2])
-
-    values = [make(triple) for triple in triples]
-    expected = [make(triple) for triple in sorted(triples)]
-    assert sorted(values) == expected
-    assert sorted(values, key=int) == expected
+    expected = check_order_follows_fields(Short60, ("timestamp_ms", "sequence", "random"), triples)
+    assert sorted(expected, key=int) == expected
 
 
 # -- equality, hashing, comparisons across schemes -------------------------------

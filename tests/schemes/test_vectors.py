@@ -67,6 +67,17 @@ def check_time_fields(value: Any, expected: dt.datetime, pattern: re.Pattern[str
     assert dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC) == expected
 
 
+def check_int_and_bytes(value: Any, as_int: int, length: int, *width: int) -> None:
+    """``value`` is ``as_int``, as its int and its ``length`` big-endian bytes, and is read
+    back from either (with the node-ID ``width`` where the scheme needs one)."""
+    cls = type(value)
+    assert int(value) == value.int == as_int
+    assert value.bytes == as_int.to_bytes(length, "big")
+    assert cls(as_int, *width) == cls.from_int(as_int, *width) == value
+    assert cls(value.bytes, *width) == cls(bytearray(value.bytes), *width) == value
+    assert cls.from_bytes(memoryview(value.bytes), *width) == value
+
+
 def test_vector_files_are_not_empty() -> None:
     # A loader that silently skipped everything would make every test below vacuous.
     assert len(load_rows("uid64.csv")) == 120
@@ -112,12 +123,7 @@ def test_uid64_build(row: dict[str, str]) -> None:
 @pytest.mark.parametrize("row", params("uid64.csv", "hex"))
 def test_uid64_forms_and_time(row: dict[str, str]) -> None:
     value = Uid64(row["hex"])
-    as_int = int(row["hex"], 16)
-    assert int(value) == value.int == as_int
-    assert value.bytes == bytes.fromhex(row["hex"])
-    assert Uid64(as_int) == Uid64.from_int(as_int) == value
-    assert Uid64(value.bytes) == Uid64(bytearray(value.bytes)) == value
-    assert Uid64.from_bytes(memoryview(value.bytes)) == value
+    check_int_and_bytes(value, int(row["hex"], 16), 8)
     check_time_fields(value, at_ms(int(row["timestamp_ms"])), ISO_MS)
 
 
@@ -169,10 +175,7 @@ def test_uid64_v1_build(row: dict[str, str]) -> None:
 @pytest.mark.parametrize("row", params("uid64_v1.csv", "hex"))
 def test_uid64_v1_forms_time_and_dict(row: dict[str, str]) -> None:
     value = Uid64V1(row["hex"])
-    as_int = int(row["hex"], 16)
-    assert int(value) == as_int
-    assert value.bytes == bytes.fromhex(row["hex"])
-    assert Uid64V1(as_int) == Uid64V1(value.bytes) == value
+    check_int_and_bytes(value, int(row["hex"], 16), 8)
     check_time_fields(value, at_ms(int(row["timestamp_ms"])), ISO_MS)
     fields = value.to_dict()
     assert set(fields) == UID64_KEYS
@@ -224,11 +227,7 @@ def test_muid_build(row: dict[str, str]) -> None:
 @pytest.mark.parametrize("row", params("muid.csv", "hex"))
 def test_muid_forms_time_and_dict(row: dict[str, str]) -> None:
     value = Muid(row["hex"])
-    as_int = int(row["hex"], 16)
-    assert int(value) == value.int == as_int
-    assert value.bytes == bytes.fromhex(row["hex"])
-    assert len(value.bytes) == 16
-    assert Muid(as_int) == Muid(value.bytes) == Muid(bytearray(value.bytes)) == value
+    check_int_and_bytes(value, int(row["hex"], 16), 16)
     check_time_fields(value, at_us(int(row["timestamp_us"])), ISO_US)
     fields = value.to_dict()
     assert set(fields) == MUID_KEYS
@@ -287,10 +286,7 @@ def test_short60_build(row: dict[str, str]) -> None:
 @pytest.mark.parametrize("row", params("short60.csv", "display"))
 def test_short60_forms_time_and_dict(row: dict[str, str]) -> None:
     value = Short60(row["display"])
-    as_int = int(row["int"])
-    assert int(value) == as_int
-    assert value.bytes == as_int.to_bytes(8, "big")
-    assert Short60(as_int) == Short60(value.bytes) == Short60.from_int(as_int) == value
+    check_int_and_bytes(value, int(row["int"]), 8)
     check_time_fields(value, short60_time(row), ISO_MS)
     fields = value.to_dict()
     assert set(fields) == SHORT60_KEYS
@@ -301,7 +297,7 @@ def test_short60_forms_time_and_dict(row: dict[str, str]) -> None:
         "timestamp_ms": short60_unix_ms(row),
         "sequence": int(row["sequence"]),
         "node": int(row["random"]),
-        "int": as_int,
+        "int": int(row["int"]),
     }
 
 
@@ -335,11 +331,7 @@ def test_elastic64_build(row: dict[str, str]) -> None:
 def test_elastic64_forms_time_and_dict(row: dict[str, str]) -> None:
     width = int(row["node_bits"])
     value = Elastic64(row["id"], width)
-    as_int = int(row["id"])
-    assert int(value) == value.int == as_int
-    assert value.bytes == as_int.to_bytes(8, "big")
-    assert Elastic64(as_int, width) == Elastic64(value.bytes, width) == value
-    assert Elastic64.from_int(as_int, width) == value
+    check_int_and_bytes(value, int(row["id"]), 8, width)
     expected_time = at_ms(int(row["timestamp_ms"]))
     assert iso_ms(expected_time) == row["time_utc"]
     check_time_fields(value, expected_time, ISO_MS)

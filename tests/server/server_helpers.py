@@ -38,16 +38,17 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import httpx
+from tests.cli_process import ClosedOnExit
 from tests.servers import wait_until
 from tests.servers.zookeeper import ZooKeeperEnsemble
 
 __all__ = [
     "DATA",
     "LOOPBACK",
+    "ClientThreads",
     "IdmintServer",
     "JsonValue",
     "Samples",
@@ -63,6 +64,7 @@ __all__ = [
     "metric_labels",
     "nothing_received",
     "parse_metrics",
+    "private_pool",
     "private_zookeeper",
     "running_server",
     "server_has_read",
@@ -84,8 +86,10 @@ _ANNOUNCE = re.compile(r"idmint server for (\S+) IDs: open (https?)://(\[[^]]+\]
 JsonValue = Any
 """What ``json.loads`` returns."""
 
+C = TypeVar("C", bound="ClientThreads")
 
-class IdmintServer:
+
+class IdmintServer(ClosedOnExit):
     """One ``idmint serve`` process on 127.0.0.1 and a free port.
 
     ``IdmintServer("--scheme", "muid").start()`` returns once the server has printed
@@ -233,17 +237,6 @@ class IdmintServer:
         fd = self._stderr.fileno()
         data = os.pread(fd, os.fstat(fd).st_size, 0)
         return data.decode("utf-8", "replace")
-
-    def __enter__(self) -> IdmintServer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- HTTP -----------------------------------------------------------------------
     def client(self, *, authorized: bool = True, timeout: float = 30.0) -> httpx.Client:
@@ -462,6 +455,44 @@ def wait_for(
         wait_until(predicate, timeout=timeout, description=description)
     except TimeoutError as error:
         raise TimeoutError(f"{error}\n{explain()}") from None
+
+
+class ClientThreads(ClosedOnExit):
+    """``threads`` threads, each running :meth:`run` (which loops until :attr:`stopping`
+    is set), from the ``with`` block's start (or :meth:`start`) to its end (or
+    :meth:`close`): the load tests put on a server."""
+
+    def __init__(self, threads: int) -> None:
+        self.stopping = threading.Event()
+        name = type(self).__name__.lower()
+        self._threads = [
+            threading.Thread(target=self.run, name=f"{name}-{index}", daemon=True)
+            for index in range(threads)
+        ]
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+    def start(self: C) -> C:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __enter__(self: C) -> C:
+        return self.start()
+
+    def close(self) -> None:
+        self.stopping.set()
+        for thread in self._threads:
+            thread.join(timeout=60)
+            assert not thread.is_alive(), f"{thread.name} is stuck"
+
+
+def private_pool(tmp_path: Path) -> dict[str, str]:
+    """The environment of a server with a ``local://`` directory of the test's own, and a
+    temporary directory for its run directory (which a killed supervisor leaves behind)."""
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    return {"IDMINT_LOCAL_DIR": str(tmp_path / "pool"), "TMPDIR": str(tmp_path / "tmp")}
 
 
 def unique_zk_root() -> str:

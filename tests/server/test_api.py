@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from tests.cli_process import run_idmint
+from tests.cli_process import ps, run_idmint
 from tests.server.server_helpers import (
     LOOPBACK,
     IdmintServer,
@@ -501,6 +501,32 @@ def check_metrics_move(api: httpx.Client) -> None:
     assert counts[-1] == metric(after, "idmint_http_request_duration_seconds_count", route="/v1/id")
 
 
+def test_a_request_is_counted_under_its_route_whatever_its_answer(
+    metrics_server: IdmintServer,
+) -> None:
+    """405 and 413 are the route's (issue 35: a 405 was counted as ``other``); only a
+    path that names no route is ``other``."""
+    with metrics_server.client() as http:
+        before = scrape(http)
+        assert http.post("/v1/id").status_code == 405
+        assert http.delete("/v1/decode/0000000000004c97").status_code == 405
+        assert http.request("GET", "/v1/ids", content=b"count=5").status_code == 413
+        assert http.post("/nowhere").status_code == 405
+        assert http.get("/nowhere").status_code == 404
+        after = scrape(http)
+
+    def moved(route: str, code: str) -> float:
+        labels = {"route": route, "code": code}
+        return metric(after, "idmint_http_requests_total", **labels) - metric(
+            before, "idmint_http_requests_total", **labels
+        )
+
+    assert moved("/v1/id", "405") == 1
+    assert moved("/v1/decode", "405") == 1
+    assert moved("/v1/ids", "413") == 1
+    assert (moved("other", "405"), moved("other", "404")) == (1, 1)
+
+
 def test_metrics_labels_have_no_spaces_and_name_the_generator(metrics_server: IdmintServer) -> None:
     """Every label value is a bare token; the identity is split into its fields."""
     with metrics_server.client() as http:
@@ -536,12 +562,7 @@ def test_metrics_build_info_and_process(metrics_server: IdmintServer) -> None:
     assert metric(samples, "process_resident_memory_bytes") == pytest.approx(
         resident_pages * page_size, rel=0.25
     )
-    elapsed = subprocess.run(
-        ["ps", "-o", "etimes=", "-p", str(metrics_server.pid)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    elapsed = ps("-o", "etimes=", "-p", str(metrics_server.pid))
     started = time.time() - int(elapsed)
     assert metric(samples, "process_start_time_seconds") == pytest.approx(started, abs=3)
     assert metric(samples, "process_cpu_seconds_total") > 0
@@ -855,6 +876,7 @@ SCHEME_SERVERS = [
     pytest.param("uid64-v1", (), None, id="uid64-v1"),
     pytest.param("muid", (), None, id="muid"),
     pytest.param("short60", (), None, id="short60"),
+    pytest.param("short60", ("--random",), None, id="short60-random-bits"),
     pytest.param(
         "elastic64",
         ("--coordinator", "static://?node=9&node_bits=10", "--generators", "2"),
@@ -891,6 +913,8 @@ def test_every_scheme_can_be_served(
         assert http.get("/healthz").json() == {"status": "ok"}
         claims = http.get("/v1/claims").json()
         assert claims["scheme"] == scheme
+        if "--random" in options:  # random bits: nothing claimed
+            assert (claims["coordinator"], claims["claims"][0]["state"]) == (None, "static")
         if scheme == "elastic64":
             assert [row["identity"] for row in claims["claims"]] == ["node 9", "node 10"]
             assert {value.node for value in values} == {9, 10}  # type: ignore[attr-defined]
@@ -920,6 +944,12 @@ STARTUP_ERRORS = [
         "generator 2048 is out of range; expected 0..2047",
         2,
         id="uid64-static-past-2047",
+    ),
+    pytest.param(
+        ("--random",),
+        "uid64 generators take no random option; it applies to short60",
+        2,
+        id="uid64-with-random-bits",
     ),
     pytest.param(
         ("--coordinator", "zk://127.0.0.1:1/idmint?connect_timeout=1"),

@@ -23,6 +23,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from idmint.server.app import ROUTES
+from idmint.server.config import ServerConfig
 from idmint.server.openapi import openapi_document
 
 if TYPE_CHECKING:
@@ -61,7 +63,7 @@ def session(api_schema: schemathesis.BaseSchema) -> Iterator[requests.Session]:
 # The operations, as the server describes them (the served document is this one: see
 # test_api.py's OpenAPI test); the negative mode only where a parameter can be invalid
 # (any string is a valid /static/{name}).
-_DOCUMENT = openapi_document(10_000)
+_DOCUMENT = openapi_document(ServerConfig(max_count=10_000), ROUTES)
 OPERATIONS = [
     pytest.param(path, method.upper(), mode, id=f"{method.upper()} {path} {mode}")
     for path, methods in _DOCUMENT["paths"].items()
@@ -215,43 +217,44 @@ def connection(base_url: str) -> Iterator[http.client.HTTPConnection]:
     connection.close()
 
 
-def check_answer(target: str, status: int, headers: dict[str, str], body: bytes) -> Any:
+FUZZ = settings(
+    max_examples=FUZZ_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+"""How the raw-target tests run their examples."""
+
+
+def checked_answer(connection: http.client.HTTPConnection, target: str) -> tuple[int, Any]:
+    """``GET target``: its status and JSON, checked to be JSON below 500 (an error's
+    JSON has ``error`` and ``detail`` and nothing else)."""
+    status, headers, body = get(connection, target)
     assert status < 500, (target, status, body)
     assert headers.get("content-type") == "application/json", (target, status, headers)
     document = json.loads(body)
     if status != 200:
         assert set(document) == {"error", "detail"}, (target, document)
-    return document
+    return status, document
 
 
 @given(segment=raw_segment(), query=raw_query())
-@settings(
-    max_examples=FUZZ_EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@FUZZ
 def test_decode_any_target_is_json_below_500(
     connection: http.client.HTTPConnection, segment: str, query: str
 ) -> None:
     target = f"/v1/decode/{segment}" + (f"?{query}" if query else "")
-    status, headers, body = get(connection, target)
-    document = check_answer(target, status, headers, body)
+    status, document = checked_answer(connection, target)
     if status == 200:
         assert {"scheme", "id", "time"} <= set(document), document
 
 
 @given(query=raw_query(), tail=st.sampled_from(["", "/", "%2F", "/x"]))
-@settings(
-    max_examples=FUZZ_EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@FUZZ
 def test_ids_any_query_is_json_below_500(
     connection: http.client.HTTPConnection, query: str, tail: str
 ) -> None:
     target = f"/v1/ids{tail}" + (f"?{query}" if query else "")
-    status, headers, body = get(connection, target)
-    document = check_answer(target, status, headers, body)
+    status, document = checked_answer(connection, target)
     if status == 200:
         assert document["scheme"] == "uid64"
         assert 1 <= len(document["ids"]) <= 10_000

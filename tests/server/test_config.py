@@ -234,8 +234,13 @@ def test_every_flag_of_serve_is_a_setting() -> None:
     }
     expected = {setting.flag for setting in SERVE_SETTINGS}
     expected |= {"--no-" + s.flag[2:] for s in SERVE_SETTINGS if s.switch}
-    # --mode is a generator option, as for generate; --help is argparse's.
-    assert flags == expected | {"--mode", "--help"}
+    # The generators' options (--mode, ...) are as for generate; --help is argparse's.
+    generator_options = next(
+        group for group in _serve_parser()._action_groups if group.title == "scheme options"
+    )
+    assert flags == expected | {"--help"} | {
+        action.option_strings[0] for action in generator_options._group_actions
+    }
 
 
 @pytest.mark.parametrize("setting", SERVE_SETTINGS, ids=lambda setting: setting.name)
@@ -304,7 +309,7 @@ def test_create_app_refuses_an_unknown_keyword_in_one_line() -> None:
 
 
 def test_create_app_takes_a_config_or_keywords_not_both() -> None:
-    assert create_app(ServerConfig(generators=2)).generator_count == 2
-    assert create_app(generators=3).generator_count == 3
+    assert create_app(ServerConfig(generators=2)).config.generators == 2
+    assert create_app(generators=3).config.generators == 3
     with pytest.raises(ConfigurationError, match="not both"):
         create_app(ServerConfig(), generators=2)

@@ -23,10 +23,12 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 import pytest
 from tests.server.server_helpers import (
+    ClientThreads,
     IdmintServer,
     assert_json_error,
     id_line,
@@ -62,29 +64,15 @@ class Answer:
     ids: list[str] = field(default_factory=list)
 
 
-@dataclass
-class Load:
+class Load(ClientThreads):
     """Client threads asking for IDs until stopped, alternating /v1/id and /v1/ids."""
 
-    url: str
-    threads: int = 3
-    answers: list[Answer] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _workers: list[threading.Thread] = field(default_factory=list)
-
-    def start(self) -> None:
-        for index in range(self.threads):
-            worker = threading.Thread(target=self._run, name=f"load-{index}", daemon=True)
-            worker.start()
-            self._workers.append(worker)
-
-    def stop(self) -> None:
-        self._stop.set()
-        for worker in self._workers:
-            worker.join(timeout=30)
-            assert not worker.is_alive(), f"{worker.name} is stuck"
+    def __init__(self, url: str, threads: int = 3) -> None:
+        super().__init__(threads)
+        self.url = url
+        self.answers: list[Answer] = []
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
 
     def count(self, status: int, since: float = 0.0) -> int:
         with self._lock:
@@ -100,10 +88,10 @@ class Load:
         with self._lock:
             self.answers.append(answer)
 
-    def _run(self) -> None:
+    def run(self) -> None:
         with httpx.Client(base_url=self.url, timeout=15, trust_env=False) as http:
             single = True
-            while not self._stop.is_set():
+            while not self.stopping.is_set():
                 try:
                     response = http.get("/v1/id" if single else "/v1/ids?count=20")
                 except httpx.HTTPError as error:
@@ -150,10 +138,7 @@ def log_lines(server: IdmintServer) -> list[dict[str, str]]:
 
 
 def test_zookeeper_down_then_back_under_load(zk: ZooKeeperEnsemble) -> None:
-    url = (
-        f"zk://{zk.hosts}{unique_zk_root()}"
-        f"?session_timeout={SESSION_TIMEOUT_S:g}&wait_timeout={WAIT_TIMEOUT_S:g}"
-    )
+    url = short_session_url(zk, unique_zk_root())
     with IdmintServer("--coordinator", url, "--generators", "2", "--log-format", "json") as server:
         server.start()
         load = Load(server.url)
@@ -241,7 +226,7 @@ def test_zookeeper_down_then_back_under_load(zk: ZooKeeperEnsemble) -> None:
                     explain=explain,
                 )
         finally:
-            load.stop()
+            load.close()
 
         assert not load.errors, load.errors[:10]
         every = [text for answer in load.answers for text in answer.ids]
@@ -274,7 +259,43 @@ def test_zookeeper_down_then_back_under_load(zk: ZooKeeperEnsemble) -> None:
         )
 
 
-def test_claim_is_made_again_after_a_failed_attempt(zk: ZooKeeperEnsemble) -> None:
+def short_session_url(zk: ZooKeeperEnsemble, root: str, query: str = "") -> str:
+    """A URL of ``root`` whose sessions expire (and waits give up) soon; ``query``: more."""
+    return (
+        f"zk://{zk.hosts}{root}?{query}"
+        f"session_timeout={SESSION_TIMEOUT_S:g}&wait_timeout={WAIT_TIMEOUT_S:g}"
+    )
+
+
+@pytest.fixture
+def watcher(zk: ZooKeeperEnsemble) -> Iterator[Any]:
+    """A client of the test's own, to see the claims' nodes come and go."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=zk.hosts)
+    client.start(timeout=30)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+def frozen_until_its_claim_is_gone(server: IdmintServer, watcher: Any, node: str) -> None:
+    """Stop ``server`` (SIGSTOP) until ZooKeeper expires its session, which takes its
+    claim's ``node`` away; then let it go on."""
+    server.send_signal(signal.SIGSTOP)
+    try:
+        wait_until(
+            lambda: watcher.exists(node) is None,
+            timeout=30,
+            description="ZooKeeper to expire the frozen server's session",
+        )
+    finally:
+        server.send_signal(signal.SIGCONT)
+
+
+def test_claim_is_made_again_after_a_failed_attempt(zk: ZooKeeperEnsemble, watcher: Any) -> None:
     """A server whose session expired claims its generator ID again once it is free.
 
     The server may hold only generator 0 (``generators=0-0``) and waits at most 1 s for
@@ -285,42 +306,23 @@ def test_claim_is_made_again_after_a_failed_attempt(zk: ZooKeeperEnsemble) -> No
     renewal loop once left such a claim in CLAIMING for good, and the server answered
     503 until restarted.)
     """
-    from kazoo.client import KazooClient
-
     root = unique_zk_root()
-    url = (
-        f"zk://{zk.hosts}{root}?generators=0-0&claim_timeout=1"
-        f"&session_timeout={SESSION_TIMEOUT_S:g}&wait_timeout={WAIT_TIMEOUT_S:g}"
-    )
-    watcher = KazooClient(hosts=zk.hosts)
-    watcher.start(timeout=30)
-    try:
-        with IdmintServer("--coordinator", url) as server:
-            server.start()
-            assert watcher.exists(f"{root}/pool/0") is not None
-            server.send_signal(signal.SIGSTOP)
-            try:
-                wait_until(
-                    lambda: watcher.exists(f"{root}/pool/0") is None,
-                    timeout=30,
-                    description="ZooKeeper to expire the frozen server's session",
-                )
-            finally:
-                server.send_signal(signal.SIGCONT)
-            with httpx.Client(base_url=server.url, timeout=15, trust_env=False) as http:
-                wait_for(
-                    lambda: health(http) == 200,
-                    timeout=12,
-                    description="the server to claim generator 0 again after its hold-off",
-                    explain=lambda: http.get("/v1/claims").text + "\n" + server.stderr_text(),
-                )
-                assert parse_id(http.get("/v1/id").text, "uid64").generator == 0  # type: ignore[attr-defined]
-    finally:
-        watcher.stop()
-        watcher.close()
+    url = short_session_url(zk, root, "generators=0-0&claim_timeout=1&")
+    with IdmintServer("--coordinator", url) as server:
+        server.start()
+        assert watcher.exists(f"{root}/pool/0") is not None
+        frozen_until_its_claim_is_gone(server, watcher, f"{root}/pool/0")
+        with httpx.Client(base_url=server.url, timeout=15, trust_env=False) as http:
+            wait_for(
+                lambda: health(http) == 200,
+                timeout=12,
+                description="the server to claim generator 0 again after its hold-off",
+                explain=lambda: http.get("/v1/claims").text + "\n" + server.stderr_text(),
+            )
+            assert parse_id(http.get("/v1/id").text, "uid64").generator == 0  # type: ignore[attr-defined]
 
 
-def test_a_lost_claim_is_logged_with_its_identity(zk: ZooKeeperEnsemble) -> None:
+def test_a_lost_claim_is_logged_with_its_identity(zk: ZooKeeperEnsemble, watcher: Any) -> None:
     """A server whose ZooKeeper session expires says so on stderr, naming the identities.
 
     The server (``--log-format json``) logs its claim of a generator at INFO. It is
@@ -329,69 +331,50 @@ def test_a_lost_claim_is_logged_with_its_identity(zk: ZooKeeperEnsemble) -> None
     first is held off) at WARNING, once. ``/metrics`` counts the loss. Every stderr
     line is JSON with ``time``, ``level``, ``logger`` and ``message``.
     """
-    from kazoo.client import KazooClient
-
     root = unique_zk_root()
-    url = (
-        f"zk://{zk.hosts}{root}"
-        f"?session_timeout={SESSION_TIMEOUT_S:g}&wait_timeout={WAIT_TIMEOUT_S:g}"
+    url = short_session_url(zk, root)
+    with IdmintServer("--coordinator", url, "--log-format", "json") as server:
+        server.start()
+        claimed = [line for line in log_lines(server) if "claimed" in line["message"]]
+        assert [(line["level"], line["logger"]) for line in claimed] == [
+            ("INFO", "idmint.coordinate")
+        ], claimed
+        # A claimant alone starts at a random free ID, as claimants at once do.
+        first = re.search(r": claimed generator (\d+) cluster 0$", claimed[0]["message"])
+        assert first is not None, claimed
+        generator = int(first.group(1))
+
+        frozen_until_its_claim_is_gone(server, watcher, f"{root}/pool/{generator}")
+        with httpx.Client(base_url=server.url, timeout=15, trust_env=False) as http:
+            wait_for(
+                lambda: "re-claimed" in server.stderr_text() and health(http) == 200,
+                timeout=30,
+                description="the server to log a new claim and be ready again",
+                explain=lambda: http.get("/v1/claims").text + "\n" + server.stderr_text(),
+            )
+            metrics = http.get("/metrics").text
+            assert 'idmint_claim_losses_total{slot="0"} 1' in metrics.splitlines(), metrics
+            (row,) = check_claims_agree(http)
+            assert row["state"] == "active"
+        lines = log_lines(server)
+
+    for line in lines:
+        assert {"time", "level", "logger", "message"} <= set(line), line
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"]), line
+    lost = [line for line in lines if " lost: " in line["message"]]
+    assert len(lost) == 1, lines
+    assert lost[0]["level"] == "WARNING"
+    assert f": generator {generator} cluster 0 lost: " in lost[0]["message"], lost
+    again = [line for line in lines if "re-claimed" in line["message"]]
+    assert len(again) == 1, lines
+    assert again[0]["level"] == "WARNING"
+    match = re.search(
+        rf": re-claimed as generator (\d+) cluster 0 "
+        rf"\(was generator {generator} cluster 0\)$",
+        again[0]["message"],
     )
-    watcher = KazooClient(hosts=zk.hosts)
-    watcher.start(timeout=30)
-    try:
-        with IdmintServer("--coordinator", url, "--log-format", "json") as server:
-            server.start()
-            claimed = [line for line in log_lines(server) if "claimed" in line["message"]]
-            assert [(line["level"], line["logger"]) for line in claimed] == [
-                ("INFO", "idmint.coordinate")
-            ], claimed
-            # A claimant alone starts at a random free ID, as claimants at once do.
-            first = re.search(r": claimed generator (\d+) cluster 0$", claimed[0]["message"])
-            assert first is not None, claimed
-            generator = int(first.group(1))
-
-            server.send_signal(signal.SIGSTOP)
-            try:
-                wait_until(
-                    lambda: watcher.exists(f"{root}/pool/{generator}") is None,
-                    timeout=30,
-                    description="ZooKeeper to expire the frozen server's session",
-                )
-            finally:
-                server.send_signal(signal.SIGCONT)
-            with httpx.Client(base_url=server.url, timeout=15, trust_env=False) as http:
-                wait_for(
-                    lambda: "re-claimed" in server.stderr_text() and health(http) == 200,
-                    timeout=30,
-                    description="the server to log a new claim and be ready again",
-                    explain=lambda: http.get("/v1/claims").text + "\n" + server.stderr_text(),
-                )
-                metrics = http.get("/metrics").text
-                assert 'idmint_claim_losses_total{slot="0"} 1' in metrics.splitlines(), metrics
-                (row,) = check_claims_agree(http)
-                assert row["state"] == "active"
-            lines = log_lines(server)
-
-        for line in lines:
-            assert {"time", "level", "logger", "message"} <= set(line), line
-            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"]), line
-        lost = [line for line in lines if " lost: " in line["message"]]
-        assert len(lost) == 1, lines
-        assert lost[0]["level"] == "WARNING"
-        assert f": generator {generator} cluster 0 lost: " in lost[0]["message"], lost
-        again = [line for line in lines if "re-claimed" in line["message"]]
-        assert len(again) == 1, lines
-        assert again[0]["level"] == "WARNING"
-        match = re.search(
-            rf": re-claimed as generator (\d+) cluster 0 "
-            rf"\(was generator {generator} cluster 0\)$",
-            again[0]["message"],
-        )
-        assert match is not None, again
-        assert lines.index(lost[0]) < lines.index(again[0])
-    finally:
-        watcher.stop()
-        watcher.close()
+    assert match is not None, again
+    assert lines.index(lost[0]) < lines.index(again[0])
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,9 @@ from tests.servers.ports import free_port
 
 from idmint.schemes import parse_id
 from idmint.server import create_app
+from idmint.server.app import ROUTES
 from idmint.server.logs import server_logging
+from idmint.server.routes import Router
 from idmint.server.run import browser_url, startup_line
 
 JSON = "application/json"
@@ -309,10 +312,12 @@ def test_an_unexpected_error_is_logged_with_its_traceback() -> None:
     """
     app = create_app()
 
-    async def broken(scope: Any) -> Any:
+    async def broken(server: Any, scope: Any) -> Any:
         raise Broken("the route failed")
 
-    app._routes["/livez"] = broken
+    app.router = Router(
+        [replace(route, handler=broken) if route.path == "/livez" else route for route in ROUTES]
+    )
     stream = io.StringIO()
     sent: list[dict[str, Any]] = []
 

@@ -50,6 +50,7 @@ from cryptography.hazmat.primitives import serialization
 from tests.cli_process import assert_one_error_line
 from tests.server.server_helpers import (
     LOOPBACK,
+    ClientThreads,
     IdmintServer,
     metric,
     parse_metrics,
@@ -477,7 +478,7 @@ class KeptConnection:
                 return
 
 
-class Load:
+class Load(ClientThreads):
     """Threads asking for IDs over TLS until stopped: a new connection every few
     requests (so handshakes happen throughout), keep-alive in between.
 
@@ -485,25 +486,14 @@ class Load:
     """
 
     def __init__(self, port: int, context: ssl.SSLContext, token: str, threads: int = 2) -> None:
+        super().__init__(threads)
         self.port = port
         self.context = context
         self.token = token
         self.ids: list[str] = []
         self.failures: list[str] = []
         self.connections = 0
-        self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
-
-    def __enter__(self) -> Load:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(30)
 
     def count(self) -> int:
         with self._lock:
@@ -514,8 +504,8 @@ class Load:
         target = self.count() + requests
         wait_until(lambda: self.count() >= target, timeout=60, description="more requests")
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
+    def run(self) -> None:
+        while not self.stopping.is_set():
             connection = http.client.HTTPSConnection(
                 LOOPBACK, self.port, context=self.context, timeout=10
             )

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.cli_process import assert_one_error_line
+from tests.cli_process import assert_one_error_line, run_idmint
 from tests.server.server_helpers import (
     LOOPBACK,
     IdmintServer,
@@ -39,6 +39,7 @@ from tests.server.server_helpers import (
     metric,
     metric_labels,
     parse_metrics,
+    private_pool,
     running_server,
     server_has_read,
     wait_for,
@@ -48,12 +49,6 @@ from idmint.schemes import Uid64
 from idmint.server.config import available_cores
 
 START_TIMEOUT_S = 60.0
-
-
-def private_pool(tmp_path: Path) -> dict[str, str]:
-    """A ``local://`` directory of the test's own (and a temp dir for the run directory)."""
-    (tmp_path / "tmp").mkdir(exist_ok=True)
-    return {"IDMINT_LOCAL_DIR": str(tmp_path / "pool"), "TMPDIR": str(tmp_path / "tmp")}
 
 
 def pool_url(tmp_path: Path) -> str:
@@ -237,14 +232,7 @@ def test_configured_identities_give_each_worker_its_own_block(tmp_path: Path) ->
         ids = in_threads(4, lambda: ids_from(server.port, 8, 20))
         assert_distinct(ids)
         assert {Uid64(text).generator for text in ids} <= {7, 8, 9, 10}
-        refused = subprocess.run(
-            [sys.executable, "-m", "idmint", "generate", "--generator", "9"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env={**os.environ, **private_pool(tmp_path)},
-        )
+        refused = run_idmint("generate", "--generator", "9", env=private_pool(tmp_path))
         assert refused.returncode == 1, refused
         assert "generator 9, cluster 0 is already in use" in assert_one_error_line(refused.stderr)
 

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, cas
 
 from idmint.clock import SYSTEM_CLOCK, Clock
 from idmint.errors import ClockMovedBackwards, ConfigurationError, GeneratorError
-from idmint.schemes._base import IdValue
+from idmint.schemes import IdValue
 
 if TYPE_CHECKING:
     import asyncio
@@ -298,6 +298,10 @@ class TickGenerator(Generic[IdT]):
             if name not in {"self", "claim"} and name not in COMMON_OPTIONS
         )
 
+    options_about: ClassVar[Mapping[str, str]] = {}
+    """What the options that are not the value type's fields (or mean something else
+    here) are for, for help texts; the value type's fields describe the others."""
+
     @classmethod
     def identity_pool(cls) -> range:
         """The values a coordinator may claim for the counted identity field."""
@@ -441,9 +445,15 @@ class TickGenerator(Generic[IdT]):
         # us for good and records the newest tick we used, including one a
         # thread opened a moment ago.
         while self._closers:
-            self._closers.pop()()
+            self._closers.pop(0)()
         if claim is not None:
             claim.detach(self)
+
+    def close_with(self, *closers: Callable[[], None]) -> None:
+        """Make :meth:`close` call ``closers`` too, in the order given (after those
+        given before): what the generator owns besides its identity, such as its
+        claim and the coordinator it was claimed from."""
+        self._closers.extend(closers)
 
     def __enter__(self: GeneratorT) -> GeneratorT:
         return self

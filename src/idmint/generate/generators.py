@@ -18,11 +18,11 @@ from idmint.generate.core import (
     check_tick_range,
     fork_generation,
 )
+from idmint.schemes import IdValue
 from idmint.schemes import elastic64 as e64
 from idmint.schemes import muid as mu
 from idmint.schemes import short60 as s60
 from idmint.schemes import uid64 as u64
-from idmint.schemes._base import IdValue
 from idmint.schemes.elastic64 import Elastic64
 from idmint.schemes.muid import Muid
 from idmint.schemes.short60 import Short60
@@ -194,6 +194,9 @@ class Elastic64Generator(TickGenerator[Elastic64]):
     id_type = Elastic64
     identity_fields = ("node", "node_bits")
     space = "node"
+    options_about: ClassVar[Mapping[str, str]] = {
+        "max_ahead_ms": "ms a burst may borrow ahead of the clock",
+    }
     _int_mask = _ELASTIC64_MASK
     _make_from_run = staticmethod(_make_elastic64)
 
@@ -310,6 +313,9 @@ class Short60Generator(TickGenerator[Short60]):
     id_type = Short60
     identity_fields = ("node",)
     space = "short60"
+    options_about: ClassVar[Mapping[str, str]] = {
+        "random": "9 random bits per ID instead of a node ID, so collisions are possible",
+    }
 
     @classmethod
     def identity_free_because(cls, options: Mapping[str, Any]) -> str | None:
@@ -428,7 +434,12 @@ class MuidGenerator(TickGenerator[Muid]):
 
     __slots__ = ("_medallion",)
     id_type = Muid
+    identity_fields = ("medallion",)
     tick_ns = 1_000
+    options_about: ClassVar[Mapping[str, str]] = {
+        "medallion": "the generator's medallion, random when not given",
+        "max_ahead_us": "us a burst of transactions may borrow ahead of the clock",
+    }
 
     @classmethod
     def identity_free_because(cls, options: Mapping[str, Any]) -> str | None:

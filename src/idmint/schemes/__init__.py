@@ -12,7 +12,15 @@ import re
 from typing import Final
 
 from idmint.errors import InvalidId
-from idmint.schemes._base import Field, IdValue, coerce_id
+from idmint.schemes._base import (
+    Field,
+    IdValue,
+    a_scheme,
+    check_field,
+    coerce_id,
+    int_from_hex,
+    iso_ms,
+)
 from idmint.schemes.elastic64 import Elastic64
 from idmint.schemes.muid import Muid
 from idmint.schemes.short60 import Short60
@@ -28,9 +36,14 @@ __all__ = [
     "Short60",
     "Uid64",
     "Uid64V1",
+    "a_scheme",
+    "check_field",
     "coerce_id",
     "guess_scheme",
+    "int_from_hex",
+    "iso_ms",
     "parse_id",
+    "scheme_type",
 ]
 
 SCHEMES: Final[dict[str, type[IdValue]]] = {

@@ -1,4 +1,4 @@
-"""Machinery shared by the ID value types: comparison, hashing, parsing helpers.
+"""Machinery shared by the ID value types: the views of the int, comparison, parsing helpers.
 
 Every scheme's value type keeps one canonical int in ``_int`` (a slot, like
 ``ipaddress.IPv4Address._ip``); everything else is derived from it on demand.
@@ -7,13 +7,19 @@ so instances behave as immutable values. The generators build instances with
 ``object.__new__`` plus a slot store instead of going through parsing, which is
 why the slot is not guarded by a ``__setattr__`` override: that guard would cost
 every minted ID a further ~50 ns.
+
+As ``uuid.UUID`` derives its views from its one int, :class:`IdValue` derives
+what every scheme shows from what the scheme declares: ``bytes`` from ``bits``,
+``str()`` from the text codec (``text_of_int``), ``time`` from the field that
+counts time (``per_second``), ``to_dict()`` from ``fields``. A scheme writes
+its layout (the field properties), its fields, its text codec and ``build``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import inspect
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -46,6 +52,24 @@ class Field:
     """A text field's values (uid64's mode); such a field has no range."""
     decoded: bool = True
     """Whether ``to_dict()`` shows it (short60's ``random`` is only a name ``build()`` takes)."""
+    per_second: int = 0
+    """For the field that counts time: its units per second (1000: ms since
+    1970-01-01 UTC). An ID's ``time``, and the ``time`` of ``to_dict()``, are read
+    from it; 0 for every other field."""
+    shift: int | None = None
+    """Where a field that stands in the int as it is lies: ``bits`` bits from bit
+    ``shift`` up, holding the value less ``low``. :class:`IdValue` then derives the
+    field's property, and ``_packed`` puts it in place. None: the scheme writes the
+    property (a field split in parts or stored transformed, as uid64's)."""
+    bits: int = 0
+
+    @classmethod
+    def at(
+        cls, name: str, about: str, shift: int, bits: int, *, low: int = 0, **more: Any
+    ) -> Field:
+        """A field standing as it is in ``bits`` bits from bit ``shift``: it holds
+        ``low`` and the ``2**bits - 1`` values above."""
+        return cls(name, about, low, low + (1 << bits) - 1, shift=shift, bits=bits, **more)
 
 
 class IdValue:
@@ -56,12 +80,17 @@ class IdValue:
 
     scheme: ClassVar[str]
     """The scheme name as the CLI and server spell it, e.g. ``"uid64"``."""
+    bits: ClassVar[int]
+    """How many bits an ID has: its int is below ``2**bits``; its bytes are as few
+    as hold them."""
     _forms: ClassVar[str]
     """How IDs of the scheme can be given, for error messages."""
     _byte_length: ClassVar[int]
     _max_int: ClassVar[int]
     _family: ClassVar[type[IdValue]]
     """The scheme's root type: its instances convert into each other (uid64, uid64-v1)."""
+    _time_field: ClassVar[Field]
+    _decoded: ClassVar[tuple[Field, ...]]
 
     # -- what the CLI, the server, storage and pydantic read of a scheme ------------
     summary: ClassVar[str]
@@ -82,6 +111,18 @@ class IdValue:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._family = next(c for c in cls.__mro__ if IdValue in c.__bases__)
+        if hasattr(cls, "bits"):
+            cls._max_int = (1 << cls.bits) - 1
+            cls._byte_length = (cls.bits + 7) // 8
+        if hasattr(cls, "fields"):
+            timed = [field for field in cls.fields if field.per_second]
+            if len(timed) != 1 or not timed[0].decoded:
+                raise TypeError(f"{cls.__name__}: one decoded field must count time (per_second)")
+            cls._time_field = timed[0]
+            cls._decoded = tuple(field for field in cls.fields if field.decoded)
+            for field in cls.fields:
+                if field.shift is not None and not hasattr(cls, field.name):
+                    setattr(cls, field.name, _field_property(field))
 
     def __new__(cls: type[IdT], value: object) -> IdT:
         return cls.parse(value)
@@ -126,6 +167,25 @@ class IdValue:
             if candidate.name == name:
                 return candidate
         raise KeyError(f"{cls.scheme} IDs have no field {name!r}")
+
+    @classmethod
+    def _check_fields(cls, **values: object) -> None:
+        """Each of ``values`` within its field's range, else ``InvalidId`` naming it."""
+        for name, value in values.items():
+            field = cls.field(name)
+            check_field(cls.scheme, name, value, field.low, field.high)
+
+    @classmethod
+    def _packed(cls, **values: int) -> int:
+        """The int of ``values``, each checked against its field's range and put where
+        its field lies (every field named has a ``shift``)."""
+        cls._check_fields(**values)
+        packed = 0
+        for name, value in values.items():
+            field = cls.field(name)
+            assert field.shift is not None, name
+            packed |= (value - field.low) << field.shift
+        return packed
 
     @classmethod
     def build_fields(cls) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -228,29 +288,56 @@ class IdValue:
 
         return id_json_schema(cls)
 
+    # -- the text codec, provided by each scheme -----------------------------------------
     @classmethod
-    def text_of_int(cls, value: int) -> str:
+    def text_of_int(cls, value: int) -> str:  # pragma: no cover - abstract
         """The canonical text of the ID ``value`` without building a value object."""
-        return str(cls.from_int(value))
+        raise NotImplementedError
 
     @classmethod
     def texts_of_ints(cls, values: Sequence[int]) -> list[str]:
         """The canonical texts of many IDs at once (a scheme may do it in bulk)."""
         return list(map(cls.text_of_int, values))
 
-    # Defined last: inside the class body the name `int` means this property.
+    # -- what every ID shows, derived from the declarations -----------------------------
+    def __str__(self) -> str:
+        return self.text_of_int(self._int)
+
+    @property
+    def time(self) -> _dt.datetime:
+        """When the ID was minted, as an aware UTC datetime (in the scheme's precision)."""
+        field = self._time_field
+        return time_of(getattr(self, field.name), field.per_second)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The scheme, the text, the time in ISO 8601 and every decoded field, in order."""
+        shown: dict[str, Any] = {"scheme": self.scheme, "id": str(self), "time": None}
+        for field in self._decoded:
+            value = getattr(self, field.name)
+            shown[field.name] = str(value) if field.choices else value
+        field = self._time_field
+        shown["time"] = iso_time(shown[field.name], field.per_second)
+        return shown
+
+    # Defined last: inside the class body the names `int` and `bytes` mean these properties.
     @property
     def int(self) -> int:
         """The ID as an unsigned integer."""
         return self._int
 
-    # -- to be provided by each scheme -------------------------------------
-    def to_dict(self) -> dict[str, Any]:  # pragma: no cover - abstract
-        raise NotImplementedError
-
     @property
-    def time(self) -> _dt.datetime:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def bytes(self) -> bytes:
+        """The ID as big-endian bytes."""
+        return self._int.to_bytes(self._byte_length, "big")
+
+
+def _field_property(field: Field) -> property:
+    """A property reading ``field`` where it lies in the int (its ``shift``)."""
+    assert field.shift is not None
+    shift, mask, low = field.shift, (1 << field.bits) - 1, field.low
+    if low:
+        return property(lambda self: low + ((self._int >> shift) & mask), doc=field.about)
+    return property(lambda self: (self._int >> shift) & mask, doc=field.about)
 
 
 def coerce_id(
@@ -304,15 +391,19 @@ def int_from_hex(scheme: str, text: str, length: int, what: str = "hex digits") 
             f"expected {length} {what}, got {len(text)} characters: {text!r}",
             problem="length",
         )
+    check_characters(scheme, text, _HEX_DIGITS, "a hex digit 0-9 or a-f")
+    return int(text, 16)
+
+
+def check_characters(scheme: str, text: str, allowed: Container[str], expected: str) -> None:
+    """``InvalidId`` naming the first character of ``text`` not ``allowed``, and its place."""
     for position, char in enumerate(text):
-        if char not in _HEX_DIGITS:
+        if char not in allowed:
             raise InvalidId(
                 scheme,
-                f"bad character {char!r} at position {position} of {text!r}; "
-                "expected a hex digit 0-9 or a-f",
+                f"bad character {char!r} at position {position} of {text!r}; expected {expected}",
                 problem="character",
             )
-    return int(text, 16)
 
 
 def reject_type(scheme: str, value: object, expected: str) -> InvalidId:
@@ -323,19 +414,18 @@ def reject_type(scheme: str, value: object, expected: str) -> InvalidId:
     )
 
 
-def time_from_ms(ms: int) -> _dt.datetime:
-    return UNIX_EPOCH + _dt.timedelta(milliseconds=ms)
+def time_of(count: int, per_second: int) -> _dt.datetime:
+    """The aware UTC datetime ``count`` units of ``1/per_second`` s after 1970-01-01."""
+    return UNIX_EPOCH + _dt.timedelta(microseconds=count * 1_000_000 // per_second)
 
 
-def time_from_us(us: int) -> _dt.datetime:
-    return UNIX_EPOCH + _dt.timedelta(microseconds=us)
+def iso_time(count: int, per_second: int) -> str:
+    """ISO 8601 UTC in the units' precision, with a ``Z``: 2019-07-03T18:45:04.129Z for ms."""
+    digits = len(str(per_second)) - 1
+    whole = time_of(count, per_second).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{whole}.{count % per_second:0{digits}d}Z"
 
 
 def iso_ms(ms: int) -> str:
     """ISO 8601 UTC with millisecond precision and a ``Z``: 2019-07-03T18:45:04.129Z."""
-    return time_from_ms(ms).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
-
-
-def iso_us(us: int) -> str:
-    """ISO 8601 UTC with microsecond precision and a ``Z``."""
-    return time_from_us(us).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return iso_time(ms, 1000)

@@ -16,7 +16,6 @@ bursts. The width is not stored in the ID, so decoding needs it.
 
 from __future__ import annotations
 
-import datetime as _dt
 from typing import Any, Final
 
 from idmint.errors import InvalidId
@@ -24,11 +23,10 @@ from idmint.schemes._base import (
     LAST_DATETIME_MS,
     Field,
     IdValue,
+    check_characters,
     check_field,
     int_from_bytes,
-    iso_ms,
     reject_type,
-    time_from_ms,
 )
 
 TIMESTAMP_SHIFT: Final = 16
@@ -57,21 +55,28 @@ class Elastic64(IdValue):
     _node_bits: int
     scheme = "elastic64"
 
+    bits = 64
     _forms = "decimal digits, 8 bytes or an int, with node_bits"
-    _byte_length = 8
-    _max_int = (1 << 64) - 1
     needs_node_bits = True
     summary = (
         f"8 bytes: ms, burst, node ID of {MIN_NODE_BITS}..{MAX_NODE_BITS} bits; "
         f"2**({LOW_BITS}-bits) IDs/ms"
     )
     fields = (
-        Field("timestamp_ms", "ms since 1970-01-01 UTC", 0, MAX_TIMESTAMP_MS),
+        Field(
+            "timestamp_ms",
+            "ms since 1970-01-01 UTC",
+            0,
+            MAX_TIMESTAMP_MS,
+            per_second=1000,
+            shift=TIMESTAMP_SHIFT,
+            bits=64 - TIMESTAMP_SHIFT,
+        ),
         Field("burst", "position within the ms", 0, (1 << (LOW_BITS - MIN_NODE_BITS)) - 1),
         Field("node", "node ID", 0, (1 << MAX_NODE_BITS) - 1),
         Field("node_bits", "node-ID width", MIN_NODE_BITS, MAX_NODE_BITS),
     )
-    text_length = len(str(_max_int))
+    text_length = len(str((1 << bits) - 1))
     text_pattern = f"[0-9]{{1,{text_length}}}"
     json_description = "An elastic64 ID: decimal digits"
     json_example = "75735064375574528"
@@ -131,14 +136,7 @@ class Elastic64(IdValue):
                 f"characters: {text!r}",
                 problem="length",
             )
-        for position, char in enumerate(stripped):
-            if char not in _DECIMAL_DIGITS:
-                raise InvalidId(
-                    cls.scheme,
-                    f"bad character {char!r} at position {position} of {stripped!r}; "
-                    "expected a decimal digit",
-                    problem="character",
-                )
+        check_characters(cls.scheme, stripped, _DECIMAL_DIGITS, "a decimal digit")
         return cls.from_int(int(stripped), node_bits)
 
     @classmethod
@@ -173,21 +171,19 @@ class Elastic64(IdValue):
     def build(cls, *, timestamp_ms: int, node: int, node_bits: int, burst: int = 0) -> Elastic64:
         """Make the ID with these fields; every field is range-checked."""
         check_node_bits(node_bits)
-        check_field(cls.scheme, "timestamp_ms", timestamp_ms, 0, MAX_TIMESTAMP_MS)
+        cls._check_fields(timestamp_ms=timestamp_ms)
         check_field(cls.scheme, "node", node, 0, (1 << node_bits) - 1)
         check_field(cls.scheme, "burst", burst, 0, (1 << (LOW_BITS - node_bits)) - 1)
         return cls.from_int(
             (timestamp_ms << TIMESTAMP_SHIFT) | (burst << node_bits) | node, node_bits
         )
 
-    # -- fields -------------------------------------------------------------
+    # -- fields (timestamp_ms, which stands as it is, is made from its) -------------
+    timestamp_ms: int
+
     @property
     def node_bits(self) -> int:
         return self._node_bits
-
-    @property
-    def timestamp_ms(self) -> int:
-        return self._int >> TIMESTAMP_SHIFT
 
     @property
     def burst(self) -> int:
@@ -197,32 +193,9 @@ class Elastic64(IdValue):
     def node(self) -> int:
         return self._int & ((1 << self._node_bits) - 1)
 
-    @property
-    def time(self) -> _dt.datetime:
-        return time_from_ms(self.timestamp_ms)
-
-    @property
-    def bytes(self) -> bytes:
-        return self._int.to_bytes(8, "big")
-
-    def __str__(self) -> str:
-        return str(self._int)
-
     @classmethod
     def text_of_int(cls, value: int) -> str:
         return str(value)
 
     def __repr__(self) -> str:
         return f"Elastic64({self._int}, node_bits={self._node_bits})"
-
-    def to_dict(self) -> dict[str, Any]:
-        timestamp_ms = self.timestamp_ms
-        return {
-            "scheme": self.scheme,
-            "id": str(self),
-            "time": iso_ms(timestamp_ms),
-            "timestamp_ms": timestamp_ms,
-            "burst": self.burst,
-            "node": self.node,
-            "node_bits": self._node_bits,
-        }

@@ -18,18 +18,10 @@ also takes lower case and the dashed 14-13-5 form people write for reading.
 
 from __future__ import annotations
 
-import datetime as _dt
-from typing import Any, Final
+from typing import Final
 
 from idmint.errors import InvalidId
-from idmint.schemes._base import (
-    Field,
-    IdValue,
-    check_field,
-    int_from_hex,
-    iso_us,
-    time_from_us,
-)
+from idmint.schemes._base import Field, IdValue, int_from_hex
 
 TIMESTAMP_BITS: Final = 56  # microseconds until the year 4253
 MEDALLION_BITS: Final = 52
@@ -58,15 +50,24 @@ class Muid(IdValue):
 
     __slots__ = ()
     scheme = "muid"
+    bits = 128
     _forms = "32 hex digits (or 14-13-5 dashed), 16 bytes or an int"
-    _byte_length = 16
-    _max_int = (1 << 128) - 1
     summary = "16 bytes: us, random medallion, offset in a transaction"
     fields = (
-        Field("timestamp_us", "us since 1970-01-01 UTC", 0, MAX_TIMESTAMP_US),
-        Field("medallion", "medallion", 0, MAX_MEDALLION),
-        Field("offset", "offset within a transaction", 0, MAX_OFFSET),
+        Field.at(
+            "timestamp_us",
+            "us since 1970-01-01 UTC",
+            TIMESTAMP_SHIFT,
+            TIMESTAMP_BITS,
+            per_second=1_000_000,
+        ),
+        Field.at("medallion", "medallion", MEDALLION_SHIFT, MEDALLION_BITS),
+        Field.at("offset", "offset within a transaction", 0, OFFSET_BITS),
     )
+    # The fields, as properties (made from the fields above).
+    timestamp_us: int
+    medallion: int
+    offset: int
     text_pattern = "[0-9A-Fa-f]{32}|" + "-".join(f"[0-9A-Fa-f]{{{n}}}" for n in _DASHED_GROUPS)
     text_length = sum(_DASHED_GROUPS) + len(_DASHED_GROUPS) - 1  # the dashed form
     json_description = "A muid: 32 hex digits (also read: the dashed 14-13-5 form)"
@@ -93,31 +94,9 @@ class Muid(IdValue):
     @classmethod
     def build(cls, *, timestamp_us: int, medallion: int, offset: int = 0) -> Muid:
         """Make the muid with these fields; every field is range-checked."""
-        check_field(cls.scheme, "timestamp_us", timestamp_us, 0, MAX_TIMESTAMP_US)
-        check_field(cls.scheme, "medallion", medallion, 0, MAX_MEDALLION)
-        check_field(cls.scheme, "offset", offset, 0, MAX_OFFSET)
-        return cls._trusted(timestamp_us << TIMESTAMP_SHIFT | medallion << MEDALLION_SHIFT | offset)
-
-    @property
-    def timestamp_us(self) -> int:
-        """Microseconds since the Unix epoch."""
-        return self._int >> TIMESTAMP_SHIFT
-
-    @property
-    def medallion(self) -> int:
-        return (self._int >> MEDALLION_SHIFT) & MAX_MEDALLION
-
-    @property
-    def offset(self) -> int:
-        return self._int & MAX_OFFSET
-
-    @property
-    def time(self) -> _dt.datetime:
-        return time_from_us(self.timestamp_us)
-
-    @property
-    def bytes(self) -> bytes:
-        return self._int.to_bytes(16, "big")
+        return cls._trusted(
+            cls._packed(timestamp_us=timestamp_us, medallion=medallion, offset=offset)
+        )
 
     @property
     def dashed(self) -> str:
@@ -125,20 +104,6 @@ class Muid(IdValue):
         text = str(self)
         return f"{text[:14]}-{text[14:27]}-{text[27:]}"
 
-    def __str__(self) -> str:
-        return f"{self._int:032X}"
-
     @classmethod
     def text_of_int(cls, value: int) -> str:
         return f"{value:032X}"
-
-    def to_dict(self) -> dict[str, Any]:
-        timestamp_us = self.timestamp_us
-        return {
-            "scheme": self.scheme,
-            "id": str(self),
-            "time": iso_us(timestamp_us),
-            "timestamp_us": timestamp_us,
-            "medallion": self.medallion,
-            "offset": self.offset,
-        }

@@ -23,19 +23,12 @@ random at both ends: ``11093174944930914 -> naS8QBhxi -> xinaS8QBh``.
 
 from __future__ import annotations
 
-import datetime as _dt
 from base64 import urlsafe_b64encode
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 from idmint.errors import InvalidId
-from idmint.schemes._base import (
-    Field,
-    IdValue,
-    check_field,
-    iso_ms,
-    time_from_ms,
-)
+from idmint.schemes._base import Field, IdValue, check_characters
 
 EPOCH_MS: Final = 1_519_862_400_000  # 2018-03-01T00:00:00Z, uexky's epoch
 TIMESTAMP_BITS: Final = 42
@@ -49,7 +42,8 @@ MAX_RANDOM: Final = (1 << RANDOM_BITS) - 1
 MAX_NODE: Final = MAX_RANDOM
 TIMESTAMP_SHIFT: Final = SEQUENCE_BITS + RANDOM_BITS
 SEQUENCE_SHIFT: Final = RANDOM_BITS
-MAX_VALUE: Final = (1 << 60) - 1
+ID_BITS: Final = TIMESTAMP_BITS + SEQUENCE_BITS + RANDOM_BITS
+MAX_VALUE: Final = (1 << ID_BITS) - 1
 MAX_DISPLAY_LENGTH: Final = 10  # ceil(60 / 6)
 
 ALPHABET: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
@@ -117,26 +111,37 @@ class Short60(IdValue):
 
     __slots__ = ()
     scheme = "short60"
+    bits = ID_BITS
     _forms = "a display string, 8 bytes or an int"
-    _byte_length = 8
-    _max_int = MAX_VALUE
     summary = (
         f"60 bits shown as {MAX_DISPLAY_LENGTH} characters: ms, sequence, {NODE_BITS}-bit node; "
         f"{MAX_SEQUENCE + 1} IDs/ms"
     )
     fields = (
-        Field("timestamp_ms", "ms since 1970-01-01 UTC", EPOCH_MS, EPOCH_MS + MAX_ELAPSED_MS),
-        Field("sequence", "position within the ms", 0, MAX_SEQUENCE),
-        Field("node", "node ID", 0, MAX_NODE),
-        Field(
+        Field.at(
+            "timestamp_ms",
+            "ms since 1970-01-01 UTC",
+            TIMESTAMP_SHIFT,
+            TIMESTAMP_BITS,
+            low=EPOCH_MS,  # stored as the ms since uexky's epoch
+            per_second=1000,
+        ),
+        Field.at("sequence", "position within the ms", SEQUENCE_SHIFT, SEQUENCE_BITS),
+        Field.at("node", "node ID", 0, NODE_BITS),
+        Field.at(
             "random",
             f"the low {RANDOM_BITS} bits under uexky's name (same as node)",
             0,
-            MAX_RANDOM,
+            RANDOM_BITS,
             decoded=False,
         ),
         Field("int", "the ID as an int", 0, MAX_VALUE),
     )
+    # The fields with a place, as properties (made from the fields above).
+    timestamp_ms: int
+    sequence: int
+    node: int
+    random: int
     text_pattern = f"[A-Za-z0-9_-]{{1,{MAX_DISPLAY_LENGTH}}}"
     text_length = MAX_DISPLAY_LENGTH
     json_description = f"A short60 ID: 1 to {MAX_DISPLAY_LENGTH} base-64 characters"
@@ -152,14 +157,7 @@ class Short60(IdValue):
                 f"expected 1 to {MAX_DISPLAY_LENGTH} characters, got {len(stripped)}: {text!r}",
                 problem="length",
             )
-        for position, char in enumerate(stripped):
-            if char not in _DIGIT_VALUES:
-                raise InvalidId(
-                    cls.scheme,
-                    f"bad character {char!r} at position {position} of {stripped!r}; "
-                    "expected A-Z, a-z, 0-9, '-' or '_'",
-                    problem="character",
-                )
+        check_characters(cls.scheme, stripped, _DIGIT_VALUES, "A-Z, a-z, 0-9, '-' or '_'")
         base64 = stripped[2:] + stripped[:2]
         if len(base64) > 1 and base64[0] == "A":
             # 'A' is the zero digit: the display form never has a leading one, so
@@ -195,8 +193,6 @@ class Short60(IdValue):
 
         ``node`` and ``random`` name the same low 9 bits; give one of them.
         """
-        check_field(cls.scheme, "timestamp_ms", timestamp_ms, EPOCH_MS, EPOCH_MS + MAX_ELAPSED_MS)
-        check_field(cls.scheme, "sequence", sequence, 0, MAX_SEQUENCE)
         if node is not None:
             if random:
                 raise InvalidId(
@@ -204,45 +200,14 @@ class Short60(IdValue):
                     "node and random are the same 9 bits; give one of them",
                     problem="range",
                 )
-            check_field(cls.scheme, "node", node, 0, MAX_NODE)
+            cls._check_fields(node=node)
             random = node
-        check_field(cls.scheme, "random", random, 0, MAX_RANDOM)
         return cls._trusted(
-            (timestamp_ms - EPOCH_MS) << TIMESTAMP_SHIFT | sequence << SEQUENCE_SHIFT | random
+            cls._packed(timestamp_ms=timestamp_ms, sequence=sequence, random=random)
         )
 
     @property
-    def timestamp_ms(self) -> int:
-        """Milliseconds since the Unix epoch (the field itself counts from 2018-03-01)."""
-        return (self._int >> TIMESTAMP_SHIFT) + EPOCH_MS
-
-    @property
-    def sequence(self) -> int:
-        return (self._int >> SEQUENCE_SHIFT) & MAX_SEQUENCE
-
-    @property
-    def node(self) -> int:
-        """The low 9 bits: the minting generator's node ID (random bits from uexky)."""
-        return self._int & MAX_NODE
-
-    @property
-    def random(self) -> int:
-        """The low 9 bits under uexky's name for them (the same as :attr:`node`)."""
-        return self._int & MAX_RANDOM
-
-    @property
-    def time(self) -> _dt.datetime:
-        return time_from_ms(self.timestamp_ms)
-
-    @property
-    def bytes(self) -> bytes:
-        return self._int.to_bytes(8, "big")
-
-    @property
     def display(self) -> str:
-        return to_display(self._int)
-
-    def __str__(self) -> str:
         return to_display(self._int)
 
     @classmethod
@@ -252,15 +217,3 @@ class Short60(IdValue):
     @classmethod
     def texts_of_ints(cls, values: Sequence[int]) -> list[str]:
         return to_displays(values)
-
-    def to_dict(self) -> dict[str, Any]:
-        timestamp_ms = self.timestamp_ms
-        return {
-            "scheme": self.scheme,
-            "id": str(self),
-            "time": iso_ms(timestamp_ms),
-            "timestamp_ms": timestamp_ms,
-            "sequence": self.sequence,
-            "node": self.node,
-            "int": self._int,
-        }

@@ -25,19 +25,11 @@ TIME_SEQUENTIAL stores the timestamp as is, so IDs sort by creation time.
 
 from __future__ import annotations
 
-import datetime as _dt
 import enum
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from idmint.errors import InvalidId
-from idmint.schemes._base import (
-    Field,
-    IdValue,
-    check_field,
-    int_from_hex,
-    iso_ms,
-    time_from_ms,
-)
+from idmint.schemes._base import Field, IdValue, int_from_hex
 
 TIMESTAMP_BITS: Final = 42  # ms since 1970 fit until 2109-05-15
 SEQUENCE_BITS: Final = 6  # 64 IDs per ms per generator
@@ -124,12 +116,15 @@ def identity_bits(generator: int, cluster: int, mode: Mode) -> int:
 
 def _fields(max_generator: int) -> tuple[Field, ...]:
     return (
-        Field("timestamp_ms", "ms since 1970-01-01 UTC", 0, MAX_TIMESTAMP_MS),
-        Field("sequence", "position within the ms", 0, MAX_SEQUENCE),
+        Field("timestamp_ms", "ms since 1970-01-01 UTC", 0, MAX_TIMESTAMP_MS, per_second=1000),
+        Field.at("sequence", "position within the ms", SEQUENCE_SHIFT, SEQUENCE_BITS),
         Field("generator", "generator ID", 0, max_generator),
-        Field("cluster", "cluster ID", 0, MAX_CLUSTER),
+        Field.at("cluster", "cluster ID", 0, CLUSTER_BITS),
         Field("mode", "bit layout", choices=tuple(mode.value for mode in Mode)),
     )
+
+
+EightByteT = TypeVar("EightByteT", bound="_EightByteId")
 
 
 class _EightByteId(IdValue):
@@ -137,10 +132,8 @@ class _EightByteId(IdValue):
 
     __slots__ = ()
 
-    _max_generator: int = MAX_GENERATOR
+    bits = 64
     _forms = "16 hex digits, 8 bytes or an int"
-    _byte_length = 8
-    _max_int = (1 << 64) - 1
     text_length = 16
     text_pattern = "[0-9a-fA-F]{16}"
     json_example = "b2c6d5e9c5800000"
@@ -150,7 +143,41 @@ class _EightByteId(IdValue):
         """Read the 16-hex-digit text form (either case)."""
         return cls._checked(int_from_hex(cls.scheme, text.strip(), cls.text_length))
 
-    # -- fields -------------------------------------------------------------
+    @classmethod
+    def text_of_int(cls, value: int) -> str:
+        return f"{value:016x}"
+
+    @classmethod
+    def build(
+        cls: type[EightByteT],
+        *,
+        timestamp_ms: int,
+        sequence: int = 0,
+        generator: int = 0,
+        cluster: int = 0,
+        mode: Mode | str = Mode.SPREAD,
+    ) -> EightByteT:
+        """Make the ID with these fields; every field is range-checked."""
+        cls._check_fields(
+            timestamp_ms=timestamp_ms, sequence=sequence, generator=generator, cluster=cluster
+        )
+        parsed_mode = cls._mode(mode)
+        value = (
+            timestamp_field(timestamp_ms, parsed_mode)
+            | sequence << SEQUENCE_SHIFT
+            | identity_bits(generator, cluster, parsed_mode)
+        )
+        return cls._checked(value)
+
+    @classmethod
+    def _mode(cls, mode: object) -> Mode:
+        """``mode`` read, where the layout has it (uid64-v1 has spread only)."""
+        return Mode.parse(mode, cls.scheme)
+
+    # -- fields (sequence and cluster, which stand as they are, are made from theirs) ---
+    sequence: int
+    cluster: int
+
     @property
     def mode(self) -> Mode:
         return Mode.TIME_SEQUENTIAL if self._int & MODE_BIT else Mode.SPREAD
@@ -162,73 +189,13 @@ class _EightByteId(IdValue):
         return field if self._int & MODE_BIT else reverse42(field)
 
     @property
-    def sequence(self) -> int:
-        return (self._int >> SEQUENCE_SHIFT) & MAX_SEQUENCE
-
-    @property
     def generator(self) -> int:
         low = self._int & 0xFFFF
         return ((low & 0xE000) >> 5) | ((low >> 4) & 0xFF)
 
     @property
-    def cluster(self) -> int:
-        return self._int & MAX_CLUSTER
-
-    @property
-    def time(self) -> _dt.datetime:
-        """When the ID was made, as an aware UTC datetime (ms precision)."""
-        return time_from_ms(self.timestamp_ms)
-
-    # -- forms ----------------------------------------------------------------
-    @property
-    def bytes(self) -> bytes:
-        return self._int.to_bytes(8, "big")
-
-    @property
     def hex(self) -> str:
         return f"{self._int:016x}"
-
-    def __str__(self) -> str:
-        return f"{self._int:016x}"
-
-    @classmethod
-    def text_of_int(cls, value: int) -> str:
-        return f"{value:016x}"
-
-    def to_dict(self) -> dict[str, Any]:
-        timestamp_ms = self.timestamp_ms
-        return {
-            "scheme": self.scheme,
-            "id": str(self),
-            "time": iso_ms(timestamp_ms),
-            "timestamp_ms": timestamp_ms,
-            "sequence": self.sequence,
-            "generator": self.generator,
-            "cluster": self.cluster,
-            "mode": self.mode.value,
-        }
-
-    @classmethod
-    def _build(
-        cls,
-        timestamp_ms: int,
-        sequence: int,
-        generator: int,
-        cluster: int,
-        mode: object,
-    ) -> Any:
-        scheme = cls.scheme
-        check_field(scheme, "timestamp_ms", timestamp_ms, 0, MAX_TIMESTAMP_MS)
-        check_field(scheme, "sequence", sequence, 0, MAX_SEQUENCE)
-        check_field(scheme, "generator", generator, 0, cls._max_generator)
-        check_field(scheme, "cluster", cluster, 0, MAX_CLUSTER)
-        parsed_mode = Mode.parse(mode, scheme)
-        value = (
-            timestamp_field(timestamp_ms, parsed_mode)
-            | sequence << SEQUENCE_SHIFT
-            | identity_bits(generator, cluster, parsed_mode)
-        )
-        return cls._checked(value)
 
 
 class Uid64(_EightByteId):
@@ -248,27 +215,12 @@ class Uid64(_EightByteId):
     fields = _fields(MAX_GENERATOR)
     json_description = "A uid64 ID: 16 hex digits"
 
-    @classmethod
-    def build(
-        cls,
-        *,
-        timestamp_ms: int,
-        sequence: int = 0,
-        generator: int = 0,
-        cluster: int = 0,
-        mode: Mode | str = Mode.SPREAD,
-    ) -> Uid64:
-        """Make the ID with these fields; every field is range-checked."""
-        result: Uid64 = cls._build(timestamp_ms, sequence, generator, cluster, mode)
-        return result
-
 
 class Uid64V1(_EightByteId):
     """An eight-byte ID in java-uniqueid's original layout (generators 0..63, always SPREAD)."""
 
     __slots__ = ()
     scheme = "uid64-v1"
-    _max_generator = MAX_GENERATOR_V1
     summary = f"8 bytes, java-uniqueid's original layout: generators 0..{MAX_GENERATOR_V1} only"
     fields = _fields(MAX_GENERATOR_V1)
     json_description = "A uid64-v1 ID: 16 hex digits"
@@ -286,21 +238,11 @@ class Uid64V1(_EightByteId):
         return super()._checked(value)
 
     @classmethod
-    def build(
-        cls,
-        *,
-        timestamp_ms: int,
-        sequence: int = 0,
-        generator: int = 0,
-        cluster: int = 0,
-        mode: Mode | str = Mode.SPREAD,
-    ) -> Uid64V1:
-        """Make the ID with these fields; uid64-v1 IDs are always SPREAD."""
+    def _mode(cls, mode: object) -> Mode:
         if Mode.parse(mode, cls.scheme) is not Mode.SPREAD:
             raise InvalidId(
                 cls.scheme,
                 "uid64-v1 IDs are always in spread mode; use uid64 for time-sequential",
                 problem="range",
             )
-        result: Uid64V1 = cls._build(timestamp_ms, sequence, generator, cluster, mode)
-        return result
+        return Mode.SPREAD

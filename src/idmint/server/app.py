@@ -1,28 +1,15 @@
 """The ID server: a plain ASGI application (no framework), made by :func:`create_app`.
 
-Routes (the OpenAPI document at ``/openapi.json`` is the reference):
-
-==========================  ====================================================
-``GET /v1/id``              one ID, ``text/plain``, ending in a newline
-``GET /v1/ids?count=N``     ``{"scheme": ..., "ids": ["...", ...]}``; IDs always as
-                            strings (JavaScript cannot hold 64-bit integers)
-``GET /v1/decode/{id}``     the JSON of ``idmint decode`` (``?scheme=``, ``?node_bits=``)
-``GET /v1/claims``          the identities this server holds (all its workers'), and
-                            the coordinator they came from (``local://`` by default)
-``GET /v1/services``        the discovery tree, when ``discovery`` is configured
-``GET /livez``              200 while the process serves (liveness)
-``GET /readyz``             200 while IDs can be issued, else 503 with the reason
-``GET /healthz``            the same as ``/readyz``
-``GET /metrics``            Prometheus text
-``GET /openapi.json``       the API description
-``GET /``                   the web page (``/static/...`` its files, with ETags)
-==========================  ====================================================
+Its routes are :data:`ROUTES`, each declared once there (path, handler, what
+``/openapi.json`` says of it; :mod:`idmint.server.routes`): the dispatch, the
+metrics labels and the OpenAPI document, the reference, are made from it.
 
 Every route answers HEAD as GET without the body; ``HEAD /v1/id`` and
 ``HEAD /v1/ids`` say whether IDs could be issued without issuing any.
 
-In a worker of ``idmint serve --workers N`` (:attr:`IdServer.siblings` set),
-``/metrics`` and ``/v1/claims`` describe the whole server
+The generators are the :class:`~idmint.server.issuer.Issuer`'s
+(:attr:`IdServer.issuer`). In a worker of ``idmint serve --workers N``
+(:attr:`IdServer.siblings` set), ``/metrics`` and ``/v1/claims`` describe the whole server
 (:mod:`idmint.server.siblings`); the probes describe the worker that answers.
 
 Errors are JSON ``{"error": ..., "detail": ...}``: 400 malformed request, 401
@@ -33,7 +20,8 @@ client sends can produce a 500.
 
 The app is written against raw ASGI because the hot route, ``/v1/id``, must
 cost little more than an empty response: a framework's routing and request
-objects would be most of its budget.
+objects would be most of its budget. Routing is a dict lookup; the ID route's
+handler tries the next generator before it awaits anything.
 
 The server logs one WARNING when it stops being able to issue IDs (every
 claim in doubt or lost: it answers 503) and one INFO when it can again; the
@@ -48,42 +36,39 @@ the TLS certificate ``idmint serve`` listens with) are re-read by
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
-import re
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from importlib import resources
-from itertools import cycle
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from idmint.coordinate.base import Claim, ClaimState
-from idmint.errors import (
-    ClockMovedBackwards,
-    GeneratorError,
-    IdmintError,
-    InvalidId,
-)
-from idmint.factory import coordinator_for, new_generators
-from idmint.generate.core import TickGenerator
+from idmint.errors import GeneratorError, IdmintError, InvalidId
 from idmint.schemes import SCHEMES, parse_id
+from idmint.server import openapi
 from idmint.server.config import ServerConfig, given_config
 from idmint.server.credentials import Credentials
-from idmint.server.metrics import Family, Metrics, Samples
-from idmint.server.openapi import openapi_document
+from idmint.server.issuer import Issuer, unavailable
+from idmint.server.metrics import Metrics
+from idmint.server.page import PageFiles
+from idmint.server.routes import (
+    GUARDED_PREFIX,
+    UNMATCHED,
+    HttpError,
+    Response,
+    Route,
+    Router,
+    Scope,
+)
 from idmint.server.siblings import Siblings
 
-__all__ = ["IdServer", "create_app"]
+__all__ = ["ROUTES", "HttpError", "IdServer", "create_app"]
 
 log = logging.getLogger("idmint.server")
 
-Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-Handler = Callable[[Scope], Awaitable[tuple[int, list[Any], bytes]]]
 
 ISSUING_CHECK_S = 0.1
 """How often the server looks whether it can issue IDs, to log when that changes."""
@@ -92,29 +77,6 @@ MAX_BODY_BYTES = 0  # every route is a GET: no body is ever needed
 
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8"), (b"cache-control", b"no-store")]
 _JSON = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
-# The page's files change only with the installed version, but their URLs do not:
-# browsers keep them and ask each time whether they changed (ETag, 304).
-_STATIC_CACHE = b"no-cache"
-_STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
-_STATIC_TYPES = {
-    ".html": b"text/html; charset=utf-8",
-    ".js": b"text/javascript; charset=utf-8",
-    ".css": b"text/css; charset=utf-8",
-    ".svg": b"image/svg+xml",
-}
-
-
-class HttpError(Exception):
-    """A request we answer with a JSON error."""
-
-    def __init__(
-        self, status: int, error: str, detail: str, headers: Iterable[tuple[bytes, bytes]] = ()
-    ) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.error = error
-        self.detail = detail
-        self.headers = list(headers)
 
 
 def create_app(
@@ -153,55 +115,29 @@ class IdServer:
         identity_offset: int = 0,
     ) -> None:
         self.config = config
-        self.scheme = config.scheme
-        self.coordinator = config.coordinator
-        self.generator_count = config.generators
-        self.max_count = config.max_count
         self.credentials = Credentials(config)
-        """The tokens callers must show and the TLS certificate served; see :meth:`reload`."""
-        self._token_required = self.credentials.tokens is not None
+        """The tokens callers must show and the TLS certificate served (:meth:`request_reload`)."""
+        self.issuer = Issuer(config, offset=identity_offset)
+        """The generators; made when the app starts."""
+        self.siblings: Siblings | None = None
+        """Set in a worker of ``idmint serve --workers N``: the whole server's view."""
+        self.router = Router(ROUTES)
+        self.released: list[str] = []
+        """What the last :meth:`shutdown` gave back, for people."""
+        self.metrics = Metrics(version=_version())
+        self.metrics.families.extend(self.issuer.families())
+        self.metrics.families.extend(self.credentials.families())
+        self._advertise = advertise
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reload_wanted = False
         self._reloading: asyncio.Task[None] | None = None
-        self._discovery_url = config.discovery
-        self._advertise = advertise
-        self._options = config.options
-        self.identity_offset = identity_offset
-        self.siblings: Siblings | None = None
-        """Set in a worker of ``idmint serve --workers N``: the whole server's view."""
-        self.generators: list[TickGenerator[Any]] = []
-        self._cycle: Any = None
         self._discovery: Any = None
         self._registration: Any = None
         self._started = False
         self._start_lock = asyncio.Lock()
         self._issuing_watch: asyncio.Task[None] | None = None
-        self.released: list[str] = []
-        """What the last :meth:`shutdown` gave back, for people."""
-        self.metrics = Metrics(version=_version())
-        self.metrics.families.extend(self._generator_families())
-        self.metrics.families.extend(self.credentials.families())
-        self._openapi = json.dumps(
-            openapi_document(self.max_count, token=self._token_required)
-        ).encode()
-        self._static_files: dict[str, tuple[bytes, bytes]] = {}
-        self._routes: dict[str, Handler] = {
-            "/v1/id": self._one_id,
-            "/v1/ids": self._many_ids,
-            "/v1/claims": self._claims,
-            "/v1/services": self._services,
-            "/livez": self._livez,
-            "/readyz": self._readyz,
-            "/healthz": self._readyz,
-            "/metrics": self._metrics,
-            "/openapi.json": self._openapi_json,
-            "/": self._page,
-        }
-        # HEAD on the ID routes must not issue (or count) an ID.
-        self._head_routes: dict[str, Handler] = {
-            "/v1/id": self._one_id_head,
-            "/v1/ids": self._many_ids_head,
-        }
+        self._openapi = json.dumps(openapi.openapi_document(config, ROUTES)).encode()
+        self._page = PageFiles()
 
     # -- lifecycle --------------------------------------------------------------------------
     async def startup(self) -> None:
@@ -219,34 +155,24 @@ class IdServer:
         """
         if self._started:
             return
-        made = self._make_generators()
-        self.generators = made
-        self._cycle = cycle(made)
-        if self._discovery_url is not None:
+        self.issuer.start()
+        if self.config.discovery is not None:
             self._register()
         self._started = True
-
-    def _make_generators(self) -> list[TickGenerator[Any]]:
-        return new_generators(
-            self.scheme,
-            self.generator_count,
-            coordinator=self.coordinator,
-            offset=self.identity_offset,
-            **self._options,
-        )
 
     def _register(self) -> None:
         from idmint.discovery import Discovery
 
-        assert self._discovery_url is not None
-        self._discovery = Discovery(self._discovery_url)
+        config = self.config
+        assert config.discovery is not None
+        self._discovery = Discovery(config.discovery)
         host, port = self._advertise or ("127.0.0.1", 0)
         if host in ("", "0.0.0.0", "::"):
             # Bound to every address: a client elsewhere needs one it can reach.
             host = socket.getfqdn()
         metadata = {
-            "scheme": self.scheme,
-            "generators": str(self.generator_count),
+            "scheme": config.scheme,
+            "generators": str(config.generators),
             # Clients that follow discovery connect the way the server listens.
             "protocol": "https" if self.credentials.tls else "http",
         }
@@ -257,7 +183,7 @@ class IdServer:
             "idmint",
             host=host,
             port=port,
-            endpoints=["ids", f"ids:{self.scheme}"],
+            endpoints=["ids", f"ids:{config.scheme}"],
             metadata=metadata,
         )
 
@@ -271,10 +197,7 @@ class IdServer:
         self._loop = None
         if self.siblings is not None:
             await self.siblings.stop()  # its last snapshot, with every request counted
-        generators, self.generators = self.generators, []
-        self.released = [_held(generator) for generator in generators]
-        for generator in generators:
-            await asyncio.to_thread(generator.close)
+        self.released = await asyncio.to_thread(self.issuer.close)
         if self._registration is not None:
             await asyncio.to_thread(self._registration.close)
         if self._discovery is not None:
@@ -326,114 +249,78 @@ class IdServer:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
+    async def _watch_issuing(self) -> None:
+        """Log once when the server stops being able to issue IDs, and once when it can again.
+
+        Also says when the certificate served comes near its expiry.
+        """
+        issuing = True
+        while True:
+            await asyncio.sleep(ISSUING_CHECK_S)
+            self.credentials.check_expiry()
+            if not self.issuer.generators:
+                continue  # starting or stopping: not a claim's doing
+            now = self.issuer.can_issue()
+            if now == issuing:
+                continue
+            issuing = now
+            if now:
+                log.info("IDs are issued again: a claim is usable")
+            else:
+                why = self.issuer.why_unavailable()
+                log.warning("IDs cannot be issued (answering 503): %s", why)
+
     # -- ASGI entry point ----------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            if scope["path"] == "/v1/id" and scope["method"] == "GET" and self._started:
-                await self._one_id_fast(scope, send)
-            else:
-                await self._http(scope, receive, send)
+            await self._http(scope, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
 
-    async def _one_id_fast(self, scope: Scope, send: Send) -> None:
-        """``GET /v1/id``, the route load is made of, without the general dispatch.
-
-        The same checks as :meth:`_http` (no body, the token) in the same order;
-        anything but an issued ID goes back through :meth:`_http`'s error path.
-        """
+    async def _http(self, scope: Scope, send: Send) -> None:
+        """Answer a request; count it under its route, whatever the answer."""
         started = time.perf_counter()
+        route = self.router.match(scope["path"])
         try:
-            self._check_body(scope)
-            if self._token_required:
-                self._check_token(scope)
-            # The first try of _mint_one, inlined: an await costs as much as minting.
-            value = next(self._cycle).generate_nowait()
-            text = str(value) if value is not None else await self._mint_one()
+            admitted = self._admitted(scope, route)
+            if admitted.guarded and not self._started:
+                await self.startup()
+            head = admitted.head
+            handler = head if head is not None and scope["method"] == "HEAD" else admitted.handler
+            status, headers, body = await handler(self, scope)
         except HttpError as error:
-            status, headers, body = self._error(error)
+            status, headers, body = _error(error)
         except GeneratorError as error:
-            status, headers, body = self._error(_unavailable(error))
+            status, headers, body = _error(unavailable(error))
         except Exception as error:
-            status, headers, body = self._internal_error(scope, error)
-        else:
-            self.metrics.ids_served += 1
-            status, headers, body = 200, _TEXT, f"{text}\n".encode()
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-        self.metrics.observe("/v1/id", status, time.perf_counter() - started)
-
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        started = time.perf_counter()
-        path: str = scope["path"]
-        route = "other"
-        try:
-            handler, route = self._resolve(scope)
-            if scope["method"] == "HEAD":
-                handler = self._head_routes.get(path, handler)
-            if path.startswith("/v1/"):
-                self._check_token(scope)
-                if not self._started:
-                    await self.startup()
-            status, headers, body = await handler(scope)
-        except HttpError as error:
-            status, headers, body = self._error(error)
-        except Exception as error:
-            status, headers, body = self._internal_error(scope, error)
+            status, headers, body = _internal_error(scope, error)
         if scope["method"] == "HEAD":
             body = b""
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
-        self.metrics.observe(route, status, time.perf_counter() - started)
+        label = UNMATCHED if route is None else route.label
+        self.metrics.observe(label, status, time.perf_counter() - started)
 
-    def _resolve(self, scope: Scope) -> tuple[Handler, str]:
-        """The handler and metrics label for a request, or an ``HttpError``."""
-        if scope["method"] not in ("GET", "HEAD"):
+    def _admitted(self, scope: Scope, route: Route | None) -> Route:
+        """``route``, if the request may have it; else 405, 413, 404 or 401, in that order."""
+        method = scope["method"]
+        allowed = self.router.methods if route is None else route.methods
+        if method not in allowed:
             raise HttpError(
                 405,
                 "method not allowed",
-                f"{scope['method']} is not supported; every route answers GET",
-                [(b"allow", b"GET, HEAD")],
+                f"{method} is not supported; every route answers GET",
+                [(b"allow", ", ".join(allowed).encode())],
             )
-        self._check_body(scope)
-        path: str = scope["path"]
-        handler = self._routes.get(path)
-        if handler is not None:
-            return handler, path
-        if path.startswith("/v1/decode/"):
-            return self._decode, "/v1/decode"
-        if path.startswith("/static/"):
-            return self._static, "/static"
-        raise HttpError(404, "not found", f"no route {path!r}; see /openapi.json")
-
-    def _internal_error(self, scope: Scope, error: Exception) -> tuple[int, list[Any], bytes]:
-        """The last resort: a bug is a 500, logged with its traceback, answered in JSON."""
-        log.error("unexpected error on %s %s", scope["method"], scope["path"], exc_info=error)
-        return self._error(HttpError(500, "internal error", f"{type(error).__name__}: {error}"))
-
-    @staticmethod
-    def _error(error: HttpError) -> tuple[int, list[Any], bytes]:
-        body = json.dumps({"error": error.error, "detail": error.detail}).encode()
-        return error.status, [*_JSON, *error.headers], body
-
-    @staticmethod
-    def _check_body(scope: Scope) -> None:
-        for name, value in scope.get("headers", ()):
-            if (
-                name == b"content-length" and value.strip() not in (b"", b"0")
-            ) or name == b"transfer-encoding":
-                # Closing the connection spares reading a body nobody wants.
-                raise HttpError(
-                    413,
-                    "request too large",
-                    "requests carry no body; send a plain GET",
-                    [(b"connection", b"close")],
-                )
+        _check_body(scope)
+        if route is None:
+            raise HttpError(404, "not found", f"no route {scope['path']!r}; see /openapi.json")
+        if route.guarded and self.credentials.tokens is not None:
+            self._check_token(scope)
+        return route
 
     def _check_token(self, scope: Scope) -> None:
-        if not self._token_required:
-            return
         for name, value in scope.get("headers", ()):
             if name == b"authorization":
                 scheme, _, credential = value.partition(b" ")
@@ -447,142 +334,58 @@ class IdServer:
             [(b"www-authenticate", b'Bearer realm="idmint"')],
         )
 
-    # -- minting ---------------------------------------------------------------------------------
-    async def _mint_one(self) -> str:
-        # The next generator in turn, or the first after it that can issue:
-        # a generator whose claim is in doubt is passed over, not waited for.
-        try:
-            for _ in range(len(self.generators)):
-                generator = next(self._cycle)
-                value = generator.generate_nowait()
-                if value is not None:
-                    return str(value)
-                if self._usable(generator):
-                    return str(await generator.agenerate())
-        except GeneratorError as error:
-            raise _unavailable(error) from error
-        raise HttpError(503, "unavailable", self._why_unavailable())
-
-    async def _mint_many(self, count: int) -> list[str]:
-        usable = [g for g in self.generators if self._usable(g)]
-        if not usable:
-            raise HttpError(503, "unavailable", self._why_unavailable())
-        share, extra = divmod(count, len(usable))
-        counts = [share + (1 if index < extra else 0) for index in range(len(usable))]
-        try:
-            batches = await asyncio.gather(
-                *(g.abatch(n) for g, n in zip(usable, counts, strict=True) if n)
-            )
-        except GeneratorError as error:
-            raise _unavailable(error) from error
-        return [text for batch in batches for text in batch.texts()]
-
-    @staticmethod
-    def _usable(generator: TickGenerator[Any]) -> bool:
-        claim = generator.claim
-        return claim is None or claim.grant() is not None
-
-    def _why_unavailable(self) -> str:
-        """Why no ID can be issued: each reason once, with the identities it stops."""
-        if not self.generators:
-            return "the server holds no generator (it is starting or stopping)"
-        stopped: dict[tuple[str, str, str], list[str]] = {}
-        for generator in self.generators:
-            claim = _claim_of(generator)
-            if claim is not None and claim.grant() is None:
-                state, problem = _claim_state(claim)
-                stopped.setdefault((claim.description, state, problem), []).append(
-                    _identity(generator)
-                )
-        if not stopped:
-            return "no generator can issue"
-        return "no usable claim: " + "; ".join(
-            f"{where} ({', '.join(identities)}) {state}: {problem}"
-            for (where, state, problem), identities in stopped.items()
-        )
-
-    def can_issue(self) -> bool:
-        """Whether an ID could be issued now (some generator's claim lets it)."""
-        return any(self._usable(g) for g in self.generators)
-
-    async def _watch_issuing(self) -> None:
-        """Log once when the server stops being able to issue IDs, and once when it can again.
-
-        Also says when the certificate served comes near its expiry.
-        """
-        issuing = True
-        while True:
-            await asyncio.sleep(ISSUING_CHECK_S)
-            self.credentials.check_expiry()
-            if not self.generators:
-                continue  # starting or stopping: not a claim's doing
-            now = self.can_issue()
-            if now == issuing:
-                continue
-            issuing = now
-            if now:
-                log.info("IDs are issued again: a claim is usable")
-            else:
-                log.warning("IDs cannot be issued (answering 503): %s", self._why_unavailable())
-
     # -- routes -------------------------------------------------------------------------------
-    async def _one_id(self, scope: Scope) -> tuple[int, list[Any], bytes]:
-        text = await self._mint_one()
+    async def one_id(self, scope: Scope) -> Response:
+        # The first try of Issuer.one, here: an await costs as much as minting.
+        text = self.issuer.next_ready() or await self.issuer.one()
         self.metrics.ids_served += 1
         return 200, _TEXT, f"{text}\n".encode()
 
-    async def _one_id_head(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+    async def one_id_head(self, scope: Scope) -> Response:
         """What ``GET /v1/id`` would answer now, without issuing an ID."""
-        self._check_can_issue()
+        self.issuer.check()
         return 200, _TEXT, b""
 
-    async def _many_ids_head(self, scope: Scope) -> tuple[int, list[Any], bytes]:
-        self._count(_query(scope).get("count", ["1"]))
-        self._check_can_issue()
-        return 200, _JSON, b""
-
-    def _check_can_issue(self) -> None:
-        if not self.can_issue():
-            raise HttpError(503, "unavailable", self._why_unavailable())
-
-    async def _many_ids(self, scope: Scope) -> tuple[int, list[Any], bytes]:
-        query = _query(scope)
-        count = self._count(query.get("count", ["1"]))
-        ids = await self._mint_many(count)
+    async def many_ids(self, scope: Scope) -> Response:
+        count = self._count(scope)
+        ids = await self.issuer.many(count)
         self.metrics.ids_served += len(ids)
         # IDs are hex, decimal or base-64url: nothing to escape.
-        body = '{"scheme":"%s","ids":["%s"]}' % (self.scheme, '","'.join(ids))  # noqa: UP031
+        body = '{"scheme":"%s","ids":["%s"]}' % (self.config.scheme, '","'.join(ids))  # noqa: UP031
         return 200, _JSON, body.encode()
 
-    def _count(self, values: list[str]) -> int:
-        raw = values[-1].strip()
+    async def many_ids_head(self, scope: Scope) -> Response:
+        self._count(scope)
+        self.issuer.check()
+        return 200, _JSON, b""
+
+    def _count(self, scope: Scope) -> int:
+        given = _query(scope).get("count", ["1"])[-1]
+        raw = given.strip()
+        limit = self.config.max_count
         if not (raw.isascii() and raw.isdigit()) or len(raw) > 9:
             raise HttpError(
-                422,
-                "invalid count",
-                f"count must be a whole number 1..{self.max_count}, got {values[-1]!r}",
+                422, "invalid count", f"count must be a whole number 1..{limit}, got {given!r}"
             )
         count = int(raw)
-        if not 1 <= count <= self.max_count:
+        if not 1 <= count <= limit:
             raise HttpError(
-                422,
-                "invalid count",
-                f"count must be 1..{self.max_count} (the server's limit), got {count}",
+                422, "invalid count", f"count must be 1..{limit} (the server's limit), got {count}"
             )
         return count
 
-    async def _decode(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+    async def decode(self, scope: Scope) -> Response:
         raw_path = scope.get("raw_path")
         text = (
-            unquote(raw_path.decode("latin-1").split("?", 1)[0][len("/v1/decode/") :])
+            unquote(raw_path.decode("latin-1").split("?", 1)[0][len(_DECODE_PREFIX) :])
             if raw_path
-            else scope["path"][len("/v1/decode/") :]
+            else scope["path"][len(_DECODE_PREFIX) :]
         )
         if not text or len(text) > MAX_ID_LENGTH:
             raise HttpError(
                 422,
                 "invalid ID",
-                f"give an ID of 1 to {MAX_ID_LENGTH} characters after /v1/decode/",
+                f"give an ID of 1 to {MAX_ID_LENGTH} characters after {_DECODE_PREFIX}",
             )
         query = _query(scope)
         # A parameter given empty or out of range is an error, not "absent":
@@ -611,45 +414,20 @@ class IdServer:
             raise HttpError(422, "invalid ID", str(error)) from None
         return 200, _JSON, json.dumps(value.to_dict()).encode()
 
-    async def _claims(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+    async def claims(self, scope: Scope) -> Response:
         body: dict[str, Any] = {
-            "scheme": self.scheme,
+            "scheme": self.config.scheme,
             # The one the claims came from, named even when it is the default;
             # shown on the page too, so never with its password.
-            "coordinator": coordinator_for(self.scheme, self.coordinator, **self._options),
+            "coordinator": self.issuer.coordinator,
         }
         if self.siblings is None:
-            body["claims"] = self.claim_rows()
+            body["claims"] = self.issuer.claim_rows()
         else:
             body["claims"], body["workers"] = await self.siblings.claims()
         return 200, _JSON, json.dumps(body).encode()
 
-    def claim_rows(self) -> list[dict[str, Any]]:
-        """``/v1/claims`` rows of this process's generators."""
-        rows = []
-        for generator in self.generators:
-            claim = _claim_of(generator)
-            row: dict[str, Any] = {"identity": _identity(generator)}
-            node_bits = getattr(generator, "node_bits", None)
-            if node_bits is not None:
-                row["node_bits"] = node_bits  # needed to decode elastic64 IDs
-            if claim is None:
-                row.update(state="static", usable=True)
-            else:
-                grant = claim.last_grant
-                usable = claim.grant() is not None
-                state, problem = _claim_state(claim)
-                row.update(
-                    state=state,
-                    usable=usable,
-                    high_water_mark_ms=grant.ceiling_ms if grant else None,
-                    coordinator=claim.description,
-                    problem=None if usable else problem,
-                )
-            rows.append(row)
-        return rows
-
-    async def _services(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+    async def services(self, scope: Scope) -> Response:
         if self._discovery is None:
             body: dict[str, Any] = {"services": {}, "endpoints": {}, "configured": False}
         else:
@@ -660,7 +438,7 @@ class IdServer:
             body["configured"] = True
         return 200, _JSON, json.dumps(body).encode()
 
-    async def _livez(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+    async def livez(self, scope: Scope) -> Response:
         # Answering at all is the proof: a lost claim makes the server unready, not dead.
         return 200, _JSON, self._ok
 
@@ -671,180 +449,171 @@ class IdServer:
             return b'{"status":"ok"}'
         return json.dumps({"status": "ok", "worker": self.siblings.index}).encode()
 
-    async def _readyz(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+    async def readyz(self, scope: Scope) -> Response:
         if not self._started:
             try:
                 await self.startup()
             except IdmintError as error:
                 raise HttpError(503, "unavailable", str(error)) from None
-        if self.can_issue():
-            return 200, _JSON, self._ok
-        raise HttpError(503, "unavailable", self._why_unavailable())
+        self.issuer.check()
+        return 200, _JSON, self._ok
 
-    async def _metrics(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+    async def metrics_text(self, scope: Scope) -> Response:
         headers = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]
         if self.siblings is not None:
             return 200, headers, (await self.siblings.render_metrics()).encode()
         return 200, headers, self.metrics.render().encode()
 
-    async def _openapi_json(self, scope: Scope) -> tuple[int, list[Any], bytes]:
+    async def openapi_json(self, scope: Scope) -> Response:
         return 200, _JSON, self._openapi
 
-    async def _page(self, scope: Scope) -> tuple[int, list[Any], bytes]:
-        return self._static_file(scope, "index.html")
+    async def page(self, scope: Scope) -> Response:
+        return self._page.answer(scope, "index.html")
 
-    async def _static(self, scope: Scope) -> tuple[int, list[Any], bytes]:
-        return self._static_file(scope, scope["path"][len("/static/") :])
-
-    def _static_file(self, scope: Scope, name: str) -> tuple[int, list[Any], bytes]:
-        """A file of the page, with its ETag; 304 when the browser's copy is current."""
-        suffix = name[name.rfind(".") :] if "." in name else ""
-        if not _STATIC_NAME.fullmatch(name) or suffix not in _STATIC_TYPES:
-            raise HttpError(404, "not found", f"no static file {name!r}")
-        cached = self._static_files.get(name)
-        if cached is None:
-            try:
-                data = (
-                    resources.files("idmint.server").joinpath("static").joinpath(name).read_bytes()
-                )
-            except (FileNotFoundError, IsADirectoryError):
-                raise HttpError(404, "not found", f"no static file {name!r}") from None
-            etag = b'"' + hashlib.sha256(data).hexdigest()[:32].encode() + b'"'
-            cached = self._static_files[name] = (data, etag)
-        data, etag = cached
-        headers = [(b"etag", etag), (b"cache-control", _STATIC_CACHE)]
-        if _etag_matches(scope, etag):
-            return 304, headers, b""
-        return 200, [(b"content-type", _STATIC_TYPES[suffix]), *headers], data
-
-    # -- metrics read on scrape -------------------------------------------------------------------
-    def _generator_families(self) -> list[Family]:
-        """The generators' and claims' counts, read from them on each scrape."""
-
-        def per_generator(read: Callable[[TickGenerator[Any]], float]) -> Callable[[], Samples]:
-            return lambda: [
-                (_generator_labels(slot, g), read(g)) for slot, g in enumerate(self.generators)
-            ]
-
-        def per_claim(read: Callable[[Claim], float]) -> Callable[[], Samples]:
-            # Only the slot: a re-claim may change the identity, and a loss counted
-            # under the old identity's series would vanish with it.
-            def samples() -> Samples:
-                return [
-                    ({"slot": str(slot)}, read(claim))
-                    for slot, g in enumerate(self.generators)
-                    if (claim := _claim_of(g)) is not None
-                ]
-
-            return samples
-
-        return [
-            Family(
-                "idmint_ids_issued_total",
-                "counter",
-                "IDs issued by the server's generators.",
-                per_generator(lambda g: g.issued),
-            ),
-            Family(
-                "idmint_clock_waits_total",
-                "counter",
-                "Waits for the clock (tick used up or clock behind).",
-                per_generator(lambda g: g.clock_waits),
-            ),
-            Family(
-                "idmint_clock_steps_back_total",
-                "counter",
-                "Times the clock was seen behind the newest tick.",
-                per_generator(lambda g: g.clock_steps_back),
-            ),
-            Family(
-                "idmint_claim_usable",
-                "gauge",
-                "1 while the generator's claim lets it issue IDs.",
-                per_generator(lambda g: int(self._usable(g))),
-            ),
-            Family(
-                "idmint_claim_renewals_total",
-                "counter",
-                "Successful claim renewals (each records a new high-water mark).",
-                per_claim(lambda claim: claim.renewals),
-            ),
-            Family(
-                "idmint_claim_renewal_failures_total",
-                "counter",
-                "Claim renewals that failed (coordinator unreachable or slow).",
-                per_claim(lambda claim: claim.renewal_failures),
-            ),
-            Family(
-                "idmint_claim_losses_total",
-                "counter",
-                "Claims found gone while held (session expired, lease revoked).",
-                per_claim(lambda claim: claim.losses),
-            ),
-        ]
+    async def static(self, scope: Scope) -> Response:
+        return self._page.answer(scope, scope["path"][len(_STATIC_PREFIX) :])
 
 
-def _claim_of(generator: TickGenerator[Any]) -> Claim | None:
-    claim = generator.claim
-    return claim if isinstance(claim, Claim) else None
+_DECODE_PREFIX = f"{GUARDED_PREFIX}decode/"
+_STATIC_PREFIX = "/static/"
+_STATUS = openapi.json_answer
+_PROBE = openapi.schema_ref("Status")
+_PAGE_ANSWERS = openapi.NOT_MODIFIED
+
+ROUTES: tuple[Route, ...] = (
+    Route(
+        "/v1/id",
+        IdServer.one_id,
+        "One ID",
+        "getId",
+        openapi.text_answer("The ID in its canonical text form", "text/plain"),
+        openapi.UNAVAILABLE,
+        head=IdServer.one_id_head,
+    ),
+    Route(
+        "/v1/ids",
+        IdServer.many_ids,
+        "Several IDs",
+        "getIds",
+        openapi.json_answer("The IDs, in order", openapi.schema_ref("Ids")),
+        {
+            openapi.INVALID: openapi.error_answer("count is not a whole number within the limit"),
+            **openapi.UNAVAILABLE,
+        },
+        parameters=openapi.count_parameters,
+        head=IdServer.many_ids_head,
+    ),
+    Route(
+        _DECODE_PREFIX + "{id}",
+        IdServer.decode,
+        "What an ID is made of (the JSON of `idmint decode`)",
+        "decodeId",
+        openapi.json_answer("The ID's fields", openapi.schema_ref("Decoded")),
+        {
+            openapi.INVALID: openapi.error_answer(
+                "Not an ID of the scheme, or the scheme cannot be told"
+            )
+        },
+        parameters=openapi.decode_parameters,
+    ),
+    Route(
+        "/v1/claims",
+        IdServer.claims,
+        "The identities this server holds",
+        "getClaims",
+        openapi.json_answer("One row per generator", openapi.schema_ref("Claims")),
+    ),
+    Route(
+        "/v1/services",
+        IdServer.services,
+        "The discovery tree (when the server is given one)",
+        "getServices",
+        openapi.json_answer("Services and endpoints", {"type": "object"}),
+        {"503": openapi.error_answer("Discovery cannot be read now")},
+    ),
+    Route(
+        "/livez",
+        IdServer.livez,
+        "200 while the process serves (liveness; a lost claim does not change it)",
+        "live",
+        openapi.json_answer("The process is up", _PROBE),
+    ),
+    Route(
+        "/readyz",
+        IdServer.readyz,
+        "200 while the server can issue IDs (readiness)",
+        "ready",
+        openapi.json_answer("Can issue IDs", _PROBE),
+        openapi.UNAVAILABLE,
+    ),
+    Route(
+        "/healthz",
+        IdServer.readyz,
+        "The same as /readyz",
+        "health",
+        openapi.json_answer("Can issue IDs", _PROBE),
+        openapi.UNAVAILABLE,
+    ),
+    Route(
+        "/metrics",
+        IdServer.metrics_text,
+        "Prometheus metrics",
+        "metrics",
+        openapi.text_answer("Text exposition format 0.0.4", "text/plain"),
+    ),
+    Route(
+        "/openapi.json",
+        IdServer.openapi_json,
+        "This document",
+        "openapi",
+        openapi.json_answer("OpenAPI 3.1", {"type": "object"}),
+    ),
+    Route(
+        "/",
+        IdServer.page,
+        "The web page",
+        "page",
+        openapi.text_answer("The page (with ETag; 304 when If-None-Match names it)", "text/html"),
+        openapi.NOT_MODIFIED,
+    ),
+    Route(
+        _STATIC_PREFIX + "{name}",
+        IdServer.static,
+        "A file of the web page (with ETag; 304 when If-None-Match names it)",
+        "staticFile",
+        openapi.text_answer(
+            "The file", "text/html", "text/javascript", "text/css", "image/svg+xml"
+        ),
+        {**openapi.NOT_MODIFIED, **openapi.NOT_FOUND},
+        parameters=openapi.path_parameters("name"),
+    ),
+)
+"""Every route of the server, in the order ``/openapi.json`` lists them."""
 
 
-_IDENTITY_FIELDS = ("generator", "cluster", "node", "medallion")
-
-
-def _held(generator: TickGenerator[Any]) -> str:
-    """``generator 3 cluster 0 (generator ID claim at local://...)``: what a generator holds."""
-    claim = _claim_of(generator)
-    identity = _identity(generator)
-    return identity if claim is None else f"{identity} ({claim.description})"
-
-
-def _identity(generator: TickGenerator[Any]) -> str:
-    """``generator 0 cluster 0``, ``node 9``, ``medallion 123``: for people (claims JSON)."""
-    fields = _identity_fields(generator)
-    if not fields:
-        return type(generator).__name__
-    return " ".join(f"{name} {value}" for name, value in fields.items())
-
-
-def _identity_fields(generator: TickGenerator[Any]) -> dict[str, str]:
-    fields = {}
-    for name in _IDENTITY_FIELDS:
-        value = getattr(generator, name, None)
-        if value is not None:
-            fields[name] = str(value)
-    return fields
-
-
-def _generator_labels(slot: int, generator: TickGenerator[Any]) -> dict[str, str]:
-    """Metric labels: the generator's place in the server, then its identity's fields."""
-    return {"slot": str(slot), **_identity_fields(generator)}
-
-
-def _claim_state(claim: Claim) -> tuple[str, str]:
-    """The state to show and why IDs cannot be issued, agreeing with ``claim.grant()``.
-
-    A claim whose deadline passed with no renewal is still ``active`` in the
-    library: nothing has told it otherwise yet. It may still be ours (the
-    coordinator may only be slow), and nothing is issued until a round trip
-    says so, which is what ``suspended`` means: so it is shown as suspended.
-    """
-    state = claim.state
-    if state is ClaimState.ACTIVE and claim.grant() is None:
-        last = claim.problem or "the coordinator has not answered"
-        return "suspended", f"no renewal before the claim's deadline; last try: {last}"
-    return state.value, claim.problem
-
-
-def _etag_matches(scope: Scope, etag: bytes) -> bool:
-    """Whether ``If-None-Match`` names ``etag`` (weak or strong) or is ``*``."""
+def _check_body(scope: Scope) -> None:
     for name, value in scope.get("headers", ()):
-        if name == b"if-none-match":
-            for listed in value.split(b","):
-                candidate = listed.strip()
-                if candidate in (b"*", etag) or candidate.removeprefix(b"W/") == etag:
-                    return True
-    return False
+        if (
+            name == b"content-length" and value.strip() not in (b"", b"0")
+        ) or name == b"transfer-encoding":
+            # Closing the connection spares reading a body nobody wants.
+            raise HttpError(
+                413,
+                "request too large",
+                "requests carry no body; send a plain GET",
+                [(b"connection", b"close")],
+            )
+
+
+def _error(error: HttpError) -> Response:
+    body = json.dumps({"error": error.error, "detail": error.detail}).encode()
+    return error.status, [*_JSON, *error.headers], body
+
+
+def _internal_error(scope: Scope, error: Exception) -> Response:
+    """The last resort: a bug is a 500, logged with its traceback, answered in JSON."""
+    log.error("unexpected error on %s %s", scope["method"], scope["path"], exc_info=error)
+    return _error(HttpError(500, "internal error", f"{type(error).__name__}: {error}"))
 
 
 def _version() -> str:
@@ -862,9 +631,3 @@ def _query(scope: Scope) -> dict[str, list[str]]:
         return parse_qs(raw.decode("latin-1"), keep_blank_values=True, strict_parsing=False)
     except ValueError as error:
         raise HttpError(400, "bad query", str(error)) from None
-
-
-def _unavailable(error: GeneratorError) -> HttpError:
-    if isinstance(error, ClockMovedBackwards):
-        return HttpError(503, "clock moved backwards", str(error))
-    return HttpError(503, "unavailable", str(error))

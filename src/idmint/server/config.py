@@ -259,6 +259,35 @@ def _setting(
     return dataclasses.field(default=default, metadata={_DECLARED: declared})
 
 
+def _optional(help: str, *, what: str, metavar: str, unset: str) -> Any:
+    """A text setting that is not set by default (a file, a URL); ``unset``: what that means."""
+    return _setting(
+        None, help, _is(str, optional=True, what=what), metavar=metavar, default_text=unset
+    )
+
+
+def _file(help: str, *, unset: str) -> Any:
+    """A setting naming a file, not set by default."""
+    return _optional(help, what="a file name", metavar="F", unset=unset)
+
+
+def _url(help: str, *, of: str, unset: str = "none") -> Any:
+    """A setting naming a URL (``of`` what), not set by default."""
+    return _optional(help, what=f"a {of} URL", metavar="URL", unset=unset)
+
+
+def _whole(
+    default: int,
+    help: str,
+    allowed: _Range,
+    *,
+    metavar: str | None = None,
+    parse: Callable[[str], int] = _whole_number,
+) -> Any:
+    """A whole-number setting within ``allowed``."""
+    return _setting(default, help, allowed, parse=parse, metavar=metavar)
+
+
 @dataclasses.dataclass(frozen=True)
 class ServerConfig:
     """Everything ``idmint serve`` is configured with; see the module.
@@ -272,74 +301,52 @@ class ServerConfig:
     """
 
     host: str = _setting("127.0.0.1", "address to bind", _is(str, what="an address or host name"))
-    port: int = _setting(8000, "0 picks a free port", _Range(0, 65535), parse=_whole_number)
+    port: int = _whole(8000, "0 picks a free port", _Range(0, 65535))
     scheme: str = _setting(
         "uid64", "ID scheme", _one_of(tuple(SCHEMES)), parse=_stripped, choices=tuple(SCHEMES)
     )
-    coordinator: str | None = _setting(
-        None,
+    coordinator: str | None = _url(
         "where generator IDs come from, as for generate",
-        _is(str, optional=True, what="a coordinator URL"),
-        metavar="URL",
-        default_text="this host's pool, local://",
+        of="coordinator",
+        unset="this host's pool, local://",
     )
-    generators: int = _setting(
+    generators: int = _whole(
         1,
         "hold K generator IDs and spread requests over them",
         _Range(1, MAX_GENERATORS),
-        parse=_whole_number,
         metavar="K",
     )
-    workers: int = _setting(
+    workers: int = _whole(
         1,
         "serve from N worker processes on the port, each with its own --generators K "
         "claims; auto: one per available core",
         _Range(1, MAX_WORKERS),
-        parse=parse_workers,
         metavar="N",
+        parse=parse_workers,
     )
-    token_file: str | None = _setting(
-        None,
+    token_file: str | None = _file(
         "require one of the bearer tokens in this file (one a line) on /v1/*; re-read on SIGHUP",
-        _is(str, optional=True, what="a file name"),
-        metavar="F",
-        default_text="none",
+        unset="none",
     )
-    tls_cert: str | None = _setting(
-        None,
+    tls_cert: str | None = _file(
         "serve HTTPS with the certificate (then its chain) in this PEM file; re-read on SIGHUP",
-        _is(str, optional=True, what="a file name"),
-        metavar="F",
-        default_text="none: plain HTTP",
+        unset="none: plain HTTP",
     )
-    tls_key: str | None = _setting(
-        None,
+    tls_key: str | None = _file(
         "the certificate's private key, a PEM file without a passphrase",
-        _is(str, optional=True, what="a file name"),
-        metavar="F",
-        default_text="in the --tls-cert file",
+        unset="in the --tls-cert file",
     )
-    tls_client_ca: str | None = _setting(
-        None,
+    tls_client_ca: str | None = _file(
         "mutual TLS: every client must present a certificate signed by a CA in this PEM file",
-        _is(str, optional=True, what="a file name"),
-        metavar="F",
-        default_text="none: no client certificate asked for",
+        unset="none: no client certificate asked for",
     )
-    max_count: int = _setting(
+    max_count: int = _whole(
         10_000,
         "the largest /v1/ids?count=",
         _Range(1, MAX_COUNT_LIMIT),
-        parse=_whole_number,
         metavar="N",
     )
-    discovery: str | None = _setting(
-        None,
-        "register the server in this zk:// discovery tree",
-        _is(str, optional=True, what="a discovery URL"),
-        metavar="URL",
-        default_text="none",
-    )
+    discovery: str | None = _url("register the server in this zk:// discovery tree", of="discovery")
     log_level: str = _setting(
         "info", "stderr log level", _one_of(LOG_LEVELS), parse=_word, choices=LOG_LEVELS
     )
@@ -403,6 +410,11 @@ class ServerConfig:
     def source(self, name: str) -> str:
         """How a message names the setting ``name``: its flag, its variable, or its keyword."""
         return self.sources.get(name, name)
+
+    @property
+    def requires_token(self) -> bool:
+        """Whether ``/v1/*`` want a bearer token: one is given, or a file of them."""
+        return self.token is not None or self.token_file is not None
 
     @property
     def limits(self) -> RequestLimits:

@@ -1,22 +1,43 @@
-"""The OpenAPI 3.1 document served at ``/openapi.json``.
+"""The OpenAPI 3.1 document served at ``/openapi.json``, made from the server's route list.
 
-The document describes the server that serves it: ``/v1/*`` require the bearer
-token (``security``, 401) only when the server has one, and ``count``'s maximum
-is the server's ``max_count``.
+Each :class:`~idmint.server.routes.Route` says what it answers; this module
+adds what every route shares (the answers any request may get, the token) and
+the components. The document describes the server that serves it: ``/v1/*``
+require the bearer token (``security``, 401) only when the server has one, and
+``count``'s maximum is the server's ``max_count``. The helpers here
+(:func:`json_answer`, :func:`count_parameters`, ...) are what a route's
+description is written with.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from idmint.schemes import SCHEMES, Field, IdValue
+from idmint.server.config import ServerConfig
+from idmint.server.routes import Route
 
-__all__ = ["openapi_document"]
+__all__ = [
+    "INVALID",
+    "NOT_FOUND",
+    "NOT_MODIFIED",
+    "UNAVAILABLE",
+    "count_parameters",
+    "decode_parameters",
+    "error_answer",
+    "json_answer",
+    "openapi_document",
+    "path_parameters",
+    "schema_ref",
+    "text_answer",
+]
 
 _ERROR_REF = {"$ref": "#/components/schemas/Error"}
 
 
-def _error(description: str) -> dict[str, Any]:
+def error_answer(description: str) -> dict[str, Any]:
+    """A JSON error answer (``{"error": ..., "detail": ...}``)."""
     return {"description": description, "content": {"application/json": {"schema": _ERROR_REF}}}
 
 
@@ -33,9 +54,11 @@ _ANY_REQUEST = {
 }
 
 _COMMON_RESPONSES = {
-    "BadRequest": _error("The request is not well-formed HTTP, or its query string is malformed"),
+    "BadRequest": error_answer(
+        "The request is not well-formed HTTP, or its query string is malformed"
+    ),
     "Unauthorized": {
-        **_error("Missing or wrong bearer token"),
+        **error_answer("Missing or wrong bearer token"),
         "headers": {
             "WWW-Authenticate": {
                 "description": 'Bearer realm="idmint"',
@@ -43,17 +66,21 @@ _COMMON_RESPONSES = {
             }
         },
     },
-    "NotFound": _error("No such route or file"),
+    "NotFound": error_answer("No such route or file"),
     "MethodNotAllowed": {
-        **_error("A method other than GET or HEAD (every route answers both)"),
+        **error_answer("A method other than GET or HEAD (every route answers both)"),
         "headers": {"Allow": {"description": "GET, HEAD", "schema": {"type": "string"}}},
     },
-    "RequestTimeout": _error(
+    "RequestTimeout": error_answer(
         "The request did not arrive in full within the server's request timeout"
     ),
-    "ContentTooLarge": _error("The request has a body (no route takes one) or is too large"),
-    "HeaderTooLarge": _error("The request line and headers exceed the server's limit (16 KiB)"),
-    "Unavailable": _error("IDs cannot be issued now (claim lost, coordinator down, clock behind)"),
+    "ContentTooLarge": error_answer("The request has a body (no route takes one) or is too large"),
+    "HeaderTooLarge": error_answer(
+        "The request line and headers exceed the server's limit (16 KiB)"
+    ),
+    "Unavailable": error_answer(
+        "IDs cannot be issued now (claim lost, coordinator down, clock behind)"
+    ),
 }
 
 _STATUS = {
@@ -149,177 +176,83 @@ def _claims_schema() -> dict[str, Any]:
     }
 
 
-def openapi_document(max_count: int, *, token: bool = False) -> dict[str, Any]:
-    """The document for a server with this ``count`` limit, with or without a token."""
-    guarded: dict[str, Any] = (
-        {"security": [{"bearerToken": []}]} if token else {}
-    )  # on /v1/* operations
-    unauthorized = {"401": _ref("Unauthorized")} if token else {}
-    unavailable = {"503": _ref("Unavailable")}
+def json_answer(description: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A 200 answer in JSON."""
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
 
-    def get(
-        summary: str,
-        operation_id: str,
-        ok: dict[str, Any],
-        *,
-        v1: bool,
-        extra: dict[str, Any] | None = None,
-        parameters: list[dict[str, Any]] | None = None,
-    ) -> dict[str, Any]:
-        operation: dict[str, Any] = {"summary": summary, "operationId": operation_id}
-        if parameters:
-            operation["parameters"] = parameters
-        operation["responses"] = {
-            "200": ok,
-            **(unauthorized if v1 else {}),
-            **_ANY_REQUEST,
-            **(extra or {}),
-        }
-        if v1:
-            operation.update(guarded)
-        return {"get": operation}
 
-    def json_ok(description: str, schema: dict[str, Any]) -> dict[str, Any]:
-        return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-    def schema_ref(name: str) -> dict[str, str]:
-        return {"$ref": f"#/components/schemas/{name}"}
-
-    invalid = "422"
-    paths = {
-        "/v1/id": get(
-            "One ID",
-            "getId",
-            {
-                "description": "The ID in its canonical text form",
-                "content": {"text/plain": {"schema": {"type": "string"}}},
-            },
-            v1=True,
-            extra=unavailable,
-        ),
-        "/v1/ids": get(
-            "Several IDs",
-            "getIds",
-            json_ok("The IDs, in order", schema_ref("Ids")),
-            v1=True,
-            parameters=[
-                {
-                    "name": "count",
-                    "in": "query",
-                    "required": False,
-                    "schema": {
-                        "type": "integer",
-                        "minimum": 1,
-                        "maximum": max_count,
-                        "default": 1,
-                    },
-                }
-            ],
-            extra={
-                invalid: _error("count is not a whole number within the limit"),
-                **unavailable,
-            },
-        ),
-        "/v1/decode/{id}": get(
-            "What an ID is made of (the JSON of `idmint decode`)",
-            "decodeId",
-            json_ok("The ID's fields", schema_ref("Decoded")),
-            v1=True,
-            parameters=[
-                {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}},
-                {
-                    "name": "scheme",
-                    "in": "query",
-                    "required": False,
-                    "schema": {"type": "string", "enum": list(SCHEMES)},
-                },
-                {
-                    "name": "node_bits",
-                    "in": "query",
-                    "required": False,
-                    "schema": _node_bits_schema(),
-                },
-            ],
-            extra={invalid: _error("Not an ID of the scheme, or the scheme cannot be told")},
-        ),
-        "/v1/claims": get(
-            "The identities this server holds",
-            "getClaims",
-            json_ok("One row per generator", schema_ref("Claims")),
-            v1=True,
-        ),
-        "/v1/services": get(
-            "The discovery tree (when the server is given one)",
-            "getServices",
-            json_ok("Services and endpoints", {"type": "object"}),
-            v1=True,
-            extra={"503": _error("Discovery cannot be read now")},
-        ),
-        "/livez": get(
-            "200 while the process serves (liveness; a lost claim does not change it)",
-            "live",
-            json_ok("The process is up", schema_ref("Status")),
-            v1=False,
-        ),
-        "/readyz": get(
-            "200 while the server can issue IDs (readiness)",
-            "ready",
-            json_ok("Can issue IDs", schema_ref("Status")),
-            v1=False,
-            extra=unavailable,
-        ),
-        "/healthz": get(
-            "The same as /readyz",
-            "health",
-            json_ok("Can issue IDs", schema_ref("Status")),
-            v1=False,
-            extra=unavailable,
-        ),
-        "/metrics": get(
-            "Prometheus metrics",
-            "metrics",
-            {
-                "description": "Text exposition format 0.0.4",
-                "content": {"text/plain": {"schema": {"type": "string"}}},
-            },
-            v1=False,
-        ),
-        "/openapi.json": get(
-            "This document",
-            "openapi",
-            json_ok("OpenAPI 3.1", {"type": "object"}),
-            v1=False,
-        ),
-        "/": get(
-            "The web page",
-            "page",
-            {
-                "description": "The page (with ETag; 304 when If-None-Match names it)",
-                "content": {"text/html": {"schema": {"type": "string"}}},
-            },
-            v1=False,
-            extra={"304": {"description": "Not modified: the browser's copy is current"}},
-        ),
-        "/static/{name}": get(
-            "A file of the web page (with ETag; 304 when If-None-Match names it)",
-            "staticFile",
-            {
-                "description": "The file",
-                "content": {
-                    media: {"schema": {"type": "string"}}
-                    for media in ("text/html", "text/javascript", "text/css", "image/svg+xml")
-                },
-            },
-            v1=False,
-            parameters=[
-                {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
-            ],
-            extra={
-                "304": {"description": "Not modified: the browser's copy is current"},
-                "404": _ref("NotFound"),
-            },
-        ),
+def text_answer(description: str, *media: str) -> dict[str, Any]:
+    """A 200 answer of text in these media types."""
+    return {
+        "description": description,
+        "content": {each: {"schema": {"type": "string"}} for each in media},
     }
+
+
+def schema_ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+UNAVAILABLE = {"503": _ref("Unavailable")}
+NOT_MODIFIED = {"304": {"description": "Not modified: the browser's copy is current"}}
+NOT_FOUND = {"404": _ref("NotFound")}
+INVALID = "422"
+
+
+def count_parameters(config: ServerConfig) -> list[dict[str, Any]]:
+    """``/v1/ids``'s ``count``, up to the server's ``max_count``."""
+    return [
+        {
+            "name": "count",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "integer", "minimum": 1, "maximum": config.max_count, "default": 1},
+        }
+    ]
+
+
+def decode_parameters(config: ServerConfig) -> list[dict[str, Any]]:
+    """``/v1/decode/{id}``'s: the ID, and the scheme and width to read it with."""
+    return [
+        *path_parameters("id")(config),
+        {
+            "name": "scheme",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "string", "enum": list(SCHEMES)},
+        },
+        {"name": "node_bits", "in": "query", "required": False, "schema": _node_bits_schema()},
+    ]
+
+
+def path_parameters(name: str) -> Callable[[ServerConfig], list[dict[str, Any]]]:
+    """A path's one parameter, a string."""
+    return lambda config: [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+    ]
+
+
+def openapi_document(config: ServerConfig, routes: Iterable[Route]) -> dict[str, Any]:
+    """The document of ``routes`` as a server of ``config`` serves them: ``count``'s
+    maximum is its ``max_count``; ``/v1/*`` want the token (401) if it has one."""
+    paths: dict[str, Any] = {}
+    for route in routes:
+        guarded = route.guarded and config.requires_token
+        operation: dict[str, Any] = {"summary": route.summary, "operationId": route.operation_id}
+        if route.parameters is not None:
+            operation["parameters"] = route.parameters(config)
+        operation["responses"] = {
+            "200": route.ok,
+            **({"401": _ref("Unauthorized")} if guarded else {}),
+            **_ANY_REQUEST,
+            **route.answers,
+        }
+        if guarded:
+            operation["security"] = [{"bearerToken": []}]
+        # HEAD is GET without the body, for every route: the info says so once.
+        paths[route.path] = {
+            method.lower(): operation for method in route.methods if method != "HEAD"
+        }
     return {
         "openapi": "3.1.0",
         "info": {

@@ -193,7 +193,7 @@ def _run(
             generation=place["generation"],
             run_dir=Path(place["run_dir"]),
             collect=app.metrics.collect,
-            claims=app.claim_rows,
+            claims=app.issuer.claim_rows,
         )
         app.start_now()
     except IdmintError as error:
@@ -239,9 +239,7 @@ def _run(
 
 
 def _release(app: IdServer) -> None:
-    generators, app.generators = app.generators, []
-    for generator in generators:
-        generator.close()
+    app.issuer.close()
 
 
 if __name__ == "__main__":

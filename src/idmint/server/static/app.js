@@ -517,15 +517,19 @@
     event.preventDefault();
     decode();
   });
+  // Decode an ID a button offers, in its scheme (and width) where the button knows them.
+  function decodeOffered(id, scheme, nodeBits) {
+    idInput.value = id;
+    if (scheme) schemeSelect.value = scheme;
+    if (nodeBits) nodeBitsInput.value = nodeBits;
+    syncNodeBits();
+    return decode();
+  }
+
   // An empty page offers one ID of each scheme to decode.
   $("examples").addEventListener("click", (event) => {
     const button = event.target.closest("button[data-example]");
-    if (!button) return;
-    idInput.value = button.dataset.id;
-    schemeSelect.value = button.dataset.scheme;
-    if (button.dataset.nodeBits) nodeBitsInput.value = button.dataset.nodeBits;
-    syncNodeBits();
-    decode();
+    if (button) decodeOffered(button.dataset.id, button.dataset.scheme, button.dataset.nodeBits);
   });
   schemeSelect.addEventListener("change", () => {
     syncNodeBits();
@@ -585,10 +589,7 @@
   $("minted").addEventListener("click", (event) => {
     const button = event.target.closest("button[data-id]");
     if (!button) return;
-    idInput.value = button.dataset.id;
-    if (mintedScheme) schemeSelect.value = mintedScheme;
-    syncNodeBits();
-    decode().then(() => {
+    decodeOffered(button.dataset.id, mintedScheme).then(() => {
       // In the one-column layout the result is far above the list: bring it into view.
       const card = document.querySelector(".decode-card");
       const top = card.getBoundingClientRect().top;
