@@ -20,6 +20,8 @@ from idmint.generate import (
     Uid64Generator,
 )
 
+pytestmark = pytest.mark.usefixtures("core")  # both cores: tests/cores.py
+
 THREADS = 8
 PER_THREAD = 100_000
 

@@ -14,6 +14,7 @@ from idmint.generate.core import (
     DEFAULT_MAX_CLOCK_WAIT_MS,
     Claim,
     TickGenerator,
+    TickLayout,
     check_identity_field,
     check_tick_range,
     fork_generation,
@@ -146,6 +147,11 @@ class Uid64Generator(TickGenerator[Uid64]):
             return _REVERSE_14_BITS[tick & _BLOCK_MASK] << _SPREAD_LOW_SHIFT | self._block_bits
         return (tick & _BLOCK_MASK) << u64.TIMESTAMP_SHIFT | self._block_bits
 
+    def _tick_layout(self) -> TickLayout:
+        return TickLayout(
+            self._identity, u64.TIMESTAMP_SHIFT, 0, u64.MAX_TIMESTAMP_MS, reversed=self._spread
+        )
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(generator={self._generator}, cluster={self._cluster}, "
@@ -196,6 +202,7 @@ class Elastic64Generator(TickGenerator[Elastic64]):
     space = "node"
     _int_mask = _ELASTIC64_MASK
     _make_from_run = staticmethod(_make_elastic64)
+    _tag_slot = "_node_bits"
 
     @classmethod
     def identity_pool(cls) -> range:
@@ -289,6 +296,10 @@ class Elastic64Generator(TickGenerator[Elastic64]):
     def _base_for_tick(self, tick: int) -> int:
         check_tick_range("elastic64", tick, 0, e64.MAX_TIMESTAMP_MS)
         return self._node_bits << 64 | tick << e64.TIMESTAMP_SHIFT | self._node
+
+    def _tick_layout(self) -> TickLayout:
+        identity = self._node_bits << 64 | self._node
+        return TickLayout(identity, e64.TIMESTAMP_SHIFT, 0, e64.MAX_TIMESTAMP_MS)
 
     def __repr__(self) -> str:
         return f"Elastic64Generator(node={self._node}, node_bits={self._node_bits})"
@@ -384,6 +395,10 @@ class Short60Generator(TickGenerator[Short60]):
         check_tick_range("short60", tick, s60.EPOCH_MS, s60.EPOCH_MS + s60.MAX_ELAPSED_MS)
         return (tick - s60.EPOCH_MS) << s60.TIMESTAMP_SHIFT | self._node
 
+    def _tick_layout(self) -> TickLayout:
+        last = s60.EPOCH_MS + s60.MAX_ELAPSED_MS
+        return TickLayout(self._node, s60.TIMESTAMP_SHIFT, s60.EPOCH_MS, last)
+
     def __repr__(self) -> str:
         return f"Short60Generator(node={self._node})"
 
@@ -470,6 +485,10 @@ class MuidGenerator(TickGenerator[Muid]):
     def _base_for_tick(self, tick: int) -> int:
         check_tick_range("muid", tick, 0, mu.MAX_TIMESTAMP_US, unit="us")
         return tick << mu.TIMESTAMP_SHIFT | self._medallion << mu.MEDALLION_SHIFT
+
+    def _tick_layout(self) -> TickLayout:
+        identity = self._medallion << mu.MEDALLION_SHIFT
+        return TickLayout(identity, mu.TIMESTAMP_SHIFT, 0, mu.MAX_TIMESTAMP_US)
 
     def _after_fork_in_child(self) -> None:
         # The parent keeps the medallion; the child becomes a new node.
