@@ -326,29 +326,34 @@ def test_values_wider_than_the_compiled_core_fall_back_to_the_pure_core() -> Non
 def test_a_fork_that_bypasses_os_fork_is_refused_on_the_compiled_core() -> None:
     """fork() called from C (here through ctypes, holding the GIL) runs none of
     ``os.fork()``'s hooks; the compiled core counts every fork and refuses in the
-    child as the Python core would after ``os.fork()``. (The pure core cannot see
-    such a fork.)"""
+    child as the Python core would after ``os.fork()``: within the tick the parent
+    opened, and at the next one. (The pure core cannot see such a fork.)"""
     require_compiled_core()
     shown = _run_python(
         """
-        import ctypes, json, os, sys
-        from idmint.generate import Uid64Generator
-        generator = Uid64Generator(12)
-        generator.generate()
+        import ctypes, json, os
+        from idmint.generate import core, ManualClock, Uid64Generator
+        core._compiled_clocks = "any"  # clocks held still: the child stays in the tick
+        clock = ManualClock()
+        within, after = Uid64Generator(12, clock=clock), Uid64Generator(13, clock=clock)
+        within.generate(), after.generate()
         pid = ctypes.PyDLL(None).fork()
         if pid == 0:
-            try:
-                generator.generate()
-                outcome = "minted"
-            except Exception as error:
-                outcome = type(error).__name__
-            os.write(1, (json.dumps({"child": outcome}) + "\\n").encode())
+            outcomes = []
+            for generator, move in ((within, 0), (after, 1)):
+                clock.advance_ms(move)
+                try:
+                    generator.generate()
+                    outcomes.append("minted")
+                except Exception as error:
+                    outcomes.append(type(error).__name__)
+            os.write(1, (json.dumps({"child": outcomes}) + "\\n").encode())
             os._exit(0)
         os.waitpid(pid, 0)
         """,
         core_env("c"),
     )
-    assert shown == {"child": "GeneratorForked"}
+    assert shown == {"child": ["GeneratorForked", "GeneratorForked"]}
 
 
 # -- memory ------------------------------------------------------------------------------------

@@ -874,11 +874,13 @@ open_next(HotPathObject *hp, PyObject *self, RunObject *run, int64_t now, int64_
 }
 
 /* Wait until the wall clock reaches ``target``, as clock.py's sleep_until_ns
- * does: return early when the wall clock is seen stepping back (before
- * ``since``, the reading the wait was decided on, or falling behind the
- * monotonic clock). The caller looks at the clock again either way. */
+ * does: return early when the wall clock is seen stepping back, falling behind
+ * the monotonic clock since ``since``/``since_mono`` (the readings the wait was
+ * decided on, wall first), so a step between the decision and the wait counts
+ * too. The caller looks at the clock again either way. */
 static int
-wait_until(HotPathObject *hp, PyObject *self, PyObject *clock, int64_t target, int64_t since)
+wait_until(HotPathObject *hp, PyObject *self, PyObject *clock, int64_t target, int64_t since,
+           int64_t since_mono)
 {
     if (count_wait(hp, self) < 0) {
         return -1;
@@ -900,13 +902,7 @@ wait_until(HotPathObject *hp, PyObject *self, PyObject *clock, int64_t target, i
         Py_DECREF(result);
         return 0;
     }
-    int64_t wall, mono;
-    read_wall(NULL, &wall);
-    if (wall < since) {
-        return 0;
-    }
-    read_mono(NULL, &mono);
-    int64_t start_wall = wall, start_mono = mono;
+    int64_t wall = since, mono = since_mono;
     while (wall < target) {
         int64_t remaining = target - wall;
         if (remaining > spin_ns) {
@@ -922,7 +918,7 @@ wait_until(HotPathObject *hp, PyObject *self, PyObject *clock, int64_t target, i
         }
         read_mono(NULL, &mono);
         read_wall(NULL, &wall);
-        if ((mono - start_mono) - (wall - start_wall) > step_slack_ns) {
+        if ((mono - since_mono) - (wall - since) > step_slack_ns) {
             return 0;
         }
     }
@@ -941,7 +937,8 @@ run_of(HotPathObject *hp, PyObject *self)
  * The clocks come first because a clock of Python's own (tests) runs code that
  * may let other threads in; nothing after them does, up to the take. */
 static int
-next_step(HotPathObject *hp, PyObject *self, RunObject **run_out, int64_t *now, int64_t *target)
+next_step(HotPathObject *hp, PyObject *self, RunObject **run_out, int64_t *now, int64_t *mono,
+          int64_t *target)
 {
     int strict = hp->kind == BATCH;
     RunObject *run = run_of(hp, self);
@@ -959,17 +956,19 @@ next_step(HotPathObject *hp, PyObject *self, RunObject **run_out, int64_t *now, 
         if (strict && *now < run->from_ns) {
             return PYTHON;
         }
-        int64_t mono;
-        read_mono(NULL, &mono);
+        read_mono(NULL, mono);
         *run_out = run;
-        return open_next(hp, self, run, *now, mono, target);
+        return open_next(hp, self, run, *now, *mono, target);
     }
     Py_INCREF(clock);
-    int64_t mono;
-    int failed = read_wall(clock, now) < 0 || read_mono(clock, &mono) < 0;
+    int failed = read_wall(clock, now) < 0 || read_mono(clock, mono) < 0;
     Py_DECREF(clock);
     if (failed) {
-        return FAILED;
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            return FAILED;
+        }
+        PyErr_Clear(); /* a time past int64's ns (the system clock's end, in 2262) */
+        return PYTHON;
     }
     run = run_of(hp, self); /* again: the clock's code may have let another thread in */
     if (run == NULL) {
@@ -983,7 +982,7 @@ next_step(HotPathObject *hp, PyObject *self, RunObject **run_out, int64_t *now, 
     if (strict && *now < run->from_ns) {
         return PYTHON;
     }
-    return open_next(hp, self, run, *now, mono, target);
+    return open_next(hp, self, run, *now, *mono, target);
 }
 
 static int
@@ -1013,8 +1012,8 @@ hot_generate(HotPathObject *hp, PyObject *const *args, size_t nargsf, PyObject *
     }
     for (;;) {
         RunObject *run;
-        int64_t now, target;
-        switch (next_step(hp, self, &run, &now, &target)) {
+        int64_t now, mono, target;
+        switch (next_step(hp, self, &run, &now, &mono, &target)) {
         case READY: {
             u128 value = run->next;
             run->next += run->step;
@@ -1034,7 +1033,7 @@ hot_generate(HotPathObject *hp, PyObject *const *args, size_t nargsf, PyObject *
             }
             PyObject *clock = run->clock;
             Py_XINCREF(clock);
-            int failed = wait_until(hp, self, clock, target, now) < 0;
+            int failed = wait_until(hp, self, clock, target, now, mono) < 0;
             Py_XDECREF(clock);
             if (failed) {
                 return NULL;
@@ -1133,8 +1132,8 @@ hot_batch(HotPathObject *hp, PyObject *const *args, size_t nargsf, PyObject *kwn
     PyObject *out = NULL; /* a list, once the batch is more than one range */
     for (;;) {
         RunObject *run;
-        int64_t now, target;
-        switch (next_step(hp, self, &run, &now, &target)) {
+        int64_t now, mono, target;
+        switch (next_step(hp, self, &run, &now, &mono, &target)) {
         case READY: {
             uint64_t taken = need < run->left ? need : run->left;
             u128 first = run->next, step = run->step;
@@ -1161,7 +1160,7 @@ hot_batch(HotPathObject *hp, PyObject *const *args, size_t nargsf, PyObject *kwn
         case WAIT: {
             PyObject *clock = run->clock;
             Py_XINCREF(clock);
-            int failed = wait_until(hp, self, clock, target, now) < 0;
+            int failed = wait_until(hp, self, clock, target, now, mono) < 0;
             Py_XDECREF(clock);
             if (failed) {
                 Py_XDECREF(out);
