@@ -35,16 +35,19 @@ class OptionalBuildExt(build_ext):
             self._skip(error)
 
     def _skip(self, error: Exception) -> None:
-        if not OptionalBuildExt.skipped:
-            OptionalBuildExt.skipped = True
-            message = (
-                f"idmint: the compiled core was not built ({type(error).__name__}: "
-                f"{str(error).strip().splitlines()[-1] if str(error).strip() else 'no detail'}); "
-                "idmint works the same on its pure-Python core, more slowly. "
-                "Install a C compiler and the Python headers (Debian: gcc python3-dev) "
-                "and reinstall for the compiled one."
-            )
-            print(message, file=sys.stderr)
+        if OptionalBuildExt.skipped:
+            return
+        OptionalBuildExt.skipped = True
+        detail = " ".join(str(error).split())
+        if len(detail) > 120:
+            detail = detail[:117] + "..."
+        print(
+            f"idmint: the compiled core was not built ({type(error).__name__}: {detail}); "
+            "idmint works the same on its pure-Python core, more slowly. For the compiled "
+            "one, install a C compiler and Python's headers (Debian: gcc python3-dev) "
+            "and install idmint again.",
+            file=sys.stderr,
+        )
 
 
 def _compiled_core() -> list[Extension]:

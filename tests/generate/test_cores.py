@@ -137,6 +137,50 @@ def test_the_environment_chooses_the_core(env: dict[str, str], expected: str) ->
     assert ("compiled core" in version) == (expected == "c"), version
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_an_install_without_a_c_compiler_succeeds_on_the_pure_core(tmp_path: Path) -> None:
+    """``CC=false pip install .``: the install succeeds, says once that the compiled core
+    was not built and why, and idmint runs on the pure core."""
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, source / name)
+    shutil.copytree(
+        ROOT / "src", source / "src", ignore=shutil.ignore_patterns("*.so", "__pycache__")
+    )
+    target = tmp_path / "installed"
+    installed = subprocess.run(
+        [
+            sys.executable,
+            *("-m", "pip", "install", "-v", "--no-deps", "--no-index", "--no-build-isolation"),
+            *("--no-cache-dir", "--target", str(target), str(source)),
+        ],
+        env={**os.environ, "CC": "false"},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    said = (installed.stdout + installed.stderr).count("idmint: the compiled core was not built")
+    assert said == 1, installed.stdout + installed.stderr
+    assert not list(target.glob("idmint/generate/_speedups*.so"))
+    shown = _run_python(
+        """
+        import json
+        import idmint
+        from idmint.generate import CORE, Uid64Generator
+        minted = Uid64Generator(1).generate().generator
+        print(json.dumps({"CORE": CORE, "minted": minted, "from": idmint.__file__}))
+        """,
+        {**core_env("c"), "PYTHONPATH": str(target)},
+    )
+    assert shown["from"].startswith(str(target))
+    assert (shown["CORE"], shown["minted"]) == ("python", 1)
+
+
 # -- the same IDs ----------------------------------------------------------------------------
 
 SCHEMES: dict[str, Callable[[Any], TickGenerator[Any]]] = {
