@@ -3,18 +3,23 @@
 ``idmint.generate._speedups`` is built where a C compiler and Python's headers
 are, on Linux with the GIL: it is optional, and a build that fails says so once
 and leaves the pure-Python core, which does the same (see docs/generators.md).
+``IDMINT_BUILD_COMPILED_CORE=required`` makes a failed build an error (scripts/test).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import sys
 import sysconfig
+from pathlib import Path
 from typing import Any
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 COMPILED_CORE = "idmint.generate._speedups"
+SOURCE = "src/idmint/generate/_speedups.c"
 
 
 class OptionalBuildExt(build_ext):
@@ -32,9 +37,14 @@ class OptionalBuildExt(build_ext):
         try:
             super().build_extension(ext)
         except Exception as error:  # a compiler error, missing Python.h
+            # An editable install keeps the module in the source tree: one built
+            # from an older source must not stay there looking current.
+            Path(self.get_ext_fullpath(ext.name)).unlink(missing_ok=True)
             self._skip(error)
 
     def _skip(self, error: Exception) -> None:
+        if os.environ.get("IDMINT_BUILD_COMPILED_CORE") == "required":  # scripts/test, CI
+            raise error
         if OptionalBuildExt.skipped:
             return
         OptionalBuildExt.skipped = True
@@ -55,10 +65,12 @@ def _compiled_core() -> list[Extension]:
     # compiled core relies on it and core.py would not load it there.
     if not sys.platform.startswith("linux") or sysconfig.get_config_var("Py_GIL_DISABLED"):
         return []
+    source_sha256 = hashlib.sha256(Path(SOURCE).read_bytes()).hexdigest()
     return [
         Extension(
             COMPILED_CORE,
-            sources=["src/idmint/generate/_speedups.c"],
+            sources=[SOURCE],
+            define_macros=[("IDMINT_SOURCE_SHA256", f'"{source_sha256}"')],
             extra_compile_args=["-O2", "-std=gnu11"],
         )
     ]

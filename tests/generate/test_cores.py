@@ -11,6 +11,7 @@ values it cannot make fall back, and minting leaves no memory behind.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -29,16 +30,18 @@ from tests.cores import core_env, require_compiled_core
 
 from idmint.errors import GeneratorError
 from idmint.generate import (
+    GENERATORS,
     Elastic64Generator,
     ManualClock,
     MuidGenerator,
     Short60Generator,
     TickGenerator,
     Uid64Generator,
+    Uid64V1Generator,
     core,
 )
 from idmint.generate.core import TickLayout
-from idmint.schemes import IdValue
+from idmint.schemes import SCHEMES, IdValue
 
 MS = 1_000_000
 
@@ -85,6 +88,20 @@ def test_the_compiled_core_is_in_use_where_it_can_be_built() -> None:
         f"generators run on the {core.CORE!r} core, expected {expected!r} "
         f"({why_not or 'a C compiler and the headers are here'}): build the compiled one "
         "with `.venv/bin/pip install -e .`"
+    )
+
+
+def test_the_compiled_core_is_built_from_the_source_beside_it() -> None:
+    """An editable install whose build failed would leave an older module in place:
+    the module carries the SHA-256 of the source it was built from."""
+    require_compiled_core()
+    source = Path(core.__file__).with_name("_speedups.c")
+    compiled = core._speedups
+    assert compiled is not None
+    built_from = compiled.source_sha256
+    assert built_from == hashlib.sha256(source.read_bytes()).hexdigest(), (
+        "the compiled core is older than its source: build it again with "
+        "`IDMINT_BUILD_COMPILED_CORE=required .venv/bin/pip install --no-deps -e .`"
     )
 
 
@@ -183,7 +200,7 @@ def test_an_install_without_a_c_compiler_succeeds_on_the_pure_core(tmp_path: Pat
 
 # -- the same IDs ----------------------------------------------------------------------------
 
-SCHEMES: dict[str, Callable[[Any], TickGenerator[Any]]] = {
+PLAYED: dict[str, Callable[[Any], TickGenerator[Any]]] = {
     "uid64-spread": lambda clock: Uid64Generator(5, 1, clock=clock, max_clock_wait_ms=5),
     "uid64-time": lambda clock: Uid64Generator(5, 1, "time-sequential", clock=clock),
     "elastic64": lambda clock: Elastic64Generator(300, 9, max_ahead_ms=3, clock=clock),
@@ -225,8 +242,8 @@ def _play(make: Callable[[Any], TickGenerator[Any]], script: list[tuple[str, int
     return [*seen, counters, clock.sleeps, generator.core]
 
 
-@pytest.mark.parametrize("scheme", list(SCHEMES))
-@settings(max_examples=40, deadline=None)
+@pytest.mark.parametrize("scheme", list(PLAYED))
+@settings(max_examples=80, deadline=None)
 @given(script=steps)
 def test_both_cores_issue_the_same_ids_for_the_same_clock(
     scheme: str, script: list[tuple[str, int]]
@@ -239,10 +256,10 @@ def test_both_cores_issue_the_same_ids_for_the_same_clock(
     require_compiled_core()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(core, "_compiled_clocks", "any")
-        compiled = _play(SCHEMES[scheme], script)
+        compiled = _play(PLAYED[scheme], script)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(core, "_compiled_clocks", "none")
-        pure = _play(SCHEMES[scheme], script)
+        pure = _play(PLAYED[scheme], script)
     assert compiled.pop() == "c"
     assert pure.pop() == "python"
     assert compiled == pure
@@ -261,6 +278,51 @@ def test_random_bits_come_from_the_compiled_core_and_differ() -> None:
     assert len({i.int for i in ids}) == len(ids)
     assert len({i.int & 511 for i in ids}) > 400  # 1,112 draws of 9 bits
     assert {i.sequence for i in ids[:512]} == set(range(512))
+
+
+# -- texts ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Uid64Generator(7),
+        lambda: Uid64Generator(8, mode="time-sequential"),
+        lambda: Uid64V1Generator(9),
+        lambda: Elastic64Generator(300, 11, max_ahead_ms=0),
+        lambda: Elastic64Generator(65_000, 16, max_ahead_ms=0),
+    ],
+    ids=["uid64", "uid64-time", "uid64-v1", "elastic64/11", "elastic64/16"],
+)
+def test_compiled_texts_are_the_value_types_own(make: Callable[[], TickGenerator[Any]]) -> None:
+    """uid64's hex and elastic64's decimal digits come from the compiled core (it checked
+    them against the value type's text_of_int), for a batch kept as a range and for one
+    across ticks kept as a list; they are what the value type itself writes."""
+    require_compiled_core()
+    generator = make()
+    assert type(generator)._batch_texts.__class__.__name__ == "_CompiledTexts"
+    id_type = generator.id_type
+    for batch in (generator.batch(3), generator.batch(5 * generator.ids_per_tick + 1)):
+        assert batch.texts() == [id_type.text_of_int(value) for value in batch.ints()]
+        assert batch.texts() == [str(value) for value in batch]
+
+
+@pytest.mark.parametrize("scheme", ["uid64", "uid64-v1", "elastic64"])
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_compiled_texts_of_any_ints(scheme: str, data: st.DataObject) -> None:
+    require_compiled_core()
+    id_type = SCHEMES[scheme]
+    renderer = GENERATORS[scheme]._batch_texts
+    ints = data.draw(st.lists(st.integers(0, id_type._max_int), max_size=20))
+    assert renderer(ints) == [id_type.text_of_int(value) for value in ints]
+
+
+def test_a_value_type_with_texts_of_its_own_keeps_them() -> None:
+    """short60 renders its texts in bulk itself; muid's are upper-case and 128 bits."""
+    require_compiled_core()
+    assert GENERATORS["short60"]._batch_texts == SCHEMES["short60"].texts_of_ints
+    assert GENERATORS["muid"]._batch_texts == SCHEMES["muid"].texts_of_ints
 
 
 # -- what the compiled core does without Python ----------------------------------------------

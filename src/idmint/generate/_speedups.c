@@ -54,6 +54,12 @@
 
 typedef unsigned __int128 u128;
 
+/* The SHA-256 of this file as setup.py built it: a test compares it with the file,
+ * so a build that failed (and left an older module in place) cannot go unseen. */
+#ifndef IDMINT_SOURCE_SHA256
+#define IDMINT_SOURCE_SHA256 "unknown"
+#endif
+
 #define NS_PER_S 1000000000LL
 #define NO_DEADLINE INT64_MAX
 
@@ -1406,6 +1412,21 @@ static PyTypeObject HotPathType = {
 
 /* -- batches --------------------------------------------------------------------------- */
 
+/* The first value and step of a range (what ints_of and texts_of read of one). */
+static int
+range_parts(PyObject *values, u128 *first, u128 *step)
+{
+    PyObject *start_obj = PyObject_GetAttrString(values, "start");
+    PyObject *step_obj = PyObject_GetAttrString(values, "step");
+    int failed = start_obj == NULL || step_obj == NULL ||
+                 u128_from_int(start_obj, "a batch's first value", first) < 0 ||
+                 u128_from_int(step_obj, "a batch's step", step) < 0;
+    Py_XDECREF(start_obj);
+    Py_XDECREF(step_obj);
+    return failed ? -1 : 0;
+}
+
+
 /* ints_of(values, mask): the ints of a batch kept as a range (masked: the bits a
  * scheme keeps above the ID dropped), as a list. Python's own list(range) steps
  * with PyNumber_Add once the values pass 2**63, which uid64's spread mode does
@@ -1431,14 +1452,7 @@ module_ints_of(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
         return out;
     }
     u128 first, step;
-    PyObject *start_obj = PyObject_GetAttrString(values, "start");
-    PyObject *step_obj = PyObject_GetAttrString(values, "step");
-    int failed = start_obj == NULL || step_obj == NULL ||
-                 u128_from_int(start_obj, "a batch's first value", &first) < 0 ||
-                 u128_from_int(step_obj, "a batch's step", &step) < 0;
-    Py_XDECREF(start_obj);
-    Py_XDECREF(step_obj);
-    if (failed) {
+    if (range_parts(values, &first, &step) < 0) {
         Py_DECREF(out);
         return NULL;
     }
@@ -1451,6 +1465,96 @@ module_ints_of(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
         PyList_SET_ITEM(out, i, number);
     }
     return out;
+}
+
+/* texts_of(values, mask, form, digits): the text forms of a batch's ints (a range or
+ * a list; masked), as a list of str: form 0 lowercase hex of ``digits`` digits,
+ * zero-padded; form 1 decimal. core.py uses it only for a value type whose own text
+ * form it has checked to be one of these. Values must fit in 64 bits once masked. */
+static PyObject *
+module_texts_of(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "texts_of() takes values, mask, form, digits");
+        return NULL;
+    }
+    PyObject *values = args[0];
+    u128 mask = ~(u128)0, first = 0, step = 0;
+    long form = PyLong_AsLong(args[2]), digits = PyLong_AsLong(args[3]);
+    if ((args[1] != Py_None && u128_from_int(args[1], "mask", &mask) < 0) ||
+        (form == -1 && PyErr_Occurred()) || (digits == -1 && PyErr_Occurred())) {
+        return NULL;
+    }
+    if ((form != 0 && form != 1) || (form == 0 && (digits < 1 || digits > 16))) {
+        PyErr_SetString(PyExc_ValueError, "texts_of(): no such form");
+        return NULL;
+    }
+    int is_range = PyRange_Check(values);
+    PyObject *listed = NULL;
+    if (is_range) {
+        if (range_parts(values, &first, &step) < 0) {
+            return NULL;
+        }
+    }
+    else if ((listed = PySequence_Fast(values, "texts_of() takes a range or a list")) == NULL) {
+        return NULL;
+    }
+    Py_ssize_t length = is_range ? PyObject_Size(values) : PySequence_Fast_GET_SIZE(listed);
+    PyObject *out = length < 0 ? NULL : PyList_New(length);
+    if (out == NULL) {
+        Py_XDECREF(listed);
+        return NULL;
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (Py_ssize_t i = 0; i < length; i++) {
+        u128 wide;
+        if (is_range) {
+            wide = first + step * (u128)i;
+        }
+        else if (u128_from_int(PySequence_Fast_GET_ITEM(listed, i), "an ID", &wide) < 0) {
+            goto failed;
+        }
+        wide &= mask;
+        if (wide >> 64) {
+            PyErr_SetString(PyExc_OverflowError, "texts_of(): an ID of more than 64 bits");
+            goto failed;
+        }
+        uint64_t value = (uint64_t)wide;
+        char text[20];
+        int used = 0;
+        if (form == 0) {
+            for (int at = (int)digits - 1; at >= 0; at--, value >>= 4) {
+                text[at] = hex[value & 15];
+            }
+            if (value) {
+                PyErr_SetString(PyExc_OverflowError, "texts_of(): an ID wider than its digits");
+                goto failed;
+            }
+            used = (int)digits;
+        }
+        else {
+            char reversed[20];
+            do {
+                reversed[used++] = (char)('0' + value % 10);
+                value /= 10;
+            } while (value);
+            for (int at = 0; at < used; at++) {
+                text[at] = reversed[used - 1 - at];
+            }
+        }
+        PyObject *item = PyUnicode_New(used, 127);
+        if (item == NULL) {
+            goto failed;
+        }
+        memcpy(PyUnicode_1BYTE_DATA(item), text, (size_t)used);
+        PyList_SET_ITEM(out, i, item);
+    }
+    Py_XDECREF(listed);
+    return out;
+failed:
+    Py_XDECREF(listed);
+    Py_DECREF(out);
+    return NULL;
 }
 
 /* -- the module ---------------------------------------------------------------------- */
@@ -1483,6 +1587,8 @@ module_configure(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwargs)
 static PyMethodDef module_methods[] = {
     {"ints_of", (PyCFunction)(void (*)(void))module_ints_of, METH_FASTCALL,
      "The ints of a range (masked), as a list."},
+    {"texts_of", (PyCFunction)(void (*)(void))module_texts_of, METH_FASTCALL,
+     "The text forms (hex or decimal) of a batch's ints."},
     {"forks", module_forks, METH_NOARGS,
      "How many fork()s separate this process from the one that loaded the module."},
     {"configure", (PyCFunction)(void (*)(void))module_configure, METH_VARARGS | METH_KEYWORDS,
@@ -1527,7 +1633,8 @@ PyInit__speedups(void)
     if (mod == NULL) {
         return NULL;
     }
-    if (PyModule_AddObjectRef(mod, "Layout", (PyObject *)&LayoutType) < 0 ||
+    if (PyModule_AddStringConstant(mod, "source_sha256", IDMINT_SOURCE_SHA256) < 0 ||
+        PyModule_AddObjectRef(mod, "Layout", (PyObject *)&LayoutType) < 0 ||
         PyModule_AddObjectRef(mod, "Run", (PyObject *)&RunType) < 0 ||
         PyModule_AddObjectRef(mod, "HotPath", (PyObject *)&HotPathType) < 0) {
         Py_DECREF(mod);

@@ -253,6 +253,71 @@ class _Run:
 _NO_RUN_VALUES = range(0)
 
 
+class _Texts(Protocol):
+    """What renders the texts of many IDs (a value type's ``texts_of_ints``)."""
+
+    def __call__(self, ints: Sequence[int], /) -> list[str]: ...
+
+
+class _CompiledTexts:
+    """The compiled core's renderer of a value type's text forms: lowercase hex of a
+    fixed number of digits, or decimal (see :func:`_compiled_texts`)."""
+
+    __slots__ = ("digits", "form")
+
+    HEX, DECIMAL = 0, 1
+
+    def __init__(self, form: int, digits: int) -> None:
+        self.form = form
+        self.digits = digits
+
+    def render(self, ints: Sequence[int], mask: int | None) -> list[str]:
+        assert _speedups is not None
+        texts: list[str] = _speedups.texts_of(
+            ints if type(ints) is range else list(ints), mask, self.form, self.digits
+        )
+        return texts
+
+    def __call__(self, ints: Sequence[int]) -> list[str]:
+        return self.render(ints, None)
+
+
+def _compiled_texts(id_type: type[IdValue]) -> _CompiledTexts | None:
+    """The compiled renderer that makes exactly ``id_type``'s text forms, if one does.
+
+    A value type whose ``texts_of_ints`` is its own (short60's bulk base 64) keeps
+    it. For the others, ``text_of_int`` is compared with each compiled form at both
+    ends of the type's range, at every power of two and one below it, and at 64 ints
+    spread over the range; a form is used only where every one agrees.
+    """
+    if _speedups is None or "texts_of_ints" in {
+        name for klass in id_type.__mro__[:-2] for name in klass.__dict__
+    }:
+        return None
+    top: int | None = getattr(id_type, "_max_int", None)
+    if top is None or top >> 64 or not hasattr(id_type, "_byte_length"):
+        return None
+    spread = [top * n // 63 for n in range(64)]
+    tried = sorted(
+        {0, top, *spread, *(1 << k for k in range(top.bit_length()))}
+        | {(1 << k) - 1 for k in range(1, top.bit_length() + 1)}
+    )
+    try:
+        expected = [id_type.text_of_int(value) for value in tried]
+    except (ValueError, ArithmeticError):  # a type that refuses some of them
+        return None
+    for candidate in (
+        _CompiledTexts(_CompiledTexts.HEX, 2 * id_type._byte_length),
+        _CompiledTexts(_CompiledTexts.DECIMAL, 0),
+    ):
+        try:
+            if candidate(tried) == expected:
+                return candidate
+        except (OverflowError, ValueError):  # wider than the form's digits
+            continue
+    return None
+
+
 @dataclass(frozen=True)
 class TickLayout:
     """How a scheme makes the base value of a tick, declared for the compiled core.
@@ -324,6 +389,8 @@ class IdBatch(Sequence[IdT]):
         """The IDs in their canonical text form (no value objects built)."""
         if self._texts is None:
             return [str(value) for value in self]
+        if type(self._texts) is _CompiledTexts:
+            return self._texts.render(self._ints, self._mask)
         return self._texts(self.ints())
 
     def to_list(self) -> list[IdT]:
@@ -390,6 +457,9 @@ class TickGenerator(Generic[IdT]):
     _tag_slot: ClassVar[str | None] = None
     """The value type's slot that takes a run value's bits above ``_int_mask``
     (elastic64's width), for the compiled core's values."""
+    _batch_texts: ClassVar[_Texts]
+    """What renders a batch's texts: the value type's ``texts_of_ints``, or the compiled
+    core's renderer of the same forms (set per class)."""
     locked_path: ClassVar[bool] = LOCKED_PATH_FORCED
     """Whether ``generate()`` and ``generate_nowait()`` take the lock for every ID.
 
@@ -613,6 +683,8 @@ class TickGenerator(Generic[IdT]):
         super().__init_subclass__(**kwargs)
         if LOCKED_PATH_FORCED:
             cls.locked_path = True
+        if "id_type" in cls.__dict__:
+            cls._batch_texts = _compiled_texts(cls.id_type) or cls.id_type.texts_of_ints
         if cls.locked_path:
             cls.generate = _locked_path(cls, wait=True)  # type: ignore[method-assign,assignment]
             cls.generate_nowait = _locked_path(cls, wait=False)  # type: ignore[method-assign,assignment]
@@ -673,7 +745,7 @@ class TickGenerator(Generic[IdT]):
         """Issue ``count`` IDs, in order, as an :class:`IdBatch`."""
         if type(count) is not int or count < 1:
             self._check_count(count)
-            return IdBatch([], self._make, self._int_mask, self.id_type.texts_of_ints)
+            return IdBatch([], self._make, self._int_mask, self._batch_texts)
         # The common case, a batch that fits in the open tick, in one locked
         # step and without _fill's frame: it runs cold (once per ms or so),
         # when every Python call costs several times what it costs in a loop.
@@ -687,7 +759,7 @@ class TickGenerator(Generic[IdT]):
             out: list[int] = []
             self._wait(taken)
         elif len(taken) == count and not self._random_bits:
-            return IdBatch(taken, self._make, self._int_mask, self.id_type.texts_of_ints)
+            return IdBatch(taken, self._make, self._int_mask, self._batch_texts)
         else:
             out = self._with_random_bits(taken)
         return self._batch_rest(out, count)
@@ -698,7 +770,7 @@ class TickGenerator(Generic[IdT]):
         while True:
             wait_until_ns = self._fill(out, count)
             if wait_until_ns is None:
-                return IdBatch(out, self._make, self._int_mask, self.id_type.texts_of_ints)
+                return IdBatch(out, self._make, self._int_mask, self._batch_texts)
             self._wait(wait_until_ns)
 
     def _wait(self, until_ns: int) -> None:
@@ -736,7 +808,7 @@ class TickGenerator(Generic[IdT]):
                     self.clock_waits += 1
                     await self._clock.asleep_until_ns(wait_until_ns, self._wait_since_ns)
                     wait_until_ns = self._fill(out, count)
-        return IdBatch(out, self._make, self._int_mask, self.id_type.texts_of_ints)
+        return IdBatch(out, self._make, self._int_mask, self._batch_texts)
 
     def _clock_turn(self) -> asyncio.Lock:
         """The lock the callers on this event loop take turns waiting with."""
@@ -1134,7 +1206,7 @@ def _compiled_path(cls: type[TickGenerator[Any]], kind: str, pure: Callable[...,
             batch_type=IdBatch,
             batch_slots=tuple(_slot(IdBatch, n) for n in ("_ints", "_make", "_mask", "_texts")),
             mask=mask,
-            texts=id_type.texts_of_ints,
+            texts=cls._batch_texts,
         )
 
     def reference(value: int) -> object:
