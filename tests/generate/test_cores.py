@@ -291,13 +291,24 @@ def test_random_bits_come_from_the_compiled_core_and_differ() -> None:
         lambda: Uid64V1Generator(9),
         lambda: Elastic64Generator(300, 11, max_ahead_ms=0),
         lambda: Elastic64Generator(65_000, 16, max_ahead_ms=0),
+        lambda: Short60Generator(17),
+        lambda: Short60Generator(random=True),
     ],
-    ids=["uid64", "uid64-time", "uid64-v1", "elastic64/11", "elastic64/16"],
+    ids=[
+        "uid64",
+        "uid64-time",
+        "uid64-v1",
+        "elastic64/11",
+        "elastic64/16",
+        "short60",
+        "short60-random",
+    ],
 )
 def test_compiled_texts_are_the_value_types_own(make: Callable[[], TickGenerator[Any]]) -> None:
-    """uid64's hex and elastic64's decimal digits come from the compiled core (it checked
-    them against the value type's text_of_int), for a batch kept as a range and for one
-    across ticks kept as a list; they are what the value type itself writes."""
+    """uid64's hex, elastic64's decimal and short60's base-64 digits come from the
+    compiled core (it checked them against the value type's own), for a batch kept as
+    a range and for one across ticks kept as a list; they are what the value type
+    itself writes."""
     require_compiled_core()
     generator = make()
     assert type(generator)._batch_texts.__class__.__name__ == "_CompiledTexts"
@@ -307,7 +318,7 @@ def test_compiled_texts_are_the_value_types_own(make: Callable[[], TickGenerator
         assert batch.texts() == [str(value) for value in batch]
 
 
-@pytest.mark.parametrize("scheme", ["uid64", "uid64-v1", "elastic64"])
+@pytest.mark.parametrize("scheme", ["uid64", "uid64-v1", "elastic64", "short60"])
 @settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_compiled_texts_of_any_ints(scheme: str, data: st.DataObject) -> None:
@@ -318,10 +329,9 @@ def test_compiled_texts_of_any_ints(scheme: str, data: st.DataObject) -> None:
     assert renderer(ints) == [id_type.text_of_int(value) for value in ints]
 
 
-def test_a_value_type_with_texts_of_its_own_keeps_them() -> None:
-    """short60 renders its texts in bulk itself; muid's are upper-case and 128 bits."""
+def test_a_value_type_whose_texts_no_compiled_form_makes_keeps_its_own() -> None:
+    """muid's texts are upper-case hex of 128 bits: no compiled form makes them."""
     require_compiled_core()
-    assert GENERATORS["short60"]._batch_texts == SCHEMES["short60"].texts_of_ints
     assert GENERATORS["muid"]._batch_texts == SCHEMES["muid"].texts_of_ints
 
 

@@ -1469,8 +1469,10 @@ module_ints_of(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
 
 /* texts_of(values, mask, form, digits): the text forms of a batch's ints (a range or
  * a list; masked), as a list of str: form 0 lowercase hex of ``digits`` digits,
- * zero-padded; form 1 decimal. core.py uses it only for a value type whose own text
- * form it has checked to be one of these. Values must fit in 64 bits once masked. */
+ * zero-padded; form 1 decimal; form 2 the digits in base64's URL-safe alphabet
+ * without leading zeros, the last ``digits`` of them moved to the front (short60's
+ * display). core.py uses it only for a value type whose own text form it has
+ * checked to be one of these. Values must fit in 64 bits once masked. */
 static PyObject *
 module_texts_of(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1485,7 +1487,8 @@ module_texts_of(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
         (form == -1 && PyErr_Occurred()) || (digits == -1 && PyErr_Occurred())) {
         return NULL;
     }
-    if ((form != 0 && form != 1) || (form == 0 && (digits < 1 || digits > 16))) {
+    if (form < 0 || form > 2 || (form == 0 && (digits < 1 || digits > 16)) ||
+        (form == 2 && (digits < 0 || digits > 11))) {
         PyErr_SetString(PyExc_ValueError, "texts_of(): no such form");
         return NULL;
     }
@@ -1506,6 +1509,8 @@ module_texts_of(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
         return NULL;
     }
     static const char hex[] = "0123456789abcdef";
+    static const char base64[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     for (Py_ssize_t i = 0; i < length; i++) {
         u128 wide;
         if (is_range) {
@@ -1533,13 +1538,19 @@ module_texts_of(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
             used = (int)digits;
         }
         else {
-            char reversed[20];
+            int base = form == 1 ? 10 : 64;
+            char reversed[24];
             do {
-                reversed[used++] = (char)('0' + value % 10);
-                value /= 10;
+                reversed[used++] = form == 1 ? (char)('0' + value % 10) : base64[value & 63];
+                value /= (uint64_t)base;
             } while (value);
-            for (int at = 0; at < used; at++) {
-                text[at] = reversed[used - 1 - at];
+            /* form 2: the last ``digits`` digits (the first in ``reversed``) go first */
+            int moved = form == 2 ? (digits < used ? (int)digits : used) : 0;
+            for (int at = 0; at < moved; at++) {
+                text[at] = reversed[moved - 1 - at];
+            }
+            for (int at = moved; at < used; at++) {
+                text[at] = reversed[used - 1 - (at - moved)];
             }
         }
         PyObject *item = PyUnicode_New(used, 127);

@@ -261,11 +261,12 @@ class _Texts(Protocol):
 
 class _CompiledTexts:
     """The compiled core's renderer of a value type's text forms: lowercase hex of a
-    fixed number of digits, or decimal (see :func:`_compiled_texts`)."""
+    fixed number of digits, decimal, or base-64 digits with the last ones moved to the
+    front (see :func:`_compiled_texts`)."""
 
     __slots__ = ("digits", "form")
 
-    HEX, DECIMAL = 0, 1
+    HEX, DECIMAL, BASE64_ROTATED = 0, 1, 2
 
     def __init__(self, form: int, digits: int) -> None:
         self.form = form
@@ -285,14 +286,12 @@ class _CompiledTexts:
 def _compiled_texts(id_type: type[IdValue]) -> _CompiledTexts | None:
     """The compiled renderer that makes exactly ``id_type``'s text forms, if one does.
 
-    A value type whose ``texts_of_ints`` is its own (short60's bulk base 64) keeps
-    it. For the others, ``text_of_int`` is compared with each compiled form at both
-    ends of the type's range, at every power of two and one below it, and at 64 ints
-    spread over the range; a form is used only where every one agrees.
+    The value type's ``text_of_int`` and ``texts_of_ints`` are compared with each
+    compiled form at both ends of the type's range, at every power of two and one
+    below it, and at 64 ints spread over the range; a form is used only where every
+    one agrees.
     """
-    if _speedups is None or "texts_of_ints" in {
-        name for klass in id_type.__mro__[:-2] for name in klass.__dict__
-    }:
+    if _speedups is None:
         return None
     top: int | None = getattr(id_type, "_max_int", None)
     if top is None or top >> 64 or not hasattr(id_type, "_byte_length"):
@@ -304,11 +303,14 @@ def _compiled_texts(id_type: type[IdValue]) -> _CompiledTexts | None:
     )
     try:
         expected = [id_type.text_of_int(value) for value in tried]
+        if id_type.texts_of_ints(tried) != expected:
+            return None
     except (ValueError, ArithmeticError):  # a type that refuses some of them
         return None
     for candidate in (
         _CompiledTexts(_CompiledTexts.HEX, 2 * id_type._byte_length),
         _CompiledTexts(_CompiledTexts.DECIMAL, 0),
+        _CompiledTexts(_CompiledTexts.BASE64_ROTATED, 2),
     ):
         try:
             if candidate(tried) == expected:
