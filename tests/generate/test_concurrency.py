@@ -101,6 +101,32 @@ def test_generate_and_small_batches_in_threads_never_share_an_id(
     assert generator.issued == len(values)
 
 
+def test_threads_share_a_muid_transaction_without_a_duplicate() -> None:
+    """new() (compiled: no lock) and batch() (under the lock) from 8 threads on one
+    transaction: every offset once, and ``used`` exact."""
+    transaction = MuidGenerator().transaction()
+    results: list[list[int]] = [[] for _ in range(THREADS)]
+    start = threading.Barrier(THREADS)
+
+    def work(slot: int) -> None:
+        start.wait()
+        mine = results[slot]
+        for _ in range(2_000):
+            if slot % 2:
+                mine.append(transaction.new().offset)
+            else:
+                mine.extend(m.offset for m in transaction.batch(3))
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    offsets = [offset for chunk in results for offset in chunk]
+    assert len(set(offsets)) == len(offsets) == transaction.used == 4 * 2_000 + 4 * 2_000 * 3
+    assert set(offsets) == set(range(1, len(offsets) + 1))
+
+
 def test_agenerate_yields_to_the_event_loop_while_waiting() -> None:
     generator = Uid64Generator(0, mode="time-sequential")
     ticks = 0

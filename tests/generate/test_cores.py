@@ -443,23 +443,27 @@ def test_a_fork_that_bypasses_os_fork_is_refused_on_the_compiled_core() -> None:
     """fork() called from C (here through ctypes, holding the GIL) runs none of
     ``os.fork()``'s hooks; the compiled core counts every fork and refuses in the
     child as the Python core would after ``os.fork()``: within the tick the parent
-    opened, and at the next one. (The pure core cannot see such a fork.)"""
+    opened, at the next one, and in a muid transaction opened before. (The pure core
+    cannot see such a fork.)"""
     require_compiled_core()
     shown = _run_python(
         """
         import ctypes, json, os
         from idmint.generate import core, ManualClock, Uid64Generator
         core._compiled_clocks = "any"  # clocks held still: the child stays in the tick
+        from idmint.generate import MuidGenerator
         clock = ManualClock()
         within, after = Uid64Generator(12, clock=clock), Uid64Generator(13, clock=clock)
         within.generate(), after.generate()
+        transaction = MuidGenerator().transaction()
+        transaction.new()
         pid = ctypes.PyDLL(None).fork()
         if pid == 0:
             outcomes = []
-            for generator, move in ((within, 0), (after, 1)):
+            for mint, move in ((within.generate, 0), (after.generate, 1), (transaction.new, 0)):
                 clock.advance_ms(move)
                 try:
-                    generator.generate()
+                    mint()
                     outcomes.append("minted")
                 except Exception as error:
                     outcomes.append(type(error).__name__)
@@ -469,7 +473,7 @@ def test_a_fork_that_bypasses_os_fork_is_refused_on_the_compiled_core() -> None:
         """,
         core_env("c"),
     )
-    assert shown == {"child": ["GeneratorForked", "GeneratorForked"]}
+    assert shown == {"child": ["GeneratorForked"] * 3}
 
 
 # -- memory ------------------------------------------------------------------------------------

@@ -588,6 +588,21 @@ Run_take(RunObject *self, PyObject *arg)
     return taken;
 }
 
+/* take_exactly(n): n values as a range, or None (and nothing taken) if fewer are left:
+ * all or nothing in one step, whoever else takes from the run meanwhile. */
+static PyObject *
+Run_take_exactly(RunObject *self, PyObject *arg)
+{
+    Py_ssize_t want = PyLong_AsSsize_t(arg);
+    if (want == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (want < 0 || (uint64_t)want > self->left) {
+        Py_RETURN_NONE;
+    }
+    return Run_take(self, arg);
+}
+
 /* arm(layout, tick, ceiling, deadline_mono_ns): let the run open the ticks after
  * ``tick`` itself, up to ``ceiling``, until the monotonic clock reaches the
  * deadline (None: no claim, no deadline). Python arms a run it has just opened. */
@@ -707,6 +722,8 @@ Run_get_armed(RunObject *self, void *Py_UNUSED(closure))
 
 static PyMethodDef Run_methods[] = {
     {"take", (PyCFunction)Run_take, METH_O, "Up to n values of the open tick, as a range."},
+    {"take_exactly", (PyCFunction)Run_take_exactly, METH_O,
+     "n values as a range, or None (nothing taken) if fewer are left."},
     {"arm", (PyCFunction)(void (*)(void))Run_arm, METH_FASTCALL,
      "Let the run open the ticks after its own (layout, tick, ceiling, deadline_mono_ns)."},
     {"disarm", (PyCFunction)Run_disarm, METH_NOARGS, "Open no tick without Python."},
@@ -741,7 +758,7 @@ static PyTypeObject RunType = {
 
 /* -- HotPath ------------------------------------------------------------------------- */
 
-enum { GENERATE, GENERATE_NOWAIT, BATCH };
+enum { GENERATE, GENERATE_NOWAIT, BATCH, TAKE };
 
 typedef struct {
     PyObject_HEAD
@@ -1191,6 +1208,24 @@ hot_batch(HotPathObject *hp, PyObject *const *args, size_t nargsf, PyObject *kwn
     }
 }
 
+/* A value of the run in the owner's slot (muid's offsets: no tick, no clock), or the
+ * pure method's doing: a run used up (its error), made before a fork, or not ours. */
+static PyObject *
+hot_take(HotPathObject *hp, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs == 1 && kwnames == NULL && is_instance(hp, args[0])) {
+        RunObject *run = run_of(hp, args[0]);
+        if (run != NULL && run->left && run->forks == forks) {
+            u128 value = run->next;
+            run->next += run->step;
+            run->left--;
+            return make_value(hp, value);
+        }
+    }
+    return PyObject_Vectorcall(hp->pure, args, nargsf, kwnames);
+}
+
 /* make(value): the value object the hot path makes of a run value (for checks). */
 static PyObject *
 HotPath_make(HotPathObject *self, PyObject *arg)
@@ -1225,10 +1260,10 @@ HotPath_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         *tag_slot, *maker, *batch_type, *batch_slots, *mask, *texts;
     int tag_shift, bits;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "$sO!OOOOOO!OOiOiO!O!OO:HotPath", names, &kind, &PyType_Type, &owner,
+            args, kwargs, "$sO!OOOOOO!OOiOiOOOO:HotPath", names, &kind, &PyType_Type, &owner,
             &pure, &run_slot, &tick_slot, &waits_slot, &make_slot, &PyType_Type, &id_type,
-            &int_slot, &tag_slot, &tag_shift, &maker, &bits, &PyType_Type, &batch_type,
-            &PyTuple_Type, &batch_slots, &mask, &texts)) {
+            &int_slot, &tag_slot, &tag_shift, &maker, &bits, &batch_type, &batch_slots, &mask,
+            &texts)) {
         return NULL;
     }
     int which;
@@ -1241,6 +1276,9 @@ HotPath_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     else if (strcmp(kind, "batch") == 0) {
         which = BATCH;
     }
+    else if (strcmp(kind, "take") == 0) {
+        which = TAKE; /* values of a run with no tick (muid's offsets): no clock, no batch */
+    }
     else {
         PyErr_Format(PyExc_ValueError, "no hot path %s", kind);
         return NULL;
@@ -1249,12 +1287,20 @@ HotPath_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_ValueError, "random_bits or tag_shift out of range");
         return NULL;
     }
-    if (PyTuple_GET_SIZE(batch_slots) != 4) {
-        PyErr_SetString(PyExc_TypeError, "batch_slots: _ints, _make, _mask, _texts");
+    if (which == TAKE) {
+        if (tick_slot != Py_None || waits_slot != Py_None || make_slot != Py_None ||
+            batch_type != Py_None || batch_slots != Py_None) {
+            PyErr_SetString(PyExc_TypeError, "a take path has a run and values only");
+            return NULL;
+        }
+    }
+    else if (!PyType_Check(batch_type) || !PyTuple_Check(batch_slots) ||
+             PyTuple_GET_SIZE(batch_slots) != 4) {
+        PyErr_SetString(PyExc_TypeError, "batch_type, and batch_slots: _ints, _make, _mask, _texts");
         return NULL;
     }
     PyTypeObject *owner_type = (PyTypeObject *)owner, *value_type = (PyTypeObject *)id_type;
-    PyTypeObject *batch_cls = (PyTypeObject *)batch_type;
+    PyTypeObject *batch_cls = which == TAKE ? NULL : (PyTypeObject *)batch_type;
     if (value_type->tp_alloc == NULL || (value_type->tp_flags & Py_TPFLAGS_IS_ABSTRACT)) {
         PyErr_SetString(PyExc_TypeError, "the value type cannot be made with tp_alloc");
         return NULL;
@@ -1263,9 +1309,19 @@ HotPath_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (self == NULL) {
         return NULL;
     }
-    self->vectorcall = (vectorcallfunc)(which == BATCH ? hot_batch : hot_generate);
+    self->vectorcall = (vectorcallfunc)(which == BATCH  ? hot_batch
+                                        : which == TAKE ? hot_take
+                                                        : hot_generate);
     self->kind = which;
-    if ((self->run_offset = slot_offset(run_slot, owner_type, "run_slot")) < 0 ||
+    if (which == TAKE) {
+        self->tag_offset = -1;
+        if ((self->run_offset = slot_offset(run_slot, owner_type, "run_slot")) < 0 ||
+            (self->int_offset = slot_offset(int_slot, value_type, "int_slot")) < 0) {
+            Py_DECREF(self);
+            return NULL;
+        }
+    }
+    else if ((self->run_offset = slot_offset(run_slot, owner_type, "run_slot")) < 0 ||
         (self->tick_offset = slot_offset(tick_slot, owner_type, "tick_slot")) < 0 ||
         (self->waits_offset = slot_offset(waits_slot, owner_type, "waits_slot")) < 0 ||
         (self->make_offset = slot_offset(make_slot, owner_type, "make_slot")) < 0 ||
@@ -1294,7 +1350,7 @@ HotPath_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         Py_INCREF(maker);
         self->maker = maker;
     }
-    Py_INCREF(batch_type);
+    Py_XINCREF(batch_cls);
     self->batch_type = batch_cls;
     Py_INCREF(mask);
     self->mask = mask;

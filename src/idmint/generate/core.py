@@ -188,6 +188,7 @@ _FORK_WATCH = _ForkWatch()
 
 def fork_generation() -> int:
     """How many forks separate this process from the one that imported idmint."""
+    _FORK_WATCH.catch_up()  # a fork only the compiled core saw counts too
     return _FORK_WATCH.generation
 
 
@@ -1227,6 +1228,48 @@ def _compiled_path(cls: type[TickGenerator[Any]], kind: str, pure: Callable[...,
     except (TypeError, AttributeError, ValueError):  # slots not as the compiled core needs
         return pure
     return path
+
+
+def compiled_values(values: range) -> Any:
+    """``values`` as a run the compiled core takes from (None: it is not in use), for
+    values that are not ticks of a clock (muid's offsets in a transaction)."""
+    if _speedups is None or _compiled_clocks == "none":
+        return None
+    try:
+        return _speedups.Run(values, len(values), 1 << 62)  # good until a time never reached
+    except OverflowError:
+        return None
+
+
+def compiled_take(owner: type, pure: Callable[[Any], Any], id_type: type[IdValue]) -> Any:
+    """``pure`` (a method that takes the next value of ``owner``'s ``_offsets``, a run of
+    :func:`compiled_values`) in the compiled core, which builds the values as
+    ``pure`` does; ``pure`` where there is none. ``pure`` serves everything else:
+    a run used up or made before a fork, or no run at all."""
+    if _speedups is None:
+        return pure
+    try:
+        return _speedups.HotPath(
+            kind="take",
+            owner=owner,
+            pure=pure,
+            run_slot=_slot(owner, "_offsets"),
+            tick_slot=None,
+            waits_slot=None,
+            make_slot=None,
+            id_type=id_type,
+            int_slot=_slot(id_type, "_int"),
+            tag_slot=None,
+            tag_shift=64,
+            maker=None,
+            random_bits=0,
+            batch_type=None,
+            batch_slots=None,
+            mask=None,
+            texts=None,
+        )
+    except (TypeError, AttributeError, ValueError):  # slots not as the compiled core needs
+        return pure
 
 
 def _locked_path(cls: type[TickGenerator[Any]], *, wait: bool) -> Callable[[Any], Any]:

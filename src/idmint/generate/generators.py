@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from operator import length_hint
 from types import TracebackType
 from typing import Any, ClassVar, cast
 
@@ -17,6 +18,8 @@ from idmint.generate.core import (
     TickLayout,
     check_identity_field,
     check_tick_range,
+    compiled_take,
+    compiled_values,
     fork_generation,
 )
 from idmint.schemes import elastic64 as e64
@@ -519,15 +522,17 @@ class MuidTransaction:
 
     Thread-safe. Usable as a context manager for readability; nothing needs
     closing. A transaction opened before ``os.fork()`` refuses to mint in the
-    child, whose parent may still be adding objects to it.
+    child, whose parent may still be adding objects to it. On the compiled core
+    its offsets are a run of muids ``new()`` takes from in C.
     """
 
-    __slots__ = ("_base", "_fork_generation", "_lock", "_next_offset", "id")
+    __slots__ = ("_base", "_fork_generation", "_lock", "_next_offset", "_offsets", "id")
 
     def __init__(self, transaction_id: Muid) -> None:
         self.id = transaction_id
         self._base = transaction_id.int
-        self._next_offset = 1
+        self._next_offset = 1  # the pure core's count; the compiled core's is _offsets
+        self._offsets = compiled_values(range(self._base + 1, self._base + mu.MAX_OFFSET + 1))
         self._lock = threading.Lock()
         self._fork_generation = fork_generation()
 
@@ -535,9 +540,9 @@ class MuidTransaction:
         """The muid for the next object in this transaction."""
         self._check_not_forked()
         with self._lock:
-            offset = self._take(1)
+            (value,) = self._take(1)
         obj: Muid = _new(Muid)
-        obj._int = self._base | offset
+        obj._int = value
         return obj
 
     def batch(self, count: int) -> list[Muid]:
@@ -548,12 +553,11 @@ class MuidTransaction:
             return []
         self._check_not_forked()
         with self._lock:
-            first = self._take(count)
-        base = self._base
+            values = self._take(count)
         out = []
-        for offset in range(first, first + count):
+        for value in values:
             obj: Muid = _new(Muid)
-            obj._int = base | offset
+            obj._int = value
             out.append(obj)
         return out
 
@@ -565,20 +569,30 @@ class MuidTransaction:
                 "may still add objects to it. Open a new transaction in the child"
             )
 
-    def _take(self, count: int) -> int:
-        first = self._next_offset
-        last = first + count - 1
-        if last > mu.MAX_OFFSET:
+    def _take(self, count: int) -> Sequence[int]:
+        """The next ``count`` muid ints (caller holds the lock), or TransactionFull."""
+        offsets = self._offsets
+        if offsets is not None:
+            taken: Sequence[int] | None = offsets.take_exactly(count)
+        else:
+            first = self._next_offset
+            fits = first + count - 1 <= mu.MAX_OFFSET
+            taken = range(self._base + first, self._base + first + count) if fits else None
+            if fits:
+                self._next_offset = first + count
+        if taken is None:
             raise TransactionFull(
                 f"transaction {self.id} has no room for {count} more object(s): offsets "
-                f"run to {mu.MAX_OFFSET} and {first - 1} are used. Start a new transaction"
+                f"run to {mu.MAX_OFFSET} and {self.used} are used. Start a new transaction"
             )
-        self._next_offset = last + 1
-        return first
+        return taken
 
     @property
     def used(self) -> int:
         """Offsets handed out so far (the transaction's own offset 0 not counted)."""
+        offsets = self._offsets
+        if offsets is not None:
+            return int(offsets.size) - length_hint(offsets)
         return self._next_offset - 1
 
     def __enter__(self) -> MuidTransaction:
@@ -594,3 +608,6 @@ class MuidTransaction:
 
     def __repr__(self) -> str:
         return f"MuidTransaction(id={self.id!s})"
+
+
+MuidTransaction.new = compiled_take(MuidTransaction, MuidTransaction.new, Muid)  # type: ignore[method-assign]
