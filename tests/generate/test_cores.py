@@ -41,7 +41,8 @@ from idmint.generate import (
     core,
 )
 from idmint.generate.core import TickLayout
-from idmint.schemes import SCHEMES, IdValue
+from idmint.generate.generators import _make_elastic64
+from idmint.schemes import SCHEMES, Elastic64, IdValue
 
 MS = 1_000_000
 
@@ -404,6 +405,29 @@ def test_a_layout_that_disagrees_with_the_scheme_is_never_used() -> None:
     assert not generator._run.armed
     assert [i.sequence for i in ids] == [n % 64 for n in range(64 * 3)]
     assert len({i.timestamp_ms for i in ids}) == 3
+
+
+def test_a_maker_the_compiled_core_cannot_copy_is_called() -> None:
+    """A class whose run values become values its own way (here elastic64 with the width
+    shown one more): the compiled core's slot layout makes something else, which it
+    sees when the class is made, so it calls the class's maker for every value."""
+    require_compiled_core()
+
+    def widened(tagged: int) -> Elastic64:
+        made = _make_elastic64(tagged)
+        made._node_bits += 1
+        return made
+
+    class Widened(Elastic64Generator):
+        __slots__ = ()
+        id_type = Elastic64
+        _make_from_run = staticmethod(widened)
+
+    generator = Widened(5, 9, max_ahead_ms=0)
+    assert generator.core == "c"
+    values = [generator.generate() for _ in range(100)]
+    assert {value.node_bits for value in values} == {10}
+    assert len({value.int for value in values}) == 100
 
 
 class Wide(IdValue):

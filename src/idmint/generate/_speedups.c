@@ -46,6 +46,7 @@
 #endif
 
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
