@@ -423,7 +423,11 @@ def test_a_maker_the_compiled_core_cannot_copy_is_called() -> None:
         id_type = Elastic64
         _make_from_run = staticmethod(widened)
 
-    generator = Widened(5, 9, max_ahead_ms=0)
+        def __init__(self, node: int, node_bits: int) -> None:
+            super().__init__(node, node_bits, max_ahead_ms=0)
+            self._make = widened  # the Python core's maker, for the first value of a tick
+
+    generator = Widened(5, 9)
     assert generator.core == "c"
     values = [generator.generate() for _ in range(100)]
     assert {value.node_bits for value in values} == {10}
