@@ -205,6 +205,8 @@ u128_from_int(PyObject *obj, const char *what, u128 *out)
     return 0;
 }
 
+static int range_parts(PyObject *values, u128 *first, u128 *step);
+
 /* -- slots found at run time ------------------------------------------------------ */
 
 #define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
@@ -1227,6 +1229,35 @@ hot_take(HotPathObject *hp, PyObject *const *args, size_t nargsf, PyObject *kwna
     return PyObject_Vectorcall(hp->pure, args, nargsf, kwnames);
 }
 
+/* make_all(values): the value objects of a range of run values, as a list (a batch of
+ * values that has to be objects: muid's transaction.batch()). */
+static PyObject *
+HotPath_make_all(HotPathObject *self, PyObject *values)
+{
+    if (!PyRange_Check(values)) {
+        PyErr_SetString(PyExc_TypeError, "make_all() takes a range");
+        return NULL;
+    }
+    Py_ssize_t length = PyObject_Size(values);
+    u128 first = 0, step = 0;
+    if (length < 0 || (length > 0 && range_parts(values, &first, &step) < 0)) {
+        return NULL;
+    }
+    PyObject *out = PyList_New(length);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < length; i++) {
+        PyObject *made = make_value(self, first + step * (u128)i);
+        if (made == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, made);
+    }
+    return out;
+}
+
 /* make(value): the value object the hot path makes of a run value (for checks). */
 static PyObject *
 HotPath_make(HotPathObject *self, PyObject *arg)
@@ -1446,6 +1477,8 @@ static PyGetSetDef HotPath_getset[] = {
 
 static PyMethodDef HotPath_methods[] = {
     {"make", (PyCFunction)HotPath_make, METH_O, "The value object made of a run value."},
+    {"make_all", (PyCFunction)HotPath_make_all, METH_O,
+     "The value objects of a range of run values, as a list."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from operator import length_hint
 from types import TracebackType
 from typing import Any, ClassVar, cast
@@ -554,12 +554,8 @@ class MuidTransaction:
         self._check_not_forked()
         with self._lock:
             values = self._take(count)
-        out = []
-        for value in values:
-            obj: Muid = _new(Muid)
-            obj._int = value
-            out.append(obj)
-        return out
+        made: list[Muid] = _muids_of(values)
+        return made
 
     def _check_not_forked(self) -> None:
         # Checked before taking the lock: a fork can leave it held forever.
@@ -569,11 +565,11 @@ class MuidTransaction:
                 "may still add objects to it. Open a new transaction in the child"
             )
 
-    def _take(self, count: int) -> Sequence[int]:
+    def _take(self, count: int) -> range:
         """The next ``count`` muid ints (caller holds the lock), or TransactionFull."""
         offsets = self._offsets
         if offsets is not None:
-            taken: Sequence[int] | None = offsets.take_exactly(count)
+            taken: range | None = offsets.take_exactly(count)
         else:
             first = self._next_offset
             fits = first + count - 1 <= mu.MAX_OFFSET
@@ -611,3 +607,18 @@ class MuidTransaction:
 
 
 MuidTransaction.new = compiled_take(MuidTransaction, MuidTransaction.new, Muid)  # type: ignore[method-assign]
+
+
+def _muids_of(values: range) -> list[Muid]:
+    """The Muid objects of consecutive muid ints, made as ``new()`` makes each."""
+    base, first = values.start & ~mu.MAX_OFFSET, values.start & mu.MAX_OFFSET
+    out = []
+    for offset in range(first, first + len(values)):
+        obj: Muid = _new(Muid)
+        obj._int = base | offset
+        out.append(obj)
+    return out
+
+
+if hasattr(MuidTransaction.new, "make_all"):  # the compiled core's, in C
+    _muids_of = MuidTransaction.new.make_all
