@@ -916,8 +916,10 @@ wait_until(HotPathObject *hp, PyObject *self, PyObject *clock, int64_t target, i
         PyObject *decided = PyLong_FromLongLong(since);
         PyObject *result = NULL;
         if (at != NULL && decided != NULL) {
-            PyObject *call_args[3] = {clock, at, decided};
-            result = PyObject_VectorcallMethod(str_sleep_until_ns, call_args,
+            /* A spare slot before the arguments: PY_VECTORCALL_ARGUMENTS_OFFSET lets the
+             * callee use it (to prepend a bound method's self). */
+            PyObject *call_args[4] = {NULL, clock, at, decided};
+            result = PyObject_VectorcallMethod(str_sleep_until_ns, call_args + 1,
                                                3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         }
         Py_XDECREF(at);
@@ -1020,8 +1022,8 @@ is_instance(HotPathObject *hp, PyObject *self)
 static PyObject *
 call_slow_generate(HotPathObject *hp, PyObject *self)
 {
-    PyObject *args[3] = {self, int_zero, hp->kind == GENERATE ? Py_True : Py_False};
-    return PyObject_VectorcallMethod(str_generate_slow, args,
+    PyObject *args[4] = {NULL, self, int_zero, hp->kind == GENERATE ? Py_True : Py_False};
+    return PyObject_VectorcallMethod(str_generate_slow, args + 1,
                                      3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
@@ -1198,9 +1200,9 @@ hot_batch(HotPathObject *hp, PyObject *const *args, size_t nargsf, PyObject *kwn
             if (out == NULL && (out = PyList_New(0)) == NULL) {
                 return NULL;
             }
-            PyObject *call_args[3] = {self, out, args[1]};
+            PyObject *call_args[4] = {NULL, self, out, args[1]};
             PyObject *batch = PyObject_VectorcallMethod(
-                str_batch_rest, call_args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+                str_batch_rest, call_args + 1, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
             Py_DECREF(out);
             return batch;
         }
