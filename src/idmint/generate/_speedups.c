@@ -269,15 +269,18 @@ typedef struct {
 
 static PyTypeObject LayoutType;
 
+/* Each byte with its bits in reverse order (filled at import). */
+static uint8_t reversed_bytes[256];
+
+/* ``value``'s low ``bits`` bits (1..64) in reverse order. */
 static inline uint64_t
 reverse_bits(uint64_t value, int bits)
 {
     uint64_t out = 0;
-    for (int i = 0; i < bits; i++) {
-        out = (out << 1) | (value & 1);
-        value >>= 1;
+    for (int i = 0; i < 8; i++, value >>= 8) {
+        out = (out << 8) | reversed_bytes[value & 0xFF];
     }
-    return out;
+    return out >> (64 - bits);
 }
 
 static inline u128
@@ -1710,6 +1713,13 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
+    for (int byte = 0; byte < 256; byte++) {
+        uint8_t out = 0;
+        for (int bit = 0; bit < 8; bit++) {
+            out = (uint8_t)(out | (((byte >> bit) & 1) << (7 - bit)));
+        }
+        reversed_bytes[byte] = out;
+    }
     if (PyType_Ready(&LayoutType) < 0 || PyType_Ready(&RunType) < 0 ||
         PyType_Ready(&HotPathType) < 0) {
         return NULL;
