@@ -188,7 +188,8 @@ _FORK_WATCH = _ForkWatch()
 
 def fork_generation() -> int:
     """How many forks separate this process from the one that imported idmint."""
-    _FORK_WATCH.catch_up()  # a fork only the compiled core saw counts too
+    if _speedups is not None:
+        _FORK_WATCH.catch_up()  # a fork only the compiled core saw counts too
     return _FORK_WATCH.generation
 
 

@@ -540,9 +540,9 @@ class MuidTransaction:
         """The muid for the next object in this transaction."""
         self._check_not_forked()
         with self._lock:
-            (value,) = self._take(1)
+            offset = self._take(1)
         obj: Muid = _new(Muid)
-        obj._int = value
+        obj._int = self._base | offset
         return obj
 
     def batch(self, count: int) -> list[Muid]:
@@ -553,8 +553,8 @@ class MuidTransaction:
             return []
         self._check_not_forked()
         with self._lock:
-            values = self._take(count)
-        made: list[Muid] = _muids_of(values)
+            first = self._take(count)
+        made: list[Muid] = _muids_of(self._base, first, count)
         return made
 
     def _check_not_forked(self) -> None:
@@ -565,23 +565,22 @@ class MuidTransaction:
                 "may still add objects to it. Open a new transaction in the child"
             )
 
-    def _take(self, count: int) -> range:
-        """The next ``count`` muid ints (caller holds the lock), or TransactionFull."""
+    def _take(self, count: int) -> int:
+        """The first of the next ``count`` offsets (caller holds the lock), or TransactionFull."""
         offsets = self._offsets
         if offsets is not None:
             taken: range | None = offsets.take_exactly(count)
+            if taken is not None:
+                return taken.start - self._base
         else:
             first = self._next_offset
-            fits = first + count - 1 <= mu.MAX_OFFSET
-            taken = range(self._base + first, self._base + first + count) if fits else None
-            if fits:
+            if first + count - 1 <= mu.MAX_OFFSET:
                 self._next_offset = first + count
-        if taken is None:
-            raise TransactionFull(
-                f"transaction {self.id} has no room for {count} more object(s): offsets "
-                f"run to {mu.MAX_OFFSET} and {self.used} are used. Start a new transaction"
-            )
-        return taken
+                return first
+        raise TransactionFull(
+            f"transaction {self.id} has no room for {count} more object(s): offsets "
+            f"run to {mu.MAX_OFFSET} and {self.used} are used. Start a new transaction"
+        )
 
     @property
     def used(self) -> int:
@@ -609,16 +608,21 @@ class MuidTransaction:
 MuidTransaction.new = compiled_take(MuidTransaction, MuidTransaction.new, Muid)  # type: ignore[method-assign]
 
 
-def _muids_of(values: range) -> list[Muid]:
-    """The Muid objects of consecutive muid ints, made as ``new()`` makes each."""
-    base, first = values.start & ~mu.MAX_OFFSET, values.start & mu.MAX_OFFSET
+def _muids_of(base: int, first: int, count: int) -> list[Muid]:
+    """The Muids of ``count`` offsets of a transaction from ``first`` on, made as
+    ``new()`` makes each (in C where the compiled core is)."""
     out = []
-    for offset in range(first, first + len(values)):
+    for offset in range(first, first + count):
         obj: Muid = _new(Muid)
         obj._int = base | offset
         out.append(obj)
     return out
 
 
-if hasattr(MuidTransaction.new, "make_all"):  # the compiled core's, in C
-    _muids_of = MuidTransaction.new.make_all
+_make_all = getattr(MuidTransaction.new, "make_all", None)
+if _make_all is not None:  # the compiled core's
+    _compiled_make_all = _make_all
+
+    def _muids_of(base: int, first: int, count: int) -> list[Muid]:
+        made: list[Muid] = _compiled_make_all(range(base + first, base + first + count))
+        return made
