@@ -40,7 +40,7 @@ from idmint.generate import (
     Uid64V1Generator,
     core,
 )
-from idmint.generate.core import TickLayout
+from idmint.generate.core import IdBatch, TickLayout
 from idmint.generate.generators import _make_elastic64
 from idmint.schemes import SCHEMES, Elastic64, IdValue
 
@@ -463,8 +463,18 @@ def test_values_wider_than_the_compiled_core_fall_back_to_the_pure_core() -> Non
     assert generator.core == "c"
     values = [generator.generate().int for _ in range(10)]
     assert generator.core == "python"  # the first wide run moved it
-    assert len(set(values)) == 10
+    values += generator.batch(10).ints()
+    assert len(set(values)) == 20
     assert all(value.bit_length() > 128 for value in values)
+
+
+def test_a_batch_of_values_wider_than_the_compiled_core_makes_reads_in_python() -> None:
+    """A batch kept as a range of ints over 128 bits: ints() and texts() are Python's."""
+    require_compiled_core()
+    wide = range(1 << 130, (1 << 130) + 3 * 7, 7)
+    batch = IdBatch(wide, int, None, lambda ints: [hex(i) for i in ints])
+    assert batch.ints() == list(wide)
+    assert batch.texts() == [hex(i) for i in wide]
 
 
 def test_a_fork_that_bypasses_os_fork_is_refused_on_the_compiled_core() -> None:

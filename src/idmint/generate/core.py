@@ -383,8 +383,12 @@ class IdBatch(Sequence[IdT]):
     def ints(self) -> list[int]:
         """The IDs as ints (a new list)."""
         if _speedups is not None and type(self._ints) is range:
-            ints: list[int] = _speedups.ints_of(self._ints, self._mask)
-            return ints
+            try:
+                ints: list[int] = _speedups.ints_of(self._ints, self._mask)
+            except OverflowError:  # wider than the compiled core makes: below, in Python
+                pass
+            else:
+                return ints
         if self._mask is not None:
             return [value & self._mask for value in self._ints]
         return list(self._ints)
