@@ -1,7 +1,9 @@
-"""``idmint generate`` at full speed: does the CLI keep up with each scheme's cap?
+"""``idmint generate`` at full speed: does the CLI keep up with each scheme's cap, and what
+does it cost?
 
     .venv/bin/python benchmarks/bench_cli.py            # text and JSON, every scheme
     .venv/bin/python benchmarks/bench_cli.py --seconds 1
+    .venv/bin/python benchmarks/bench_cli.py --cpu-only --rounds 3   # CPU per ID past the cap
 
 Each row runs ``idmint generate --scheme S --count N`` (N = the scheme's cap for
 ``--seconds``) in a child process writing to a pipe this process drains, then
@@ -10,6 +12,15 @@ ID's timestamp to the last one's. Interpreter start and the first claim are
 outside that span, so the figure is the sustained rate, which the format caps
 (IDs per ms per generator ID): uid64 64, elastic64 at 8 bits 256, short60 512.
 Peers are the format's own cap, so the ratio is the CLI's share of it.
+
+*CPU past the cap* (``--cpu-only``): ``idmint generate --scheme S --count 0``
+writes text to a pipe this process drains for ``--seconds`` after a second of
+warming up; the child's CPU time (user + system, ``/proc/<pid>/stat``) over
+that span, per ID read in it, against snowflake-id's ``next()`` timed in this
+process just before (CPU per call: Python never drives it past its cap).
+Interpreter start and the claim fall outside the span. Rounds alternate the
+schemes; each ratio is the median of the rounds (their range in brackets), with
+the share of the cap the child reached.
 """
 
 from __future__ import annotations
@@ -17,9 +28,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 
@@ -67,9 +80,73 @@ def run(scheme: str, cap: int, extra: tuple[str, ...], output: str, seconds: flo
     return Row(scheme, output, count, end - start + 1, cap)
 
 
+def _cpu_ns(pid: int) -> int:
+    """User + system CPU of process ``pid`` so far, in ns."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+
+def cli_cpu_per_id(scheme: str, warm_up_s: float, seconds: float) -> tuple[float, float]:
+    """(CPU ns per ID, IDs per ms) of ``idmint generate --count 0`` in its steady state."""
+    argv = [sys.executable, "-m", "idmint", "generate", "--scheme", scheme, "--count", "0"]
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert child.stdout is not None
+    read = [0]
+
+    def drain() -> None:
+        assert child.stdout is not None
+        while chunk := child.stdout.read1(1 << 16):  # type: ignore[attr-defined]
+            read[0] += chunk.count(b"\n")
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        time.sleep(warm_up_s)  # the benchmark's warm-up, not synchronisation
+        cpu, lines, wall = _cpu_ns(child.pid), read[0], time.perf_counter_ns()
+        time.sleep(seconds)
+        cpu, lines = _cpu_ns(child.pid) - cpu, read[0] - lines
+        wall = time.perf_counter_ns() - wall
+    finally:
+        child.terminate()
+        child.wait(10)
+        reader.join(10)
+    return cpu / lines, lines / (wall / 1e6)
+
+
+def _snowflake_cpu_ns(count: int = 200_000) -> float:
+    from snowflake import SnowflakeGenerator
+
+    take = SnowflakeGenerator(5).__next__
+    cpu = time.process_time_ns()
+    for _ in range(count):
+        take()
+    return (time.process_time_ns() - cpu) / count
+
+
+def cpu_report(seconds: float, rounds: int) -> None:
+    print("| scheme | CPU ns per ID | vs snowflake-id next() | IDs per ms | of the cap |")
+    print("|---|---:|---:|---:|---:|")
+    results: dict[str, list[tuple[float, float, float]]] = {s: [] for s, _, _ in CASES}
+    for _ in range(rounds):
+        for scheme, _, _ in CASES:
+            peer = _snowflake_cpu_ns()
+            cpu, per_ms = cli_cpu_per_id(scheme, 1.0, seconds)
+            results[scheme].append((cpu, cpu / peer, per_ms))
+    for scheme, cap, _ in CASES:
+        cpus, ratios, rates = zip(*results[scheme], strict=True)
+        print(
+            f"| {scheme}{'/8' if scheme == 'elastic64' else ''} | {statistics.median(cpus):,.0f} | "
+            f"{statistics.median(ratios):.2f} ({min(ratios):.2f} to {max(ratios):.2f}) | "
+            f"{statistics.median(rates):.1f} | {statistics.median(rates) / cap:.1%} |"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="length of each run at cap")
+    parser.add_argument("--cpu-only", action="store_true", help="only the CPU per ID past the cap")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --cpu-only")
     args = parser.parse_args(argv)
     # A lock directory of its own, made well before the runs: a young one
     # would hold the first claim back for a TTL (docs/coordination.md).
@@ -77,7 +154,15 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run([sys.executable, "-m", "idmint", "generate"], capture_output=True, check=True)
     time.sleep(1.1)  # a benchmark's setup, not synchronisation: let the directory age
     load = os.getloadavg()
-    print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {load[0]:.2f}\n")
+    from idmint.generate import core
+
+    print(
+        f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {load[0]:.2f}, "
+        f"{getattr(core, 'CORE', 'python')} core\n"
+    )
+    if args.cpu_only:
+        cpu_report(args.seconds, args.rounds)
+        return 0
     print("| scheme | output | IDs | span ms | IDs per ms | cap | share of cap |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for output in ("text", "json"):

@@ -4,6 +4,10 @@
     .venv/bin/python benchmarks/bench_generate.py            # full run (~1 min)
     .venv/bin/python benchmarks/bench_generate.py --quick    # smaller samples
     .venv/bin/python benchmarks/bench_generate.py --past-cap-only   # CPU past the cap (~1 min)
+    .venv/bin/python benchmarks/bench_generate.py --cost-only --rounds 5   # the cost table
+    IDMINT_PURE=1 .venv/bin/python benchmarks/bench_generate.py ...   # on the pure-Python core
+
+The first line says which generator core ran (``idmint.generate.CORE``).
 
 Everything runs in one process, interleaved: each row runs a block of 50 bursts
 in turn, round-robin, so every row saw the same machine; the first 5 bursts of
@@ -16,8 +20,14 @@ caller asking for more waits for the next millisecond, and that wait is not
 CPU cost. So each sample is a burst of calls that fits under the cap, started
 just after a millisecond boundary, timed with perf_counter_ns. The same burst
 is timed for the peers (which have no cap). Reported: the median over many
-bursts of the time per ID, and the ratio to snowflake-id's ``next()`` (the
-closest peer: a 64-bit time-ordered ID with a node field and no lock).
+bursts of the time per ID, and the ratios to snowflake-id's ``next()`` (the
+closest peer: a 64-bit time-ordered ID with a node field and no lock) and to
+uuid-utils' ``uuid7()`` (Rust: what Python users install most for time-ordered
+IDs), each at the same burst size; with ``--rounds``, the median ratio of the
+rounds and their range. Two floors are timed the same way: ``time.time_ns()``
+(one call into C that reads the wall clock and returns a new int, which any
+``generate()`` must do and more) and a list of 60 ints made in C (what
+``ints()`` of a batch must make).
 
 *Text forms*: fresh batches at each scheme's cap, each rendered once with
 ``IdBatch.texts()`` (what the CLI and the server write), ``str()`` of each value,
@@ -33,7 +43,9 @@ generator waits for every tick; CPU time (``time.process_time``) per ID,
 against snowflake-id's ``next()`` (which Python never drives past its cap),
 and the share of the cap reached. Rows alternate for 3 rounds; the median
 and the range are shown. A bare ``time.sleep`` to each next millisecond is
-timed too: what one wake-up costs this machine, the floor of any wait.
+timed too, and the same loop in C (``clock_nanosleep``, compiled here with the
+machine's C compiler): what one wake-up costs this machine, the floor of any
+wait. The thread's timer slack (``prctl(PR_GET_TIMERSLACK)``) is printed.
 
 *Async past the cap*: the same on an event loop (asyncio's and uvloop's):
 ``abatch(64)`` and ``agenerate()`` of uid64 for 2 s; the loop's CPU per ID
@@ -45,6 +57,7 @@ idle loop: how much the waits hold other tasks up.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -61,6 +74,7 @@ from idmint import (
     Uid64Generator,
 )
 from idmint.errors import TransactionFull
+from idmint.generate import core
 from idmint.schemes.short60 import ALPHABET as SHORT60_ALPHABET
 
 
@@ -162,6 +176,19 @@ class Row:
     ns_per_id: float
 
 
+def _ints_floor() -> Callable[[int], object] | None:
+    """A list of ``n`` uid64-sized ints made in C (the compiled core's ``ints_of``)."""
+    compiled = getattr(core, "_speedups", None)  # (not there before the compiled core)
+    if compiled is None:
+        return None
+    ints_of = compiled.ints_of
+
+    def floor(n: int) -> object:
+        return ints_of(range(1 << 63, (1 << 63) + n * 65_536, 65_536), None)
+
+    return floor
+
+
 def cost_table(bursts: int) -> list[Row]:
     """Median ns per ID of every case, sampled in blocks taken round-robin.
 
@@ -195,7 +222,11 @@ def cost_table(bursts: int) -> list[Row]:
         ("muid generate()", 60, burst_sampler(muid.generate, 60)),
         ("muid transaction.new()", 500, burst_sampler(transactions.new, 500)),
         ("muid transaction.batch(500)", 500, batch_sampler(transactions.batch, 500)),
+        ("floor: time.time_ns()", 60, burst_sampler(time.time_ns, 60)),
     ]
+    ints_floor = _ints_floor()
+    if ints_floor is not None:
+        cases.append(("floor: 60 ints made in C", 60, batch_sampler(ints_floor, 60)))
     samples: list[list[float]] = [[] for _ in cases]
     for _ in range(max(1, bursts // (BLOCK - BLOCK_WARM_UP))):
         for index, (_, _, sample) in enumerate(cases):
@@ -268,6 +299,71 @@ def _sleep_to_each_ms(ticks: int) -> tuple[float, float]:
     return (time.process_time_ns() - cpu) / ticks, 0.0
 
 
+_WAKE_UP_LOOP = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <time.h>
+/* Sleep to each next millisecond, as the compiled core waits at the cap; print the
+ * CPU ns per wake-up and the timer slack it slept with. argv: ticks [slack ns]. */
+static long long ns(clockid_t clock) {
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+int main(int argc, char **argv) {
+    long ticks = atol(argv[1]);
+    if (argc > 2) prctl(PR_SET_TIMERSLACK, atol(argv[2]), 0, 0, 0);
+    long long cpu = ns(CLOCK_PROCESS_CPUTIME_ID);
+    for (long i = 0; i < ticks; i++) {
+        long long rest = 1000000 - ns(CLOCK_REALTIME) % 1000000;
+        long long due = ns(CLOCK_MONOTONIC) + rest;
+        struct timespec at = {due / 1000000000LL, due % 1000000000LL};
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL);
+    }
+    printf("%lld %d\n", (ns(CLOCK_PROCESS_CPUTIME_ID) - cpu) / ticks,
+           prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0));
+    return 0;
+}
+"""
+
+
+def _compiled_wake_up_loop() -> str | None:
+    """The C loop above, compiled with the machine's C compiler (None: there is none)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None
+    directory = tempfile.mkdtemp(prefix="idmint-bench-wake-")
+    source, program = os.path.join(directory, "wake.c"), os.path.join(directory, "wake")
+    with open(source, "w") as file:
+        file.write(_WAKE_UP_LOOP)
+    subprocess.run([compiler, "-O2", "-o", program, source], check=True)
+    return program
+
+
+def _c_wake_ups(program: str, ticks: int, slack_ns: int | None) -> tuple[float, float]:
+    """CPU ns per wake-up of the C loop (and 0: it issues no IDs)."""
+    import subprocess
+
+    argv = [program, str(ticks)] + ([] if slack_ns is None else [str(slack_ns)])
+    cpu_ns, _ = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()
+    return float(cpu_ns), 0.0
+
+
+def timer_slack_ns() -> int:
+    """This thread's timer slack (Linux's prctl; -1 elsewhere)."""
+    import ctypes
+
+    try:
+        return int(ctypes.CDLL(None).prctl(30, 0, 0, 0, 0))  # PR_GET_TIMERSLACK
+    except (OSError, AttributeError):
+        return -1
+
+
 @dataclass
 class PastCapRow:
     name: str
@@ -311,6 +407,17 @@ def past_cap_table(total: int, rounds: int = PAST_CAP_ROUNDS) -> list[PastCapRow
         ),
         ("time.sleep to each next ms (per wake-up)", None, lambda: _sleep_to_each_ms(total // 64)),
     ]
+    program = _compiled_wake_up_loop()
+    if program is not None:
+        for slack in (None, 1_000):
+            what = "default slack" if slack is None else f"slack {slack:,} ns"
+            cases.append(
+                (
+                    f"a C loop sleeping to each next ms, {what} (per wake-up)",
+                    None,
+                    functools.partial(_c_wake_ups, program, total // 64, slack),
+                )
+            )
     rows = [PastCapRow(name, cap, [], []) for name, cap, _ in cases]
     for _ in range(rounds):
         for row, (_, _, run) in zip(rows, cases, strict=True):
@@ -473,14 +580,15 @@ def past_cap_report(quick: bool) -> None:
         f"\nCPU past the cap: {past_total:,} IDs as fast as allowed, {PAST_CAP_ROUNDS} rounds "
         "(median, range)\n"
     )
+    past = past_cap_table(past_total)
+    print(f"This thread's timer slack: {timer_slack_ns():,} ns\n")
     print("| what | CPU ns per ID | vs snowflake-id | IDs per ms | of the cap |")
     print("|---|---:|---:|---:|---:|")
-    past = past_cap_table(past_total)
     peer = past[0].cpu_ns
     for line in past:
         ratios = [cpu / ref for cpu, ref in zip(line.cpu_ns, peer, strict=True)]
         median_ns = statistics.median(line.cpu_ns)
-        if line.name.startswith("time.sleep"):
+        if "per wake-up" in line.name:
             print(
                 f"| {line.name} | {median_ns:.0f} per wake-up ({min(line.cpu_ns):.0f} to "
                 f"{max(line.cpu_ns):.0f}) | {median_ns / (64 * statistics.median(peer)):.2f} of "
@@ -519,32 +627,60 @@ def past_cap_report(quick: bool) -> None:
         )
 
 
+def _ratio_text(ratios: list[float]) -> str:
+    if len(ratios) == 1:
+        return f"{ratios[0]:.2f}"
+    return f"{statistics.median(ratios):.2f} ({min(ratios):.2f} to {max(ratios):.2f})"
+
+
+def cost_report(bursts: int, rounds: int) -> None:
+    """The cost table, ``rounds`` times over; each ratio is taken within its round."""
+    runs = [cost_table(bursts) for _ in range(rounds)]
+    print("| what | IDs per burst | ns per ID | vs snowflake-id | vs uuid-utils uuid7() |")
+    print("|---|---:|---:|---:|---:|")
+    for index, row in enumerate(runs[0]):
+        per_round = [run[index] for run in runs]
+        to_snowflake, to_uuid7 = [], []
+        for run, this in zip(runs, per_round, strict=True):
+            peers = {r.name: r.ns_per_id for r in run if r.per_burst == this.per_burst}
+            to_snowflake.append(this.ns_per_id / peers["snowflake-id next()"])
+            to_uuid7.append(this.ns_per_id / peers["uuid-utils uuid7()"])
+        ns = statistics.median(r.ns_per_id for r in per_round)
+        print(
+            f"| {row.name} | {row.per_burst} | {ns:.0f} | {_ratio_text(to_snowflake)} | "
+            f"{_ratio_text(to_uuid7)} |"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples, 100k sustained")
     parser.add_argument(
         "--past-cap-only", action="store_true", help="only the CPU past the cap, sync and async"
     )
+    parser.add_argument("--cost-only", action="store_true", help="only the cost table")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="cost tables to take (each ratio: median, range)"
+    )
     args = parser.parse_args(argv)
     if args.past_cap_only:
-        print(f"Python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f}")
+        print(
+            f"Python {sys.version.split()[0]}, {getattr(core, 'CORE', 'python')} core, "
+            f"load average {os.getloadavg()[0]:.2f}"
+        )
         past_cap_report(args.quick)
         return 0
     bursts = 150 if args.quick else 1500
     total = 100_000 if args.quick else 1_000_000
 
     print(
-        f"Python {sys.version.split()[0]}, {bursts} bursts per row (round-robin over the "
-        "rows, after a warm-up), median\n"
+        f"Python {sys.version.split()[0]}, {getattr(core, 'CORE', 'python')} core, load average "
+        f"{os.getloadavg()[0]:.2f}, {bursts} bursts per row (round-robin over the rows, "
+        f"after a warm-up), median, {args.rounds} round(s)\n"
     )
-    rows = cost_table(bursts)
-    reference = {r.per_burst: r.ns_per_id for r in rows if r.name.startswith("snowflake")}
-    print("| what | IDs per burst | ns per ID | vs snowflake-id |")
-    print("|---|---:|---:|---:|")
-    for row in rows:
-        base = reference[row.per_burst]
-        ratio = row.ns_per_id / base
-        print(f"| {row.name} | {row.per_burst} | {row.ns_per_id:.0f} | {ratio:.2f} |")
+    cost_report(bursts, args.rounds)
+    if args.cost_only:
+        return 0
 
     texts = text_table(60 if args.quick else 400)
     before = next(ns for name, _, ns in texts if name.startswith("short60 by division"))

@@ -8,6 +8,8 @@
 # - etcd (etcd-server, etcd-client);
 # - wrk (HTTP load generator), chromium and chromium-driver (browser tests), procps;
 # - gcc and libc6-dev (the fault tests build an LD_PRELOAD shim that steps the clock);
+# - python3-dev: Python's headers, which Debian's python3 lacks, for the compiled generator
+#   core the editable install builds (a venv of another Python brings its own headers);
 # - systemd, for systemd-analyze (the example unit in deploy/ is verified);
 # - openssl, which docs/server.md's TLS example makes its certificates with.
 # - PostgreSQL (postgresql: server binaries in /usr/lib/postgresql/<version>/bin) for the
@@ -34,6 +36,7 @@ readonly COORDINATOR_PACKAGES=(
 readonly PACKAGES=(
     gcc
     libc6-dev
+    python3-dev
     "${COORDINATOR_PACKAGES[@]}"
     wrk
     chromium

@@ -982,9 +982,12 @@ def test_decode_does_not_guess_a_short_string(capsys: pytest.CaptureFixture[str]
 def test_version_is_the_installed_one_and_read_only_when_asked() -> None:
     from importlib.metadata import version
 
+    from idmint.generate import CORE
+
     shown = run_idmint("--version")
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout == f"idmint {version('idmint')}\n"
+    core = "compiled core" if CORE == "c" else "pure-Python core"
+    assert shown.stdout == f"idmint {version('idmint')} ({core})\n"
 
 
 def test_a_command_that_claims_nothing_imports_no_coordination() -> None:

@@ -587,10 +587,13 @@ class _VersionAction(argparse.Action):
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
+    from idmint.generate.core import CORE
+
+    core = "compiled core" if CORE == "c" else "pure-Python core"
     try:
-        return f"idmint {version('idmint')}"
+        return f"idmint {version('idmint')} ({core})"
     except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "idmint (not installed)"
+        return f"idmint (not installed; {core})"
 
 
 # -- commands --------------------------------------------------------------------

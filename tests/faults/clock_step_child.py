@@ -8,7 +8,7 @@ One thread (or the event loop, for ``async``) mints ``batch(64)`` / ``abatch(64)
 with the real system clock, each batch a whole tick, so it waits for the clock
 between batches. It prints one JSON object per line on stdout:
 
-* ``{"event": "minting"}`` once 20 batches are out: the loop is then in step
+* ``{"event": "minting", "core": ...}`` once 20 batches are out: the loop is then in step
   with the clock, each batch starting as a millisecond begins and waiting out
   the rest of it, so a step the test makes next lands in a wait;
 * ``{"event": "counted", "steps_back": n, "issued": i}`` whenever the
@@ -56,7 +56,7 @@ WARM_UP_BATCHES = 20
 def mint_sync(generator: Uid64Generator) -> None:
     for _ in range(WARM_UP_BATCHES):
         generator.batch(64)
-    report(event="minting")
+    report(event="minting", core=generator.core)
     while True:
         generator.batch(64)
 
@@ -64,7 +64,7 @@ def mint_sync(generator: Uid64Generator) -> None:
 async def mint_async(generator: Uid64Generator) -> None:
     for _ in range(WARM_UP_BATCHES):
         await generator.abatch(64)
-    report(event="minting")
+    report(event="minting", core=generator.core)
     while True:
         await generator.abatch(64)
 

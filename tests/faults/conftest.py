@@ -11,10 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.cores import core
 from tests.faults.wallclock import WallClockOffset, build_shim
 from tests.integration.conftest import backend, exit_stack
 
-__all__ = ["backend", "exit_stack"]
+__all__ = ["backend", "core", "exit_stack"]
 
 
 @pytest.fixture(scope="session")

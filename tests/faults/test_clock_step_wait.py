@@ -11,7 +11,9 @@ waited out when it is within ``max_clock_wait_ms`` and refused with
 Two ways in: an injectable clock that steps back at a chosen reading inside a
 wait (the system clock's own waiting code, on real time), and child processes
 whose real ``CLOCK_REALTIME`` is stepped through an LD_PRELOAD shim while they
-run unmodified code (``SystemClock``, the CLI).
+run unmodified code (``SystemClock``, the CLI). Every test runs on both
+generator cores (tests/cores.py): the children with ``IDMINT_PURE`` set or not,
+so the compiled core's own clock reads and sleeps meet the shim's steps.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 
 import pytest
 from tests.cli_process import CliProcess, assert_one_error_line
+from tests.cores import core_env
 from tests.faults.wallclock import ReportingChild, WallClockOffset
 from tests.server.server_helpers import IdmintServer, parse_metrics
 from tests.servers import wait_until
@@ -39,6 +42,8 @@ from idmint.generate import ManualClock, OffsetClock, Uid64Generator
 
 MS = 1_000_000
 CHILD = Path(__file__).with_name("clock_step_child.py")
+
+pytestmark = pytest.mark.usefixtures("core")  # both cores: tests/cores.py
 
 
 class StepsBackInWait(OffsetClock):
@@ -240,29 +245,36 @@ PROMPT_S = 6.0
 wait that slept through the step would still take, far more than noticing it takes."""
 
 
-def test_the_shim_steps_only_the_wall_clock(wallclock: WallClockOffset) -> None:
-    """The harness itself: under the shim, time.time_ns() is stepped, time.monotonic_ns() not."""
+def test_the_shim_steps_only_the_wall_clock(wallclock: WallClockOffset, core: str) -> None:
+    """The harness itself: under the shim, time.time_ns() and the generators' clock
+    (the compiled core reads it in C) are stepped, time.monotonic_ns() is not."""
     wallclock.set_s(-SECOND_STEP_S)
-    probe = "import time; print(time.time_ns(), time.monotonic_ns())"
+    probe = (
+        "import time; from idmint.generate import Uid64Generator; "
+        "g = Uid64Generator(1, mode='time-sequential'); "
+        "print(time.time_ns(), time.monotonic_ns(), g.generate().timestamp_ms, g.core)"
+    )
     before_wall, before_mono = time.time_ns(), time.monotonic_ns()
     shown = subprocess.run(
         [sys.executable, "-c", probe],
-        env=wallclock.env(),
+        env=core_env(core, wallclock.env()),
         capture_output=True,
         text=True,
         check=True,
         timeout=CHILD_STARTUP_S,
     ).stdout.split()
     after_wall, after_mono = time.time_ns(), time.monotonic_ns()
-    child_wall, child_mono = int(shown[0]), int(shown[1])
+    child_wall, child_mono, minted_ms = int(shown[0]), int(shown[1]), int(shown[2])
     step_ns = round(SECOND_STEP_S * 1e9)
     assert before_wall - step_ns <= child_wall <= after_wall - step_ns
     assert before_mono <= child_mono <= after_mono
+    assert (before_wall - step_ns) // MS <= minted_ms <= (after_wall - step_ns) // MS
+    assert shown[3] == core
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_an_8s_step_during_a_real_wait_is_refused_promptly(
-    wallclock: WallClockOffset, mode: str
+    wallclock: WallClockOffset, mode: str, core: str
 ) -> None:
     """batch(64)/abatch(64) on the real SystemClock, stepped back 8 s inside a wait, raise.
 
@@ -273,8 +285,9 @@ def test_an_8s_step_during_a_real_wait_is_refused_promptly(
     in between (the step met the wait, not a later call).
     """
     argv = [sys.executable, str(CHILD), mode, str(CHILD_TOLERANCE_MS)]
-    with ReportingChild(argv, wallclock.env()) as child:
-        child.expect("minting", within_s=CHILD_STARTUP_S, why="the child never minted")
+    with ReportingChild(argv, core_env(core, wallclock.env())) as child:
+        minting = child.expect("minting", within_s=CHILD_STARTUP_S, why="the child never minted")
+        assert minting["core"] == core
         wallclock.set_s(-FIRST_STEP_S)
         counted = child.expect(
             "counted", within_s=PROMPT_S, why="a 4 s step back was not seen at a tick boundary"
@@ -294,7 +307,7 @@ def test_an_8s_step_during_a_real_wait_is_refused_promptly(
 
 
 def test_an_8s_step_under_default_settings_is_refused_promptly(
-    wallclock: WallClockOffset,
+    wallclock: WallClockOffset, core: str
 ) -> None:
     """The issue's reproduction: batch(64) in a loop, default 10 ms tolerance, an 8 s step.
 
@@ -303,8 +316,9 @@ def test_an_8s_step_under_default_settings_is_refused_promptly(
     refuse and count it before the 8 s would have passed.
     """
     argv = [sys.executable, str(CHILD), "sync", "10"]
-    with ReportingChild(argv, wallclock.env()) as child:
-        child.expect("minting", within_s=CHILD_STARTUP_S, why="the child never minted")
+    with ReportingChild(argv, core_env(core, wallclock.env())) as child:
+        minting = child.expect("minting", within_s=CHILD_STARTUP_S, why="the child never minted")
+        assert minting["core"] == core
         wallclock.set_s(-SECOND_STEP_S)
         raised = child.expect(
             "raised",
@@ -316,11 +330,15 @@ def test_an_8s_step_under_default_settings_is_refused_promptly(
     assert raised["behind_ms"] > SECOND_STEP_S * 1000 - 100
 
 
-def _put_under_the_shim(wallclock: WallClockOffset, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Children this test starts from now on (and only they) run under the shim."""
-    for name, value in wallclock.env().items():
-        if name in {"LD_PRELOAD", "IDMINT_WALLCLOCK_OFFSET_FILE"}:
+def _put_under_the_shim(
+    wallclock: WallClockOffset, monkeypatch: pytest.MonkeyPatch, core: str
+) -> None:
+    """Children this test starts from now on (and only they) run under the shim, on ``core``."""
+    for name, value in core_env(core, wallclock.env()).items():
+        if name in {"LD_PRELOAD", "IDMINT_WALLCLOCK_OFFSET_FILE", "IDMINT_PURE"}:
             monkeypatch.setenv(name, value)
+    if core != "python":
+        monkeypatch.delenv("IDMINT_PURE", raising=False)
 
 
 def _total(metrics_text: str, name: str) -> float:
@@ -330,7 +348,7 @@ def _total(metrics_text: str, name: str) -> float:
 
 
 def test_the_server_answers_503_promptly_when_the_clock_steps_back_mid_request(
-    wallclock: WallClockOffset, monkeypatch: pytest.MonkeyPatch
+    wallclock: WallClockOffset, monkeypatch: pytest.MonkeyPatch, core: str
 ) -> None:
     """``idmint serve`` under an 8 s step: a request waiting for the clock gets 503 at once.
 
@@ -340,7 +358,7 @@ def test_the_server_answers_503_promptly_when_the_clock_steps_back_mid_request(
     moved backwards" well before 8 s, and the step must show in
     ``idmint_clock_steps_back_total``.
     """
-    _put_under_the_shim(wallclock, monkeypatch)
+    _put_under_the_shim(wallclock, monkeypatch, core)
     with IdmintServer("--max-count", "64000") as server:
         server.start(timeout=CHILD_STARTUP_S)
         outcomes: queue.Queue[tuple[int, dict[str, Any]]] = queue.Queue()
@@ -393,7 +411,7 @@ def test_the_server_answers_503_promptly_when_the_clock_steps_back_mid_request(
 
 
 def test_generate_cli_stops_promptly_under_a_ten_minute_step(
-    wallclock: WallClockOffset, monkeypatch: pytest.MonkeyPatch
+    wallclock: WallClockOffset, monkeypatch: pytest.MonkeyPatch, core: str
 ) -> None:
     """``idmint generate --count 0`` refuses a 10-minute step at once: status 1, one line.
 
@@ -402,7 +420,7 @@ def test_generate_cli_stops_promptly_under_a_ten_minute_step(
     soon after the step, the test sends SIGTERM to tell the two failures apart.
     The IDs printed before the step are all distinct.
     """
-    _put_under_the_shim(wallclock, monkeypatch)
+    _put_under_the_shim(wallclock, monkeypatch, core)
     with CliProcess("generate", "--count", "0", stamp=False) as cli:
         cli.wait_for_lines(640, timeout=CHILD_STARTUP_S, what="IDs before the step")
         wallclock.set_s(-600)

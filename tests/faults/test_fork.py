@@ -4,7 +4,9 @@ A child of ``os.fork()`` gets copies of the parent's claims, their sockets and
 their lock files. Every process-level hook that could act on them in the child
 (``atexit``, ``close()``, ``release_all_claims()``) must leave them alone: the
 claim, its session or lease, its lock and its high-water mark are the parent's,
-and the parent goes on minting. Run against every claiming driver.
+and the parent goes on minting. Run against every claiming driver, the parent on
+the compiled core, and on ``local://`` on the pure core too: what a generator
+does in a child is its core's, what a claim does its driver's.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ import threading
 from typing import Any
 
 import pytest
+from tests.cores import core_env
 from tests.integration.claims_helpers import (
     DEFAULT_TTL_S,
+    SHARED_BACKENDS,
     Backend,
     held_generators,
     holder_of_this_process,
-    shared_backends,
     wait_for,
 )
 
@@ -52,7 +55,11 @@ _PARENT = textwrap.dedent(
             release_all_claims()
         sys.exit(0)  # atexit handlers run, as at the end of any program
     _, status = os.waitpid(pid, 0)
-    report = {"child": os.waitstatus_to_exitcode(status), "generator": generator.generator}
+    report = {
+        "child": os.waitstatus_to_exitcode(status),
+        "generator": generator.generator,
+        "core": generator.core,
+    }
     print(json.dumps(report), flush=True)
     while True:
         for value in generator.batch(64).ints():
@@ -62,11 +69,20 @@ _PARENT = textwrap.dedent(
 
 CHILD_EXIT_TIMEOUT_S = 20
 
+on_each_driver_and_core = pytest.mark.parametrize(
+    ("backend", "parent_core"),
+    [
+        *(pytest.param(name, "c", id=f"{name}-c") for name in SHARED_BACKENDS),
+        pytest.param("local", "python", id="local-python"),
+    ],
+    indirect=["backend"],
+)
+
 
 class Parent:
     """The parent process: its report, then every ID it printed."""
 
-    def __init__(self, url: str, leave: str) -> None:
+    def __init__(self, url: str, leave: str, core: str) -> None:
         # Its own process group, so a child stuck on the parent's connection
         # can be killed with it.
         self.process = subprocess.Popen(
@@ -75,9 +91,11 @@ class Parent:
             stderr=subprocess.DEVNULL,
             text=True,
             start_new_session=True,
+            env=core_env(core),
         )
         self.ids: list[int] = []
         self.report = self._read_report()
+        assert self.report["core"] == core
 
     def _read_report(self) -> dict[str, Any]:
         assert self.process.stdout is not None
@@ -112,14 +130,14 @@ class Parent:
 
 
 @pytest.mark.parametrize("leave", ["exit", "close", "release_all_claims"])
-@shared_backends
+@on_each_driver_and_core
 def test_a_forked_child_leaves_its_parents_claim_alone(
-    backend: Backend, leave: str, exit_stack: contextlib.ExitStack
+    backend: Backend, parent_core: str, leave: str, exit_stack: contextlib.ExitStack
 ) -> None:
     """The child exits (having closed or released, or not): the parent's claim is untouched."""
     root = backend.new_root()
     url = backend.url(root)
-    parent = Parent(url, leave)
+    parent = Parent(url, leave, parent_core)
     exit_stack.callback(parent.kill_group)
     assert parent.report["child"] == 0
     generator = parent.report["generator"]
@@ -147,9 +165,9 @@ def test_a_forked_child_leaves_its_parents_claim_alone(
     assert set(held_generators(backend, url)) == {generator}
 
 
-@shared_backends
+@on_each_driver_and_core
 def test_fork_exit_then_parent_crash_then_skewed_successor_mints_no_duplicate(
-    backend: Backend, exit_stack: contextlib.ExitStack
+    backend: Backend, parent_core: str, exit_stack: contextlib.ExitStack
 ) -> None:
     """The sequence that once gave 26,816 duplicates on etcd.
 
@@ -160,7 +178,7 @@ def test_fork_exit_then_parent_crash_then_skewed_successor_mints_no_duplicate(
     """
     root = backend.new_root()
     url = backend.url(root, generators="0-0")
-    parent = Parent(url, "exit")
+    parent = Parent(url, "exit", parent_core)
     exit_stack.callback(parent.kill_group)
     parent.read(20_000)
     parent.kill()

@@ -6,7 +6,8 @@ so there two threads could take the same value. Generators then take the
 locked path for every ID, chosen once per class (``locked_path``), also when
 ``IDMINT_LOCKED`` is set or a subclass asks for it. These tests run both paths
 under 16 threads for every scheme, check that the locked path really takes the
-lock for each ID, and check how the choice is made.
+lock for each ID, and check how the choice is made. The lock-free path runs on
+both generator cores (tests/cores.py); the locked path is the pure core's.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class CountingLock:
         self.release()
 
 
+@pytest.mark.usefixtures("core")
 @pytest.mark.parametrize("locked", [False, True], ids=["lock-free", "locked"])
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_sixteen_threads_on_one_generator_never_share_an_id(scheme: str, locked: bool) -> None:
@@ -163,6 +165,7 @@ def test_the_locked_path_needs_no_atomic_next(scheme: str, monkeypatch: pytest.M
     assert len(set(values)) == len(values)
 
 
+@pytest.mark.usefixtures("core")
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_the_locked_path_takes_the_lock_for_every_id(scheme: str) -> None:
     """Forced locked: each generate()/generate_nowait() takes the lock. Lock-free:
@@ -224,6 +227,7 @@ for _ in range(64):
     generator.generate()
 print(json.dumps({{
     "forced": LOCKED_PATH_FORCED,
+    "core": core.CORE,
     "classes": [cls.locked_path for cls in classes],
     "locks_for_64_ids": generator._lock.taken,
 }}))
@@ -263,6 +267,7 @@ def test_idmint_locked_in_the_environment_forces_the_locked_path(
     expected = locked or _GIL_DISABLED
     shown = _probe(env_value)
     assert shown["forced"] is expected
+    assert shown["core"] == ("python" if expected else core.CORE)  # the locked path: pure
     assert shown["classes"] == [expected] * 5
     if expected:
         assert shown["locks_for_64_ids"] >= 64
@@ -275,5 +280,6 @@ def test_without_the_gil_every_class_takes_the_locked_path() -> None:
     locked path for every generator class, IDMINT_LOCKED unset."""
     shown = _probe(None, prelude="sys._is_gil_enabled = lambda: False")
     assert shown["forced"] is True
+    assert shown["core"] == "python"
     assert shown["classes"] == [True] * 5
     assert shown["locks_for_64_ids"] >= 64

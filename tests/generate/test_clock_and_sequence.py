@@ -14,6 +14,8 @@ from idmint.generate import (
 )
 from idmint.schemes import Mode
 
+pytestmark = pytest.mark.usefixtures("core")  # both cores: tests/cores.py
+
 MS = 1_000_000
 
 

@@ -20,29 +20,40 @@ from idmint.generate import (
     Uid64Generator,
 )
 
+pytestmark = pytest.mark.usefixtures("core")  # both cores: tests/cores.py
+
 THREADS = 8
 PER_THREAD = 100_000
 
 
-def _mint_in_threads(generator: TickGenerator[Any], use_batch: bool) -> list[int]:
+def _in_threads(work: Callable[[list[int], int], None]) -> list[int]:
+    """``work(mine, slot)`` in THREADS threads started together: every value they added
+    to their ``mine``."""
     results: list[list[int]] = [[] for _ in range(THREADS)]
     start = threading.Barrier(THREADS)
 
-    def work(slot: int) -> None:
+    def run(slot: int) -> None:
         start.wait()
-        if use_batch:
-            while len(results[slot]) < PER_THREAD:
-                take = min(1000, PER_THREAD - len(results[slot]))
-                results[slot].extend(i.int for i in generator.batch(take))
-        else:
-            results[slot] = [generator.generate().int for _ in range(PER_THREAD)]
+        work(results[slot], slot)
 
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(THREADS)]
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(THREADS)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     return [value for chunk in results for value in chunk]
+
+
+def _mint_in_threads(generator: TickGenerator[Any], use_batch: bool) -> list[int]:
+    def work(mine: list[int], slot: int) -> None:
+        if use_batch:
+            while len(mine) < PER_THREAD:
+                take = min(1000, PER_THREAD - len(mine))
+                mine.extend(i.int for i in generator.batch(take))
+        else:
+            mine.extend([generator.generate().int for _ in range(PER_THREAD)])
+
+    return _in_threads(work)
 
 
 @pytest.mark.parametrize(
@@ -76,27 +87,35 @@ def test_generate_and_small_batches_in_threads_never_share_an_id(
     overlap them, nor another thread's batch."""
     generator = make()
     per_thread = 10_000
-    results: list[list[int]] = [[] for _ in range(THREADS)]
-    start = threading.Barrier(THREADS)
 
-    def work(slot: int) -> None:
-        start.wait()
-        mine = results[slot]
+    def work(mine: list[int], slot: int) -> None:
         while len(mine) < per_thread:
             if slot % 2:
                 mine.append(generator.generate().int)
             else:
                 mine.extend(generator.batch(min(1 + slot, per_thread - len(mine))).ints())
 
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    values = [value for chunk in results for value in chunk]
+    values = _in_threads(work)
     assert len(values) == THREADS * per_thread
     assert len(set(values)) == len(values)
     assert generator.issued == len(values)
+
+
+def test_threads_share_a_muid_transaction_without_a_duplicate() -> None:
+    """new() (compiled: no lock) and batch() (under the lock) from 8 threads on one
+    transaction: every offset once, and ``used`` exact."""
+    transaction = MuidGenerator().transaction()
+
+    def work(mine: list[int], slot: int) -> None:
+        for _ in range(2_000):
+            if slot % 2:
+                mine.append(transaction.new().offset)
+            else:
+                mine.extend(m.offset for m in transaction.batch(3))
+
+    offsets = _in_threads(work)
+    assert len(set(offsets)) == len(offsets) == transaction.used == 4 * 2_000 + 4 * 2_000 * 3
+    assert set(offsets) == set(range(1, len(offsets) + 1))
 
 
 def test_agenerate_yields_to_the_event_loop_while_waiting() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,8 @@ from idmint.generate import (
     Uid64V1Generator,
 )
 from idmint.schemes import Elastic64, Muid, Short60, Uid64, Uid64V1
+
+pytestmark = pytest.mark.usefixtures("core")  # both cores: tests/cores.py
 
 MS = 1_000_000
 EPOCH_2018_MS = 1_519_862_400_000

@@ -19,6 +19,8 @@ import pytest
 import idmint.clock
 from idmint.generate import Short60Generator, Uid64Generator
 
+pytestmark = pytest.mark.usefixtures("core")  # both cores: tests/cores.py
+
 TICK = 64  # uid64 IDs per millisecond
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from idmint.clock import SYSTEM_CLOCK, Clock, ManualClock, OffsetClock, SystemClock
-from idmint.generate.core import DEFAULT_MAX_CLOCK_WAIT_MS, TickGenerator
+from idmint.generate.core import CORE, DEFAULT_MAX_CLOCK_WAIT_MS, TickGenerator
 from idmint.generate.generators import (
     DEFAULT_ELASTIC64_MAX_AHEAD_MS,
     GENERATORS,
@@ -16,6 +16,7 @@ from idmint.generate.generators import (
 )
 
 __all__ = [
+    "CORE",
     "DEFAULT_ELASTIC64_MAX_AHEAD_MS",
     "DEFAULT_MAX_CLOCK_WAIT_MS",
     "GENERATORS",

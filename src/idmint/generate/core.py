@@ -37,6 +37,14 @@ atomic, so there every ID goes through the lock: each scheme's class gets a
 locked ``generate()``/``generate_nowait()`` when it is created (see
 :attr:`TickGenerator.locked_path`), so the choice costs nothing per ID.
 ``IDMINT_LOCKED=1`` in the environment at import forces it everywhere.
+
+The compiled core (``_speedups.c``, built where a C compiler is) does the
+same in C for generators that read the system clock, where the GIL is enabled:
+it holds the open tick's run and, once Python has *armed* a run it opened,
+opens the ticks after it and waits for the clock at the cap by itself (see
+:meth:`TickGenerator._arm`). Whatever needs deciding (a claim, a clock behind,
+an error, a fork) comes back to ``_take_locked`` here. :data:`CORE` says which
+core generators use; ``IDMINT_PURE=1`` keeps the pure-Python one.
 """
 
 from __future__ import annotations
@@ -47,19 +55,41 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import islice, repeat
 from operator import length_hint, or_
 from random import getrandbits
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, cast, overload
+from types import ModuleType
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Generic,
+    Literal,
+    Protocol,
+    TypeVar,
+    cast,
+    overload,
+)
 
-from idmint.clock import SYSTEM_CLOCK, Clock
+from idmint import clock as _clock
+from idmint.clock import SYSTEM_CLOCK, Clock, SystemClock
 from idmint.errors import ClockMovedBackwards, ConfigurationError, GeneratorError
 from idmint.schemes import IdValue
 
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = ["LOCKED_PATH_FORCED", "IdBatch", "TickGenerator", "fork_generation"]
+    from idmint.generate._speedups import Run as _CompiledRun
+
+__all__ = [
+    "CORE",
+    "LOCKED_PATH_FORCED",
+    "IdBatch",
+    "TickGenerator",
+    "TickLayout",
+    "fork_generation",
+]
 
 IdT = TypeVar("IdT", bound=IdValue)
 GeneratorT = TypeVar("GeneratorT", bound="TickGenerator[Any]")
@@ -68,18 +98,52 @@ _new = object.__new__
 _GIL_ENABLED: bool = getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
-def _locked_by_environment() -> bool:
+def _set_in_environment(name: str) -> bool:
     # Anything but an explicit "off" counts as on: a typo should cost speed,
     # never safety.
-    value = os.environ.get("IDMINT_LOCKED", "").strip().lower()
+    value = os.environ.get(name, "").strip().lower()
     return value not in {"", "0", "false", "no", "off"}
 
 
-LOCKED_PATH_FORCED: bool = not _GIL_ENABLED or _locked_by_environment()
+LOCKED_PATH_FORCED: bool = not _GIL_ENABLED or _set_in_environment("IDMINT_LOCKED")
 """Whether every generator class takes the lock for each ID: the GIL is disabled
 (free-threaded CPython, where ``next()`` on a shared iterator is not atomic), or
 ``IDMINT_LOCKED`` is set (to anything but ``0``/``false``/``no``/``off``).
 Decided once, when idmint is imported."""
+
+
+def _load_compiled_core() -> ModuleType | None:
+    """The compiled core, unless it is missing or not to be used here."""
+    # Without the GIL every ID takes the lock (the pure core's locked path); the
+    # extension is not even imported there, as importing it would enable the GIL.
+    if LOCKED_PATH_FORCED or _set_in_environment("IDMINT_PURE"):
+        return None
+    try:
+        # A module of C that imports nothing of idmint (the package is only where it lives).
+        import idmint.generate._speedups as compiled
+    except ImportError:  # not built here (no compiler), or built for another Python
+        return None
+    # One set of waiting constants for both cores: clock.py's.
+    compiled.configure(
+        spin_ns=_clock._SPIN_NS, slice_ns=_clock._SLICE_NS, step_slack_ns=_clock._STEP_SLACK_NS
+    )
+    return compiled
+
+
+_speedups = _load_compiled_core()
+
+CORE: Literal["c", "python"] = "c" if _speedups is not None else "python"
+"""Which core generators use: ``"c"``, the compiled one, or ``"python"``: it is
+not built here, the GIL is disabled, or ``IDMINT_PURE`` or ``IDMINT_LOCKED`` is
+set (to anything but ``0``/``false``/``no``/``off``). Decided once, at import.
+A generator with a clock of its own (not the system's) uses the pure core
+either way (:attr:`TickGenerator.core`)."""
+
+_compiled_clocks: Literal["system", "any", "none"] = "system"
+"""Which new generators the compiled core takes: those on the system clock.
+Tests change it, to run the same tests on both cores: ``"any"`` puts generators
+with a clock of their own on it too (it then reads and waits through the clock's
+methods), ``"none"`` puts every generator on the pure core."""
 
 DEFAULT_MAX_CLOCK_WAIT_MS = 10.0
 """How far back the wall clock may step before generators refuse instead of
@@ -96,14 +160,27 @@ class _ForkWatch:
     def __init__(self) -> None:
         self.generation = 0
         self.generators: weakref.WeakSet[TickGenerator[Any]] = weakref.WeakSet()
+        self.compiled_forks = 0
+        """The compiled core's count of forks when this process last went through them."""
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._after_fork_in_child)
 
     def _after_fork_in_child(self) -> None:
         self.generation += 1
+        if _speedups is not None:
+            self.compiled_forks = _speedups.forks()
         for generator in list(self.generators):
             generator._async_turn = None  # the parent's loop and the turns taken on it
             generator._after_fork_in_child()
+
+    def catch_up(self) -> None:
+        """Go through a fork() that bypassed ``os.fork()``'s hooks (a C library's).
+
+        The compiled core counts every fork, in the child, and sends a generator
+        whose run was made before one here.
+        """
+        if _speedups is not None and _speedups.forks() != self.compiled_forks:
+            self._after_fork_in_child()
 
 
 _FORK_WATCH = _ForkWatch()
@@ -111,6 +188,8 @@ _FORK_WATCH = _ForkWatch()
 
 def fork_generation() -> int:
     """How many forks separate this process from the one that imported idmint."""
+    if _speedups is not None:
+        _FORK_WATCH.catch_up()  # a fork only the compiled core saw counts too
     return _FORK_WATCH.generation
 
 
@@ -146,6 +225,18 @@ class Claim(Protocol):
     def detach(self, generator: Any) -> None: ...
 
 
+class _Runlike(Protocol):
+    """A run as the locked path uses it: the pure core's or the compiled one's."""
+
+    until_ns: int
+
+    @property
+    def size(self) -> int: ...
+    @property
+    def values(self) -> Iterator[int]: ...
+    def take(self, count: int, /) -> Sequence[int]: ...
+
+
 class _Run:
     """The unissued IDs of one tick (or part of one), ready-made as ints."""
 
@@ -156,8 +247,97 @@ class _Run:
         self.size = len(values)
         self.until_ns = until_ns
 
+    def take(self, count: int) -> list[int]:
+        """Up to ``count`` of its values (the compiled core's runs give a range)."""
+        return list(islice(self.values, count))
+
 
 _NO_RUN_VALUES = range(0)
+
+
+class _Texts(Protocol):
+    """What renders the texts of many IDs (a value type's ``texts_of_ints``)."""
+
+    def __call__(self, ints: Sequence[int], /) -> list[str]: ...
+
+
+class _CompiledTexts:
+    """The compiled core's renderer of a value type's text forms: lowercase hex of a
+    fixed number of digits, decimal, or base-64 digits with the last ones moved to the
+    front (see :func:`_compiled_texts`)."""
+
+    __slots__ = ("digits", "form")
+
+    HEX, DECIMAL, BASE64_ROTATED = 0, 1, 2
+
+    def __init__(self, form: int, digits: int) -> None:
+        self.form = form
+        self.digits = digits
+
+    def render(self, ints: Sequence[int], mask: int | None) -> list[str]:
+        assert _speedups is not None
+        texts: list[str] = _speedups.texts_of(
+            ints if type(ints) is range else list(ints), mask, self.form, self.digits
+        )
+        return texts
+
+    def __call__(self, ints: Sequence[int]) -> list[str]:
+        return self.render(ints, None)
+
+
+def _compiled_texts(id_type: type[IdValue]) -> _CompiledTexts | None:
+    """The compiled renderer that makes exactly ``id_type``'s text forms, if one does.
+
+    The value type's ``text_of_int`` and ``texts_of_ints`` are compared with each
+    compiled form at both ends of the type's range, at every power of two and one
+    below it, and at 64 ints spread over the range; a form is used only where every
+    one agrees.
+    """
+    if _speedups is None:
+        return None
+    top: int | None = getattr(id_type, "_max_int", None)
+    if top is None or top >> 64 or not hasattr(id_type, "_byte_length"):
+        return None
+    spread = [top * n // 63 for n in range(64)]
+    tried = sorted(
+        {0, top, *spread, *(1 << k for k in range(top.bit_length()))}
+        | {(1 << k) - 1 for k in range(1, top.bit_length() + 1)}
+    )
+    try:
+        expected = [id_type.text_of_int(value) for value in tried]
+        if id_type.texts_of_ints(tried) != expected:
+            return None
+    except (ValueError, ArithmeticError):  # a type that refuses some of them
+        return None
+    for candidate in (
+        _CompiledTexts(_CompiledTexts.HEX, 2 * id_type._byte_length),
+        _CompiledTexts(_CompiledTexts.DECIMAL, 0),
+        _CompiledTexts(_CompiledTexts.BASE64_ROTATED, 2),
+    ):
+        try:
+            if candidate(tried) == expected:
+                return candidate
+        except (OverflowError, ValueError):  # wider than the form's digits
+            continue
+    return None
+
+
+@dataclass(frozen=True)
+class TickLayout:
+    """How a scheme makes the base value of a tick, declared for the compiled core.
+
+    The base is ``identity | time << time_shift``, where ``time`` is the tick
+    minus ``low`` (its bits in reverse order when ``reversed``: uid64's spread
+    mode); ``low..high`` are the ticks the scheme can hold. With the generator's
+    tick length, cap and sequence step this lets the compiled core open ticks
+    itself. It is checked against ``_base_for_tick`` before it is used.
+    """
+
+    identity: int
+    time_shift: int
+    low: int
+    high: int
+    reversed: bool = False
 
 
 class IdBatch(Sequence[IdT]):
@@ -202,6 +382,13 @@ class IdBatch(Sequence[IdT]):
 
     def ints(self) -> list[int]:
         """The IDs as ints (a new list)."""
+        if _speedups is not None and type(self._ints) is range:
+            try:
+                ints: list[int] = _speedups.ints_of(self._ints, self._mask)
+            except OverflowError:  # wider than the compiled core makes: below, in Python
+                pass
+            else:
+                return ints
         if self._mask is not None:
             return [value & self._mask for value in self._ints]
         return list(self._ints)
@@ -210,6 +397,8 @@ class IdBatch(Sequence[IdT]):
         """The IDs in their canonical text form (no value objects built)."""
         if self._texts is None:
             return [str(value) for value in self]
+        if type(self._texts) is _CompiledTexts:
+            return self._texts.render(self._ints, self._mask)
         return self._texts(self.ints())
 
     def to_list(self) -> list[IdT]:
@@ -246,8 +435,10 @@ class TickGenerator(Generic[IdT]):
         "_claim",
         "_clock",
         "_closers",
+        "_compiled",
         "_epoch",
         "_floor_fresh",
+        "_layout",
         "_limit",
         "_lock",
         "_make",
@@ -258,6 +449,7 @@ class TickGenerator(Generic[IdT]):
         "_pending",
         "_random_bits",
         "_run",
+        "_run_clock",
         "_seq_shift",
         "_tick",
         "_wait_since_ns",
@@ -270,6 +462,12 @@ class TickGenerator(Generic[IdT]):
     tick_ns: ClassVar[int] = 1_000_000  # one tick is one millisecond unless a scheme says
     random_bits: ClassVar[int] = 0  # low bits filled at random per ID (short60)
     _int_mask: ClassVar[int | None] = None
+    _tag_slot: ClassVar[str | None] = None
+    """The value type's slot that takes a run value's bits above ``_int_mask``
+    (elastic64's width), for the compiled core's values."""
+    _batch_texts: ClassVar[_Texts]
+    """What renders a batch's texts: the value type's ``texts_of_ints``, or the compiled
+    core's renderer of the same forms (set per class)."""
     locked_path: ClassVar[bool] = LOCKED_PATH_FORCED
     """Whether ``generate()`` and ``generate_nowait()`` take the lock for every ID.
 
@@ -343,6 +541,14 @@ class TickGenerator(Generic[IdT]):
             raise ConfigurationError(f"max_clock_wait_ms must be >= 0, got {max_clock_wait_ms!r}")
         self._clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self._now_ns: Callable[[], int] = self._clock.time_ns
+        system_clock = type(self._clock) is SystemClock
+        self._compiled = (
+            _speedups is not None
+            and not type(self).locked_path
+            and (_compiled_clocks == "any" or (system_clock and _compiled_clocks == "system"))
+        )
+        self._run_clock = None if system_clock else self._clock
+        self._layout: Any = None  # the compiled core's layout: None unmade, False none
         self._lock = threading.Lock()
         self._limit = limit
         self._seq_shift = seq_shift
@@ -353,7 +559,7 @@ class TickGenerator(Generic[IdT]):
         # No tick yet: the first ID opens one. Ticks at or below _tick are
         # spent (-1: nothing spent for a fresh static identity).
         self._tick = -1
-        self._run = _Run(_NO_RUN_VALUES, 0)
+        self._run: _Runlike = self._new_run(_NO_RUN_VALUES, 0)
         self._pending: range | None = None  # the rest of the tick (short60)
         self._wait_since_ns = 0  # the clock reading of the newest decision to wait
         self._async_turn: tuple[object, asyncio.Lock] | None = None  # see _clock_turn
@@ -380,6 +586,11 @@ class TickGenerator(Generic[IdT]):
     def _base_for_tick(self, tick: int) -> int:
         """The ID's bits for ``tick`` with sequence (and random bits) zero."""
         raise NotImplementedError
+
+    def _tick_layout(self) -> TickLayout | None:
+        """How ``_base_for_tick`` makes its bits, for the compiled core to open ticks
+        itself (``None``: every tick is opened here)."""
+        return None
 
     def _after_fork_in_child(self) -> None:
         """Default: the identity belongs to the parent; refuse in the child."""
@@ -411,6 +622,11 @@ class TickGenerator(Generic[IdT]):
     def claim(self) -> Claim | None:
         """The claim this generator's identity comes from, if any."""
         return self._claim
+
+    @property
+    def core(self) -> Literal["c", "python"]:
+        """The core this generator runs on (see :data:`CORE`)."""
+        return "c" if self._compiled else "python"
 
     def _fence(self) -> None:
         """Stop the hot path at once; the locked path then consults the claim.
@@ -485,15 +701,22 @@ class TickGenerator(Generic[IdT]):
         super().__init_subclass__(**kwargs)
         if LOCKED_PATH_FORCED:
             cls.locked_path = True
+        if "id_type" in cls.__dict__:
+            cls._batch_texts = _compiled_texts(cls.id_type) or cls.id_type.texts_of_ints
         if cls.locked_path:
             cls.generate = _locked_path(cls, wait=True)  # type: ignore[method-assign,assignment]
             cls.generate_nowait = _locked_path(cls, wait=False)  # type: ignore[method-assign,assignment]
         elif "id_type" in cls.__dict__:
             make = getattr(cls, "_make_from_run", None)
-            cls.generate = _hot_path(cls.id_type, cls.random_bits, make)  # type: ignore[method-assign,assignment]
-            cls.generate_nowait = _hot_path(  # type: ignore[method-assign,assignment]
-                cls.id_type, cls.random_bits, make, wait=False
-            )
+            generate = _hot_path(cls.id_type, cls.random_bits, make)
+            generate_nowait = _hot_path(cls.id_type, cls.random_bits, make, wait=False)
+            if _speedups is not None:
+                # The compiled methods hand generators on the pure core to these.
+                generate = _compiled_path(cls, "generate", generate)
+                generate_nowait = _compiled_path(cls, "generate_nowait", generate_nowait)
+                cls.batch = _compiled_path(cls, "batch", TickGenerator.batch)  # type: ignore[method-assign]
+            cls.generate = generate  # type: ignore[method-assign,assignment]
+            cls.generate_nowait = generate_nowait  # type: ignore[method-assign,assignment]
 
     def generate_nowait(self) -> IdT | None:
         """Issue one ID if that needs no waiting, else ``None``.
@@ -508,9 +731,9 @@ class TickGenerator(Generic[IdT]):
     def _generate_slow(self, wasted: int) -> IdT: ...
 
     @overload
-    def _generate_slow(self, wasted: int, *, wait: bool) -> IdT | None: ...
+    def _generate_slow(self, wasted: int, wait: bool) -> IdT | None: ...
 
-    def _generate_slow(self, wasted: int, *, wait: bool = True) -> IdT | None:
+    def _generate_slow(self, wasted: int, wait: bool = True) -> IdT | None:
         # Kept lean, as it runs for the first ID of every tick: acquire() and
         # release() instead of `with` (half the cost), no IdBatch.
         lock = self._lock
@@ -540,7 +763,7 @@ class TickGenerator(Generic[IdT]):
         """Issue ``count`` IDs, in order, as an :class:`IdBatch`."""
         if type(count) is not int or count < 1:
             self._check_count(count)
-            return IdBatch([], self._make, self._int_mask, self.id_type.texts_of_ints)
+            return IdBatch([], self._make, self._int_mask, self._batch_texts)
         # The common case, a batch that fits in the open tick, in one locked
         # step and without _fill's frame: it runs cold (once per ms or so),
         # when every Python call costs several times what it costs in a loop.
@@ -554,13 +777,18 @@ class TickGenerator(Generic[IdT]):
             out: list[int] = []
             self._wait(taken)
         elif len(taken) == count and not self._random_bits:
-            return IdBatch(taken, self._make, self._int_mask, self.id_type.texts_of_ints)
+            return IdBatch(taken, self._make, self._int_mask, self._batch_texts)
         else:
             out = self._with_random_bits(taken)
+        return self._batch_rest(out, count)
+
+    def _batch_rest(self, out: list[int], count: int) -> IdBatch[IdT]:
+        """The batch of ``count`` whose first IDs are ``out`` (where the compiled
+        core hands a batch over, too)."""
         while True:
             wait_until_ns = self._fill(out, count)
             if wait_until_ns is None:
-                return IdBatch(out, self._make, self._int_mask, self.id_type.texts_of_ints)
+                return IdBatch(out, self._make, self._int_mask, self._batch_texts)
             self._wait(wait_until_ns)
 
     def _wait(self, until_ns: int) -> None:
@@ -598,7 +826,7 @@ class TickGenerator(Generic[IdT]):
                     self.clock_waits += 1
                     await self._clock.asleep_until_ns(wait_until_ns, self._wait_since_ns)
                     wait_until_ns = self._fill(out, count)
-        return IdBatch(out, self._make, self._int_mask, self.id_type.texts_of_ints)
+        return IdBatch(out, self._make, self._int_mask, self._batch_texts)
 
     def _clock_turn(self) -> asyncio.Lock:
         """The lock the callers on this event loop take turns waiting with."""
@@ -660,12 +888,19 @@ class TickGenerator(Generic[IdT]):
         the start of a tick opened here), or the wall-clock time in ns to
         wait for. Caller holds ``self._lock``.
         """
+        if self._compiled:
+            # From here on the compiled core opens no tick of its own (and so
+            # touches no _tick) until this opens one and arms its run again.
+            cast("_CompiledRun", self._run).disarm()
+            if _FORK_WATCH.compiled_forks != cast(ModuleType, _speedups).forks():
+                _FORK_WATCH.catch_up()
         if self._blocked is not None:
             raise self._blocked()
         tick_ns = self.tick_ns
         now_ns = self._now_ns()
         now = now_ns // tick_ns
         claim = self._claim
+        deadline_mono_ns: int | None = None
         if claim is None:
             ceiling = _NO_CEILING
             until_cap = _NO_CEILING
@@ -677,7 +912,8 @@ class TickGenerator(Generic[IdT]):
             if grant.epoch != self._epoch:
                 self._adopt(grant)
             ceiling = grant.ceiling_ms
-            until_cap = now_ns + grant.deadline_mono_ns - self._clock.monotonic_ns()
+            deadline_mono_ns = grant.deadline_mono_ns
+            until_cap = now_ns + deadline_mono_ns - self._clock.monotonic_ns()
         tick = self._tick
         if now > tick:
             if now > ceiling:
@@ -693,11 +929,11 @@ class TickGenerator(Generic[IdT]):
                 self._check_lag(lag_ns)
             # Renewals extend a run's life; a fenced run comes back here.
             self._run.until_ns = min((tick + 1) * tick_ns, until_cap)
-            taken = list(islice(self._run.values, want))
+            taken: Sequence[int] = self._run.take(want)
             if len(taken) < want and self._pending is not None:
                 self._switch_run(self._pending, self._run.until_ns)
                 self._pending = None
-                taken += islice(self._run.values, want - len(taken))
+                taken = [*taken, *self._run.take(want - len(taken))]
             if taken:
                 return taken
             opening = tick + 1  # this tick is used up: borrow the next, if allowed
@@ -729,10 +965,19 @@ class TickGenerator(Generic[IdT]):
         old = self._run
         old.until_ns = 0  # threads still holding it drop what they take and come back
         self._banked += old.size - length_hint(old.values)
-        run = _new(_Run)
+        end_ns = (opening + 1) * tick_ns
+        until_ns = end_ns if end_ns < until_cap else until_cap
         # Our IDs come off the front before the run is published, so no other
         # thread can take them; a batch's are a slice of the range (no ints made).
         ours: Sequence[int]
+        if self._compiled:
+            ours = values[:want]
+            run = self._new_run(values[want:], until_ns, len(values))
+            if self._compiled and not self._random_bits:  # still: its values may be too wide
+                self._arm(cast("_CompiledRun", run), opening, base, ceiling, deadline_mono_ns)
+            self._run = run
+            return ours
+        run = _new(_Run)
         if want == 1:
             run.values = iter(values)
             ours = (next(run.values),)
@@ -740,8 +985,7 @@ class TickGenerator(Generic[IdT]):
             ours = values[:want]
             run.values = iter(values[want:])
         run.size = len(values)
-        end_ns = (opening + 1) * tick_ns
-        run.until_ns = end_ns if end_ns < until_cap else until_cap
+        run.until_ns = until_ns
         self._run = run
         return ours
 
@@ -771,16 +1015,104 @@ class TickGenerator(Generic[IdT]):
         old = self._run
         old.until_ns = 0  # threads still holding it drop what they take and come here
         self._banked += old.size - length_hint(old.values)
-        run = _new(_Run)  # skips a Python-level __init__: this runs once per tick
+        self._run = self._new_run(values, until_ns)
+
+    def _new_run(self, values: range, until_ns: int, size: int | None = None) -> _Runlike:
+        """A run of ``values`` (``size``: of the whole tick, if more), the compiled
+        core's where this generator is on it."""
+        if size is None:
+            size = len(values)
+        if self._compiled:
+            assert _speedups is not None
+            # The clock behind this tick (a step back) sends batches here at once.
+            from_ns = (self._tick - self._max_ahead) * self.tick_ns
+            try:
+                compiled: _CompiledRun = _speedups.Run(
+                    values, size, until_ns, from_ns, self._run_clock
+                )
+            except OverflowError:  # values wider than the compiled core makes
+                self._compiled = False
+            else:
+                return compiled
+        run: _Run = _new(_Run)  # skips a Python-level __init__: this runs once per tick
         run.values = iter(values)
-        run.size = len(values)
+        run.size = size
         run.until_ns = until_ns
-        self._run = run
+        return run
 
     def _retire_tick(self) -> None:
         """Spend the current tick: the next ID comes from a later one."""
         self._switch_run(_NO_RUN_VALUES, 0)
         self._pending = None
+        self._layout = None  # the identity may change: its layout is made again
+
+    # -- the compiled core ------------------------------------------------------------
+    def _arm(
+        self, run: _CompiledRun, tick: int, base: int, ceiling: int, deadline_mono_ns: int | None
+    ) -> None:
+        """Let the compiled run of ``tick`` (just opened, ``base`` its base value)
+        open the ticks after it by itself, up to ``ceiling`` and until the claim's
+        deadline, as this method would with the same grant. Caller holds the lock.
+
+        Whatever changes the grant or the identity reaches the run before it can
+        matter: a claim that is lost, suspended or given another identity fences
+        the generator (which disarms its run), and a renewed grant is taken up
+        when the run comes back here past the old one's ceiling or deadline.
+        """
+        layout = self._layout
+        try:
+            if layout is None or (layout is not False and layout.base(tick) != base):
+                layout = self._layout = self._compiled_layout(tick)
+            if layout is not False and layout.base(tick) == base:
+                run.arm(layout, tick, ceiling, deadline_mono_ns)
+        except ValueError:  # a tick beyond what the compiled layout holds
+            return
+
+    def _compiled_layout(self, tick: int) -> Any:
+        """The compiled layout of this generator's IDs, or False where there is none.
+
+        The scheme's declaration (``_tick_layout``) must make the same base values as
+        ``_base_for_tick`` at every tick tried (around ``tick``, across uid64's 16 s
+        blocks, at both ends of the scheme's range), or it is not used.
+        """
+        assert _speedups is not None
+        declared = self._tick_layout()
+        if declared is None:
+            return False
+        try:
+            layout = _speedups.Layout(
+                tick_ns=self.tick_ns,
+                limit=self._limit,
+                step=1 << self._seq_shift,
+                max_ahead=self._max_ahead,
+                identity=declared.identity,
+                time_shift=declared.time_shift,
+                low=declared.low,
+                high=declared.high,
+                reversed=declared.reversed,
+            )
+        except (OverflowError, ValueError):
+            return False
+        block = 1 << 14
+        tries = {
+            tick - 1,
+            tick,
+            tick + 1,
+            tick + 2,
+            tick // block * block + block - 1,
+            tick // block * block + block,
+            declared.low,
+            declared.high,
+            *(tick ^ (1 << bit) for bit in range(0, 48, 5)),
+        }
+        for tried in sorted(tries):
+            if declared.low <= tried <= declared.high:
+                try:
+                    if layout.base(tried) != self._base_for_tick(tried):
+                        return False
+                except ValueError:  # beyond the compiled layout: it never opens those
+                    continue
+        return layout
 
 
 def _hot_path(
@@ -843,6 +1175,116 @@ def _hot_path(
     generate.__name__ = template.__name__
     generate.__doc__ = template.__doc__
     return generate
+
+
+def _slot(owner: type, name: str) -> object:
+    """The descriptor of the slot ``name`` of ``owner`` (from the class that declares it)."""
+    for klass in owner.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    raise AttributeError(f"{owner.__name__} has no slot {name}")
+
+
+def _slot_values(value: object) -> dict[str, object]:
+    """Every slot ``value`` fills, by name (to compare two values made two ways)."""
+    names = {n for k in type(value).__mro__ for n in k.__dict__.get("__slots__", ())}
+    return {name: getattr(value, name, None) for name in sorted(names)}
+
+
+def _compiled_path(cls: type[TickGenerator[Any]], kind: str, pure: Callable[..., Any]) -> Any:
+    """``generate()``, ``generate_nowait()`` or ``batch()`` of ``cls`` in the compiled core.
+
+    Its values are made as the pure core makes them: the value type's slots found
+    from their descriptors, checked here by making a value both ways (a maker the
+    compiled core cannot copy is called instead). ``pure`` serves generators on
+    the pure core; where the compiled method cannot be made at all, it is used.
+    """
+    assert _speedups is not None
+    id_type = cls.id_type
+    make = getattr(cls, "_make_from_run", None)
+    mask = cls._int_mask
+    tag = cls._tag_slot
+
+    def compiled(maker: Callable[[int], Any] | None) -> Any:
+        assert _speedups is not None
+        return _speedups.HotPath(
+            kind=kind,
+            owner=cls,
+            pure=pure,
+            run_slot=_slot(TickGenerator, "_run"),
+            tick_slot=_slot(TickGenerator, "_tick"),
+            waits_slot=_slot(TickGenerator, "clock_waits"),
+            make_slot=_slot(TickGenerator, "_make"),
+            id_type=id_type,
+            int_slot=_slot(id_type, "_int"),
+            tag_slot=_slot(id_type, tag) if tag is not None else None,
+            tag_shift=mask.bit_length() if mask is not None else 64,
+            maker=maker,
+            random_bits=cls.random_bits,
+            batch_type=IdBatch,
+            batch_slots=tuple(_slot(IdBatch, n) for n in ("_ints", "_make", "_mask", "_texts")),
+            mask=mask,
+            texts=cls._batch_texts,
+        )
+
+    def reference(value: int) -> object:
+        if make is not None:
+            return make(value)
+        made = _new(id_type)
+        made._int = value
+        return made
+
+    try:
+        path = compiled(None)
+        probe = 0x0123_4567_89AB_CDEF if mask is None else (9 << mask.bit_length()) | 0x4567
+        made, expected = path.make(probe), reference(probe)
+        if type(made) is not type(expected) or _slot_values(made) != _slot_values(expected):
+            path = compiled(make if make is not None else reference)
+    except (TypeError, AttributeError, ValueError):  # slots not as the compiled core needs
+        return pure
+    return path
+
+
+def compiled_values(values: range) -> Any:
+    """``values`` as a run the compiled core takes from (None: it is not in use), for
+    values that are not ticks of a clock (muid's offsets in a transaction)."""
+    if _speedups is None or _compiled_clocks == "none":
+        return None
+    try:
+        return _speedups.Run(values, len(values), 1 << 62)  # good until a time never reached
+    except OverflowError:
+        return None
+
+
+def compiled_take(owner: type, pure: Callable[[Any], Any], id_type: type[IdValue]) -> Any:
+    """``pure`` (a method that takes the next value of ``owner``'s ``_offsets``, a run of
+    :func:`compiled_values`) in the compiled core, which builds the values as
+    ``pure`` does; ``pure`` where there is none. ``pure`` serves everything else:
+    a run used up or made before a fork, or no run at all."""
+    if _speedups is None:
+        return pure
+    try:
+        return _speedups.HotPath(
+            kind="take",
+            owner=owner,
+            pure=pure,
+            run_slot=_slot(owner, "_offsets"),
+            tick_slot=None,
+            waits_slot=None,
+            make_slot=None,
+            id_type=id_type,
+            int_slot=_slot(id_type, "_int"),
+            tag_slot=None,
+            tag_shift=64,
+            maker=None,
+            random_bits=0,
+            batch_type=None,
+            batch_slots=None,
+            mask=None,
+            texts=None,
+        )
+    except (TypeError, AttributeError, ValueError):  # slots not as the compiled core needs
+        return pure
 
 
 def _locked_path(cls: type[TickGenerator[Any]], *, wait: bool) -> Callable[[Any], Any]:

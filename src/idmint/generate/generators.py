@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 import threading
 from collections.abc import Callable, Mapping
+from operator import length_hint
 from types import TracebackType
 from typing import Any, ClassVar, cast
 
@@ -14,8 +15,11 @@ from idmint.generate.core import (
     DEFAULT_MAX_CLOCK_WAIT_MS,
     Claim,
     TickGenerator,
+    TickLayout,
     check_identity_field,
     check_tick_range,
+    compiled_take,
+    compiled_values,
     fork_generation,
 )
 from idmint.schemes import IdValue
@@ -146,6 +150,11 @@ class Uid64Generator(TickGenerator[Uid64]):
             return _REVERSE_14_BITS[tick & _BLOCK_MASK] << _SPREAD_LOW_SHIFT | self._block_bits
         return (tick & _BLOCK_MASK) << u64.TIMESTAMP_SHIFT | self._block_bits
 
+    def _tick_layout(self) -> TickLayout:
+        return TickLayout(
+            self._identity, u64.TIMESTAMP_SHIFT, 0, u64.MAX_TIMESTAMP_MS, reversed=self._spread
+        )
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(generator={self._generator}, cluster={self._cluster}, "
@@ -199,6 +208,7 @@ class Elastic64Generator(TickGenerator[Elastic64]):
     }
     _int_mask = _ELASTIC64_MASK
     _make_from_run = staticmethod(_make_elastic64)
+    _tag_slot = "_node_bits"
 
     @classmethod
     def identity_pool(cls) -> range:
@@ -292,6 +302,10 @@ class Elastic64Generator(TickGenerator[Elastic64]):
     def _base_for_tick(self, tick: int) -> int:
         check_tick_range("elastic64", tick, 0, e64.MAX_TIMESTAMP_MS)
         return self._node_bits << 64 | tick << e64.TIMESTAMP_SHIFT | self._node
+
+    def _tick_layout(self) -> TickLayout:
+        identity = self._node_bits << 64 | self._node
+        return TickLayout(identity, e64.TIMESTAMP_SHIFT, 0, e64.MAX_TIMESTAMP_MS)
 
     def __repr__(self) -> str:
         return f"Elastic64Generator(node={self._node}, node_bits={self._node_bits})"
@@ -390,6 +404,10 @@ class Short60Generator(TickGenerator[Short60]):
         check_tick_range("short60", tick, s60.EPOCH_MS, s60.EPOCH_MS + s60.MAX_ELAPSED_MS)
         return (tick - s60.EPOCH_MS) << s60.TIMESTAMP_SHIFT | self._node
 
+    def _tick_layout(self) -> TickLayout:
+        last = s60.EPOCH_MS + s60.MAX_ELAPSED_MS
+        return TickLayout(self._node, s60.TIMESTAMP_SHIFT, s60.EPOCH_MS, last)
+
     def __repr__(self) -> str:
         return f"Short60Generator(node={self._node})"
 
@@ -482,6 +500,10 @@ class MuidGenerator(TickGenerator[Muid]):
         check_tick_range("muid", tick, 0, mu.MAX_TIMESTAMP_US, unit="us")
         return tick << mu.TIMESTAMP_SHIFT | self._medallion << mu.MEDALLION_SHIFT
 
+    def _tick_layout(self) -> TickLayout:
+        identity = self._medallion << mu.MEDALLION_SHIFT
+        return TickLayout(identity, mu.TIMESTAMP_SHIFT, 0, mu.MAX_TIMESTAMP_US)
+
     def _after_fork_in_child(self) -> None:
         # The parent keeps the medallion; the child becomes a new node.
         self._lock = threading.Lock()
@@ -511,15 +533,17 @@ class MuidTransaction:
 
     Thread-safe. Usable as a context manager for readability; nothing needs
     closing. A transaction opened before ``os.fork()`` refuses to mint in the
-    child, whose parent may still be adding objects to it.
+    child, whose parent may still be adding objects to it. On the compiled core
+    its offsets are a run of muids ``new()`` takes from in C.
     """
 
-    __slots__ = ("_base", "_fork_generation", "_lock", "_next_offset", "id")
+    __slots__ = ("_base", "_fork_generation", "_lock", "_next_offset", "_offsets", "id")
 
     def __init__(self, transaction_id: Muid) -> None:
         self.id = transaction_id
         self._base = transaction_id.int
-        self._next_offset = 1
+        self._next_offset = 1  # the pure core's count; the compiled core's is _offsets
+        self._offsets = compiled_values(range(self._base + 1, self._base + mu.MAX_OFFSET + 1))
         self._lock = threading.Lock()
         self._fork_generation = fork_generation()
 
@@ -541,13 +565,8 @@ class MuidTransaction:
         self._check_not_forked()
         with self._lock:
             first = self._take(count)
-        base = self._base
-        out = []
-        for offset in range(first, first + count):
-            obj: Muid = _new(Muid)
-            obj._int = base | offset
-            out.append(obj)
-        return out
+        made: list[Muid] = _muids_of(self._base, first, count)
+        return made
 
     def _check_not_forked(self) -> None:
         # Checked before taking the lock: a fork can leave it held forever.
@@ -558,19 +577,28 @@ class MuidTransaction:
             )
 
     def _take(self, count: int) -> int:
-        first = self._next_offset
-        last = first + count - 1
-        if last > mu.MAX_OFFSET:
-            raise TransactionFull(
-                f"transaction {self.id} has no room for {count} more object(s): offsets "
-                f"run to {mu.MAX_OFFSET} and {first - 1} are used. Start a new transaction"
-            )
-        self._next_offset = last + 1
-        return first
+        """The first of the next ``count`` offsets (caller holds the lock), or TransactionFull."""
+        offsets = self._offsets
+        if offsets is not None:
+            taken: range | None = offsets.take_exactly(count)
+            if taken is not None:
+                return taken.start - self._base
+        else:
+            first = self._next_offset
+            if first + count - 1 <= mu.MAX_OFFSET:
+                self._next_offset = first + count
+                return first
+        raise TransactionFull(
+            f"transaction {self.id} has no room for {count} more object(s): offsets "
+            f"run to {mu.MAX_OFFSET} and {self.used} are used. Start a new transaction"
+        )
 
     @property
     def used(self) -> int:
         """Offsets handed out so far (the transaction's own offset 0 not counted)."""
+        offsets = self._offsets
+        if offsets is not None:
+            return int(offsets.size) - length_hint(offsets)
         return self._next_offset - 1
 
     def __enter__(self) -> MuidTransaction:
@@ -586,3 +614,26 @@ class MuidTransaction:
 
     def __repr__(self) -> str:
         return f"MuidTransaction(id={self.id!s})"
+
+
+MuidTransaction.new = compiled_take(MuidTransaction, MuidTransaction.new, Muid)  # type: ignore[method-assign]
+
+
+def _muids_of(base: int, first: int, count: int) -> list[Muid]:
+    """The Muids of ``count`` offsets of a transaction from ``first`` on, made as
+    ``new()`` makes each (in C where the compiled core is)."""
+    out = []
+    for offset in range(first, first + count):
+        obj: Muid = _new(Muid)
+        obj._int = base | offset
+        out.append(obj)
+    return out
+
+
+_make_all = getattr(MuidTransaction.new, "make_all", None)
+if _make_all is not None:  # the compiled core's
+    _compiled_make_all = _make_all
+
+    def _muids_of(base: int, first: int, count: int) -> list[Muid]:
+        made: list[Muid] = _compiled_make_all(range(base + first, base + first + count))
+        return made
