@@ -280,9 +280,14 @@ def test_the_systemd_unit_shares_the_hosts_pool_and_restarts_above_its_marks(
 
 
 def _entrypoint(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """deploy/container-entrypoint with a stand-in ``idmint`` that prints what it was given."""
+    """deploy/container-entrypoint with a stand-in ``idmint`` that prints what it was given.
+
+    The container's /var/lib is its own (a tmpfs): this machine's /var/lib/idmint may
+    carry markers the host's idmint processes left, which would prove that pool.
+    """
     stub = Path("/mnt/stub")
     script = (
+        "mount -t tmpfs tmpfs /var/lib && "
         f"mount -t tmpfs tmpfs /mnt && mkdir {stub} && "
         f"printf '#!/bin/sh\\necho idmint \"$@\"\\n' > {stub}/idmint && chmod +x {stub}/idmint"
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 from collections import Counter
 from pathlib import Path
@@ -70,11 +71,16 @@ def test_short60_processes_never_collide(processes: int, count: int) -> None:
     ids=["option", "url"],
 )
 def test_the_same_static_identity_twice_is_refused_with_one_line(
-    identity: tuple[str, ...],
+    identity: tuple[str, ...], tmp_path: Path
 ) -> None:
-    with CliProcess("generate", "--count", "0", "--generator", "7", stamp=False) as holder:
+    # A pool of the test's own: no other test's process may hold generator 7 in it.
+    pool = {"IDMINT_LOCAL_DIR": str(tmp_path)}
+    environment = {**os.environ, **pool}
+    with CliProcess(
+        "generate", "--count", "0", "--generator", "7", stamp=False, env=environment
+    ) as holder:
         holder.wait_for_lines(1, timeout=30, what="the first process to mint")
-        second = run_idmint("generate", "--count", "5", *identity)
+        second = run_idmint("generate", "--count", "5", *identity, env=pool)
         assert second.returncode == 1, "no ID can be issued: a runtime error, not usage"
         assert second.stdout == ""
         line = assert_one_error_line(second.stderr)
@@ -83,7 +89,7 @@ def test_the_same_static_identity_twice_is_refused_with_one_line(
         holder.send(signal.SIGTERM)
         assert holder.wait(timeout=30) == 128 + signal.SIGTERM
     # Released on exit: the identity is free again.
-    again = run_idmint("generate", "--count", "1", *identity)
+    again = run_idmint("generate", "--count", "1", *identity, env=pool)
     assert again.returncode == 0, again.stderr
     assert Uid64(again.stdout.strip()).generator == 7
 
