@@ -71,6 +71,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar
 
 from idmint.coordinate.base import ClaimSource, DriverClaim, HighWaterMark, holder_description
+from idmint.coordinate.options import ClaimOptions, option, seconds
+from idmint.coordinate.spaces import Space
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import (
     ConfigurationError,
@@ -81,12 +83,11 @@ from idmint.errors import (
 
 __all__ = [
     "DEFAULT_TTL_S",
-    "OPTIONS",
     "STEP_BACK_SLACK_MS",
     "Free",
     "LeaseClaim",
+    "LeaseOptions",
     "LeaseStore",
-    "LeaseTimes",
     "Look",
     "PoolRecord",
     "SharedClients",
@@ -105,34 +106,36 @@ live holder renews it again within a third of its TTL."""
 DEFAULT_TTL_S = 10.0
 """A lease's TTL, and the pool's ``max_ttl``, where the URL gives none."""
 
-OPTIONS = ("ttl", "max_ttl", "timeout")
-"""The options every lease store takes beside :data:`idmint.coordinate.url.COMMON_OPTIONS`."""
-
 
 @dataclass(frozen=True)
-class LeaseTimes:
-    """A lease store's times, from its URL: ``ttl``, ``max_ttl`` and ``timeout``."""
+class LeaseOptions(ClaimOptions):
+    """The options every lease store takes (a driver's own add to them)."""
 
-    ttl_s: float
-    """This claimant's lease."""
-    max_ttl_s: float
-    """The longest lease any claimant of the pool may hold: what a claimant the
-    store cannot vouch for waits out (see the module docs)."""
-    timeout_s: float
-    """How long one request may take before it counts as failed."""
+    ttl_s: float = option(
+        "ttl", DEFAULT_TTL_S, "s; the lease's TTL (the deadline's basis)", seconds(minimum=1)
+    )
+    max_ttl_s: float = option(
+        "max_ttl",
+        DEFAULT_TTL_S,
+        "s; the longest `ttl` any claimant of the pool may use, the same for all: what a "
+        "claimant the store cannot vouch for waits out (see `idmint.coordinate.leases`)",
+        seconds(minimum=1),
+    )
+    timeout_s: float = option(
+        "timeout",
+        2.0,
+        "s a request may take before it counts as failed",
+        seconds(minimum=0.1),
+    )
 
-    @classmethod
-    def from_url(cls, url: CoordinatorUrl) -> LeaseTimes:
-        """The URL's times, checked: a ``ttl`` longer than ``max_ttl`` is refused."""
-        ttl_s = url.number("ttl", DEFAULT_TTL_S, minimum=1)
-        max_ttl_s = url.number("max_ttl", DEFAULT_TTL_S, minimum=1)
-        if ttl_s > max_ttl_s:
+    def check(self, url: CoordinatorUrl) -> None:
+        """A ``ttl`` longer than ``max_ttl`` is refused."""
+        if self.ttl_s > self.max_ttl_s:
             raise ConfigurationError(
-                f"{url.redacted()}: ttl={ttl_s:g} is longer than max_ttl={max_ttl_s:g}, the "
-                f"longest lease the pool allows; give every claimant of the pool max_ttl="
-                f"{ttl_s:g} (or more), the same for all"
+                f"{url.redacted()}: ttl={self.ttl_s:g} is longer than max_ttl="
+                f"{self.max_ttl_s:g}, the longest lease the pool allows; give every claimant "
+                f"of the pool max_ttl={self.ttl_s:g} (or more), the same for all"
             )
-        return cls(ttl_s, max_ttl_s, url.number("timeout", 2.0, minimum=0.1))
 
 
 ResultT = TypeVar("ResultT")
@@ -303,11 +306,13 @@ class LeaseStore(Protocol):
 
     description: str
 
-    def look(self, space: str, cluster: int, pool: range, *, start: int, want: int | None) -> Look:
+    def look(
+        self, space: Space, cluster: int, pool: range, *, start: int, want: int | None
+    ) -> Look:
         """Up to ``want`` free identities of ``pool`` (all if None), from ``start`` on."""
         ...
 
-    def take(self, space: str, attempt: Take) -> int | None:
+    def take(self, space: Space, attempt: Take) -> int | None:
         """Take ``attempt.free`` if it is still free (or already ours by the token),
         its mark and the store's incarnation unchanged; write the lease, the mark
         and the record. The pool's generation, or None if it is not ours."""
@@ -315,7 +320,7 @@ class LeaseStore(Protocol):
 
     def renew(
         self,
-        space: str,
+        space: Space,
         cluster: int,
         number: int,
         *,
@@ -330,7 +335,7 @@ class LeaseStore(Protocol):
 
     def release(
         self,
-        space: str,
+        space: Space,
         cluster: int,
         number: int,
         *,
@@ -347,7 +352,7 @@ class LeaseSource(ClaimSource, Protocol):
 
     store: LeaseStore
     max_ttl_s: float
-    """The pool's longest lease (:attr:`LeaseTimes.max_ttl_s`)."""
+    """The pool's longest lease (:attr:`LeaseOptions.max_ttl_s`)."""
 
 
 class LeaseClaim(DriverClaim[LeaseSource]):
