@@ -13,12 +13,13 @@ any driver outside idmint is: the kit knows nothing of them but their URL.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from idmint.clock import Clock
-from idmint.coordinate import Claim, ClaimInfo, ClaimOptions, Coordinator, CoordinatorUrl
+from idmint.coordinate import DRIVERS, Claim, ClaimInfo, ClaimOptions, Coordinator, CoordinatorUrl
 from idmint.coordinate.memory import MemoryClaim, MemoryCoordinator
 from idmint.coordinate.options import option, seconds
 from idmint.coordinate.spaces import Space
@@ -84,6 +85,20 @@ def install(directory: Path, entry_points: str, package: str = PACKAGE) -> Path:
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text(entry_points)
     return directory
+
+
+@contextlib.contextmanager
+def installed(directory: Path, entry_points: str, package: str = PACKAGE) -> Iterator[Path]:
+    """:func:`install`'s package on this process's path for the block, the registries
+    reading package metadata afresh on its way in and out."""
+    site = install(directory, entry_points, package)
+    sys.path.insert(0, str(site))
+    DRIVERS.forget()
+    try:
+        yield site
+    finally:
+        sys.path.remove(str(site))
+        DRIVERS.forget()
 
 
 BROKEN = """\

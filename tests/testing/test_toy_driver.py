@@ -11,32 +11,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.testing.broken_drivers import install
-from tests.testing.toy_lease_store import PACKAGE, REGISTERED
 
 from idmint import ConfigurationError, new_generator
-from idmint.coordinate import DRIVERS, connect
-from idmint.testing import CHECKS, HOOKS, run
+from idmint.coordinate import connect
+from idmint.testing import CHECKS, run
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def toy_site(tmp_path: Path) -> Iterator[Path]:
-    """The toy store's package, on this process's path."""
-    site = install(tmp_path / "site", REGISTERED, PACKAGE)
-    sys.path.insert(0, str(site))
-    DRIVERS.forget()
-    try:
-        yield site
-    finally:
-        sys.path.remove(str(site))
-        DRIVERS.forget()
-        HOOKS.forget()
 
 
 def test_a_lease_store_in_one_file_passes_the_contract(toy_site: Path) -> None:

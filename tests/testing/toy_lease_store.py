@@ -17,12 +17,20 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from idmint.coordinate import Claim, ClaimInfo, Coordinator, CoordinatorUrl, HighWaterMark
-from idmint.coordinate.leases import Free, LeaseClaim, LeaseOptions, Look, PoolRecord, Take
-from idmint.coordinate.spaces import SPACES, Space
+from idmint.coordinate.leases import (
+    Free,
+    Lease,
+    LeaseClaim,
+    LeaseOptions,
+    Look,
+    PoolRecord,
+    Take,
+)
+from idmint.coordinate.spaces import SPACES, Identity, Space
 from idmint.errors import ConfigurationError, CoordinatorUnavailable
 from idmint.testing import Hooks
 
@@ -31,7 +39,7 @@ Key = tuple[str, int, int]
 
 
 @dataclass
-class _Lease:
+class _Held:
     token: str
     holder: str
     since_ms: int
@@ -44,7 +52,7 @@ class _Pool:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     incarnation: str = field(default_factory=lambda: uuid.uuid4().hex)
-    leases: dict[Key, _Lease] = field(default_factory=dict)
+    leases: dict[Key, _Held] = field(default_factory=dict)
     marks: dict[Key, tuple[HighWaterMark, str | None, int]] = field(default_factory=dict)
     """key -> (mark, the pool incarnation it was stamped with, its version)."""
     records: dict[str, PoolRecord] = field(default_factory=dict)
@@ -108,50 +116,31 @@ class ToyLeaseStore:
                 return None
             if attempt.record is not None:
                 self.pool.records[space.name] = attempt.record
-            self.pool.leases[key] = _Lease(
+            self.pool.leases[key] = _Held(
                 attempt.token, attempt.holder, attempt.since_ms, _now_ms() + attempt.ttl_ms
             )
             self.pool.marks[key] = (attempt.mark, attempt.stamp, free.version + 1)
             return 0
 
-    def renew(
-        self,
-        space: Space,
-        cluster: int,
-        number: int,
-        *,
-        token: str,
-        ttl_ms: int,
-        mark: HighWaterMark,
-        generation: int,
-    ) -> int | None:
-        key = (space.name, cluster, number)
+    def renew(self, lease: Lease, ttl_ms: int, mark: HighWaterMark, generation: int) -> int | None:
+        key = (lease.space.name, lease.cluster, lease.number)
         with self.pool.request():
-            lease = self.pool.leases.get(key)
-            if lease is None or lease.token != token or lease.expires_ms < _now_ms():
+            held = self.pool.leases.get(key)
+            if held is None or held.token != lease.token or held.expires_ms < _now_ms():
                 return None
-            lease.expires_ms = _now_ms() + ttl_ms
-            self._mark(space, key, mark)
+            held.expires_ms = _now_ms() + ttl_ms
+            self._mark(lease.space, key, mark)
             return 0
 
-    def release(
-        self,
-        space: Space,
-        cluster: int,
-        number: int,
-        *,
-        token: str,
-        mark: HighWaterMark | None,
-        generation: int,
-    ) -> None:
-        key = (space.name, cluster, number)
+    def release(self, lease: Lease, mark: HighWaterMark | None, generation: int) -> None:
+        key = (lease.space.name, lease.cluster, lease.number)
         with self.pool.request():
-            lease = self.pool.leases.get(key)
-            if lease is None or lease.token != token:
+            held = self.pool.leases.get(key)
+            if held is None or held.token != lease.token:
                 return
             del self.pool.leases[key]
             if mark is not None:
-                self._mark(space, key, mark)
+                self._mark(lease.space, key, mark)
 
     def _mark(self, space: Space, key: Key, mark: HighWaterMark) -> None:
         """Write ``mark``, stamped with the pool's incarnation (caller holds the lock)."""
@@ -211,11 +200,10 @@ class ToyLeaseHooks(Hooks):
     def expire(self, coordinator: Coordinator, claim: Claim) -> None:
         if not isinstance(claim, LeaseClaim) or claim.lease is None:
             raise TypeError(f"{claim!r} holds no lease")
-        cluster, number, token = claim.lease
-        claim.store.release(claim.space, cluster, number, token=token, mark=None, generation=0)
+        claim.store.release(claim.lease, None, 0)
 
     def read_mark(
-        self, coordinator: Coordinator, space: Space, identity: Mapping[str, int]
+        self, coordinator: Coordinator, space: Space, identity: Identity
     ) -> HighWaterMark | None:
         assert isinstance(coordinator, ToyLeaseCoordinator)
         found = coordinator.store.pool.marks.get((space.name, *space.numbered(identity)))

@@ -66,6 +66,7 @@ from idmint.coordinate.options import (
     TlsOptions,
     option,
     seconds,
+    ttl,
     whole_seconds,
     with_options_table,
 )
@@ -91,9 +92,7 @@ DEFAULT_TTL_S = 10.0
 class EtcdOptions(ClaimOptions, TlsOptions):
     """The options of an ``etcd://`` URL."""
 
-    ttl_s: float = option(
-        "ttl", DEFAULT_TTL_S, "s; the lease TTL (the deadline's basis)", whole_seconds(minimum=2)
-    )
+    ttl_s: float = ttl(DEFAULT_TTL_S, whole_seconds(minimum=2))
     timeout_s: float = option(
         "timeout", 2.0, "s per request before trying the next host", seconds(minimum=0.1)
     )

@@ -71,7 +71,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar
 
 from idmint.coordinate.base import ClaimSource, DriverClaim, HighWaterMark, holder_description
-from idmint.coordinate.options import ClaimOptions, option, seconds
+from idmint.coordinate.options import ClaimOptions, option, seconds, ttl
 from idmint.coordinate.spaces import Space
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import (
@@ -85,6 +85,7 @@ __all__ = [
     "DEFAULT_TTL_S",
     "STEP_BACK_SLACK_MS",
     "Free",
+    "Lease",
     "LeaseClaim",
     "LeaseOptions",
     "LeaseStore",
@@ -111,9 +112,7 @@ DEFAULT_TTL_S = 10.0
 class LeaseOptions(ClaimOptions):
     """The options every lease store takes (a driver's own add to them)."""
 
-    ttl_s: float = option(
-        "ttl", DEFAULT_TTL_S, "s; the lease's TTL (the deadline's basis)", seconds(minimum=1)
-    )
+    ttl_s: float = ttl(DEFAULT_TTL_S, seconds(minimum=1))
     max_ttl_s: float = option(
         "max_ttl",
         DEFAULT_TTL_S,
@@ -262,6 +261,17 @@ class Free:
 
 
 @dataclass(frozen=True)
+class Lease:
+    """A lease a claimant holds: an identity of a space's pool, and the claimant's token."""
+
+    space: Space
+    cluster: int
+    number: int
+    token: str
+    """The claimant's random token, which the lease carries while it is theirs."""
+
+
+@dataclass(frozen=True)
 class Look:
     """One look at a pool: the store's incarnation, the pool's record, free identities."""
 
@@ -318,32 +328,13 @@ class LeaseStore(Protocol):
         and the record. The pool's generation, or None if it is not ours."""
         ...
 
-    def renew(
-        self,
-        space: Space,
-        cluster: int,
-        number: int,
-        *,
-        token: str,
-        ttl_ms: int,
-        mark: HighWaterMark,
-        generation: int,
-    ) -> int | None:
-        """Extend our lease and write ``mark`` if the lease still carries ``token``:
-        the pool's generation, or None if the lease is not ours."""
+    def renew(self, lease: Lease, ttl_ms: int, mark: HighWaterMark, generation: int) -> int | None:
+        """Extend ``lease`` by ``ttl_ms`` and write ``mark`` if it still carries our
+        token: the pool's generation, or None if the lease is not ours."""
         ...
 
-    def release(
-        self,
-        space: Space,
-        cluster: int,
-        number: int,
-        *,
-        token: str,
-        mark: HighWaterMark | None,
-        generation: int,
-    ) -> None:
-        """End our lease (if it still carries ``token``), writing ``mark`` if given."""
+    def release(self, lease: Lease, mark: HighWaterMark | None, generation: int) -> None:
+        """End ``lease`` (if it still carries our token), writing ``mark`` if given."""
         ...
 
 
@@ -364,7 +355,8 @@ class LeaseClaim(DriverClaim[LeaseSource]):
         self.renew_every_s = min(self.ttl_s / 3, (self.ttl_s - self.margin_s) / 2)
         self.store = self.coordinator.store
         self.max_ttl_ms = round(self.coordinator.max_ttl_s * 1000)
-        self._held: tuple[int, int] | None = None
+        self.lease: Lease | None = None
+        """The lease held; None while none is."""
         self._token = ""
         self._generation = 0
         """The pool's generation after our last write (see :class:`LeaseStore`)."""
@@ -377,17 +369,11 @@ class LeaseClaim(DriverClaim[LeaseSource]):
     def ttl_ms(self) -> int:
         return round(self.ttl_s * 1000)
 
-    @property
-    def lease(self) -> tuple[int, int, str] | None:
-        """The lease held: (cluster, number, token); None while none is."""
-        held = self._held
-        return None if held is None else (*held, self._token)
-
     def _acquire(self) -> tuple[Mapping[str, int], int]:
         # A token per claim: a retried take is recognised as ours, a later
         # claim is not mistaken for this one.
         self._token = uuid.uuid4().hex
-        self._held = None
+        self.lease = None
         self._unanswered = None
         return super()._acquire()
 
@@ -479,7 +465,7 @@ class LeaseClaim(DriverClaim[LeaseSource]):
                 if record_update is not None:
                     break  # another claimant may have written the record first
                 continue
-            self._held = (free.cluster, free.number)
+            self.lease = Lease(self.space, free.cluster, free.number, self._token)
             self._generation = generation
             self.proven = proven
             # The lease's expiry was set by the store after we sent the take.
@@ -534,44 +520,32 @@ class LeaseClaim(DriverClaim[LeaseSource]):
                     raise
 
     def _renew(self, ceiling_ms: int) -> bool:
-        held = self._held
-        if held is None:
+        if self.lease is None:
             return False
-        generation = self.store.renew(
-            self.space,
-            *held,
-            token=self._token,
-            ttl_ms=self.ttl_ms,
-            mark=self._mark(ceiling_ms),
-            generation=self._generation,
-        )
+        mark = self._mark(ceiling_ms)
+        generation = self.store.renew(self.lease, self.ttl_ms, mark, self._generation)
         if generation is None:
             return False
         self._generation = generation
         return True
 
     def _release(self, final_ceiling_ms: int | None) -> None:
-        held, self._held = self._held, None
-        if held is None:
-            return
-        mark = None if final_ceiling_ms is None else self._mark(final_ceiling_ms, released=True)
-        self.store.release(
-            self.space, *held, token=self._token, mark=mark, generation=self._generation
-        )
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            mark = None if final_ceiling_ms is None else self._mark(final_ceiling_ms, released=True)
+            self.store.release(lease, mark, self._generation)
 
     def _reclaim(self) -> None:
-        held, self._held = self._held, None
-        if held is not None:
+        lease, self.lease = self.lease, None
+        if lease is not None:
             # Most likely gone already; if not, it lapses by itself.
             with contextlib.suppress(CoordinationError):
-                self.store.release(
-                    self.space, *held, token=self._token, mark=None, generation=self._generation
-                )
+                self.store.release(lease, None, self._generation)
         super()._reclaim()
 
     def _forget(self) -> None:
         # The lease is the parent's: nothing of it may be touched from here.
-        self._held = None
+        self.lease = None
 
 
 ClientT = TypeVar("ClientT")

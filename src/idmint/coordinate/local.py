@@ -88,7 +88,7 @@ from idmint.coordinate.hostpool import (
     try_lock,
     write_atomically,
 )
-from idmint.coordinate.options import ClaimOptions, option, seconds, with_options_table
+from idmint.coordinate.options import ClaimOptions, seconds, ttl, with_options_table
 from idmint.coordinate.spaces import SPACES, Space
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import (
@@ -121,13 +121,7 @@ IMPLAUSIBLE_AHEAD_MS = 24 * 3600 * 1000
 class LocalOptions(ClaimOptions):
     """The options of a ``local://`` URL."""
 
-    ttl_s: float = option(
-        "ttl",
-        DEFAULT_TTL_S,
-        "s; how far ahead of the clock each renewal lets generators mint (a crashed "
-        "holder's successor waits at most this long for its clock)",
-        seconds(minimum=0.5),
-    )
+    ttl_s: float = ttl(DEFAULT_TTL_S, seconds(minimum=0.5))
 
 
 __doc__ = with_options_table(__doc__, LocalOptions)

@@ -45,7 +45,7 @@ from idmint.coordinate.base import (
     HighWaterMark,
     holder_description,
 )
-from idmint.coordinate.options import ClaimOptions, option, seconds, with_options_table
+from idmint.coordinate.options import ClaimOptions, seconds, ttl, with_options_table
 from idmint.coordinate.spaces import Space
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import ConfigurationError, CoordinatorUnavailable
@@ -59,9 +59,7 @@ DEFAULT_TTL_S = 2.0
 class MemoryOptions(ClaimOptions):
     """The options of a ``memory://`` URL."""
 
-    ttl_s: float = option(
-        "ttl", DEFAULT_TTL_S, "s; the session TTL (the deadline's basis)", seconds(minimum=0.5)
-    )
+    ttl_s: float = ttl(DEFAULT_TTL_S, seconds(minimum=0.5))
 
 
 __doc__ = with_options_table(__doc__, MemoryOptions)

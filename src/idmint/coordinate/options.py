@@ -49,6 +49,7 @@ __all__ = [
     "option",
     "seconds",
     "text",
+    "ttl",
     "whole",
     "whole_seconds",
     "with_options_table",
@@ -205,6 +206,18 @@ def option(
 ) -> Any:
     """A field of a :class:`UrlOptions` that option ``name`` of a URL sets."""
     return field(default=default, metadata={_OPTION: Option(name, about, kind, shown)})
+
+
+def ttl(default: float, kind: Kind[float]) -> Any:
+    """The ``ttl`` option of a driver whose claims are leases it renews (its own kind
+    and default): what their deadline is reckoned from."""
+    return option(
+        "ttl",
+        default,
+        "s; a claim's lease: how long past a renewal its holder may mint, and a crashed "
+        "holder's successor waits at most (the deadline's basis)",
+        kind,
+    )
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,7 @@ from idmint.coordinate.base import ClaimInfo, Coordinator, HighWaterMark
 from idmint.coordinate.leases import (
     STEP_BACK_SLACK_MS,
     Free,
+    Lease,
     LeaseClaim,
     LeaseOptions,
     Look,
@@ -547,17 +548,7 @@ class PostgresStore:
                        AND split_part(r.incarnation, '/', 1) = {INCARNATION_SQL}
                        AND {_INTACT.format(row="r")})"""
 
-    def renew(
-        self,
-        space: Space,
-        cluster: int,
-        number: int,
-        *,
-        token: str,
-        ttl_ms: int,
-        mark: HighWaterMark,
-        generation: int,
-    ) -> int | None:
+    def renew(self, lease: Lease, ttl_ms: int, mark: HighWaterMark, generation: int) -> int | None:
         query = f"""
             UPDATE {self.qualified}
                SET expires_ms = {_NOW} + %(ttl)s::int, lease_ms = %(ttl)s::int,
@@ -568,10 +559,7 @@ class PostgresStore:
                AND token = %(token)s
         """
         parameters = {
-            "space": space.name,
-            "cluster": cluster,
-            "id": number,
-            "token": token,
+            **_lease_row(lease),
             "ttl": ttl_ms,
             "ceiling": mark.ceiling_ms,
             "renewed": mark.renewed_ms,
@@ -582,16 +570,7 @@ class PostgresStore:
         )
         return 0 if count == 1 else None
 
-    def release(
-        self,
-        space: Space,
-        cluster: int,
-        number: int,
-        *,
-        token: str,
-        mark: HighWaterMark | None,
-        generation: int,
-    ) -> None:
+    def release(self, lease: Lease, mark: HighWaterMark | None, generation: int) -> None:
         ends = f"token = NULL, holder = NULL, expires_ms = NULL, written_xid = {WRITTEN_XID_SQL}"
         if mark is not None:
             ends += (
@@ -604,8 +583,7 @@ class PostgresStore:
              WHERE space = %(space)s AND cluster = %(cluster)s AND id = %(id)s
                AND token = %(token)s
         """
-        parameters: dict[str, Any] = {"space": space.name, "cluster": cluster, "id": number}
-        parameters["token"] = token
+        parameters: dict[str, Any] = _lease_row(lease)
         if mark is not None:
             parameters.update(
                 ceiling=mark.ceiling_ms,
@@ -680,6 +658,16 @@ class PostgresCoordinator(Coordinator):
         key, self._connection_key = self._connection_key, ""
         if key:
             _CONNECTIONS.give_back(key, _Connection.close)
+
+
+def _lease_row(lease: Lease) -> dict[str, Any]:
+    """The parameters that name a lease's row, and the token it must carry."""
+    return {
+        "space": lease.space.name,
+        "cluster": lease.cluster,
+        "id": lease.number,
+        "token": lease.token,
+    }
 
 
 def _fetch_all(cursor: Any) -> list[Any]:

@@ -55,6 +55,7 @@ from idmint.coordinate.base import ClaimInfo, Coordinator, HighWaterMark, holder
 from idmint.coordinate.leases import (
     STEP_BACK_SLACK_MS,
     Free,
+    Lease,
     LeaseClaim,
     LeaseOptions,
     Look,
@@ -217,30 +218,38 @@ return advance()
 """
 )
 
-# KEYS: the pool. ARGV: cluster, ID, token, ttl_ms, the new mark, the generation
-# the holder's last write saw. Returns the pool's generation, or 0 if not ours.
-_RENEW = (
-    _PRELUDE
-    + """
-doubt(tonumber(ARGV[6]))
+
+def _on_our_lease(body: str) -> str:
+    """A script on the caller's lease, run only while the lease carries its token.
+
+    KEYS: the pool. ARGV: cluster, ID, token, the generation the holder's last
+    write saw, then ``body``'s own. Returns 0 if the lease is not the caller's.
+    """
+    return (
+        _PRELUDE
+        + """
+doubt(tonumber(ARGV[4]))
 local suffix = ARGV[1] .. ':' .. ARGV[2]
 local lease = our_lease(suffix)
 if not lease then return 0 end
-hold(suffix, tonumber(ARGV[4]), string.match(lease, '^%d+ %d+ %x+ (.*)$'), ARGV[5], stamp())
+"""
+        + body
+    )
+
+
+# ARGV[5]: ttl_ms, ARGV[6]: the new mark. Returns the pool's generation.
+_RENEW = _on_our_lease(
+    """
+hold(suffix, tonumber(ARGV[5]), string.match(lease, '^%d+ %d+ %x+ (.*)$'), ARGV[6], stamp())
 return advance()
 """
 )
 
-# KEYS: the pool. ARGV: cluster, ID, token, the final mark ('' to keep the last one),
-# the generation the holder's last write saw.
-_RELEASE = (
-    _PRELUDE
-    + """
-doubt(tonumber(ARGV[5]))
-local suffix = ARGV[1] .. ':' .. ARGV[2]
-if not our_lease(suffix) then return 0 end
+# ARGV[5]: the final mark ('' to keep the last one). Returns the pool's generation.
+_RELEASE = _on_our_lease(
+    """
 redis.call('HDEL', KEYS[1], 'lease:' .. suffix)
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'mark:' .. suffix, stamp() .. ' ' .. ARGV[4]) end
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'mark:' .. suffix, stamp() .. ' ' .. ARGV[5]) end
 return advance()
 """
 )
@@ -364,42 +373,21 @@ class RedisStore:
         )
         return int(generation) or None
 
-    def renew(
-        self,
-        space: Space,
-        cluster: int,
-        number: int,
-        *,
-        token: str,
-        ttl_ms: int,
-        mark: HighWaterMark,
-        generation: int,
-    ) -> int | None:
-        renewed = self._call(
-            "renewing the claim",
-            _RENEW_SCRIPT,
-            space,
-            [cluster, number, token, ttl_ms, json.dumps(mark.to_json()), generation],
-        )
+    def renew(self, lease: Lease, ttl_ms: int, mark: HighWaterMark, generation: int) -> int | None:
+        mark_text = json.dumps(mark.to_json())
+        renewed = self._on_lease("renewing", _RENEW_SCRIPT, lease, generation, ttl_ms, mark_text)
         return int(renewed) or None
 
-    def release(
-        self,
-        space: Space,
-        cluster: int,
-        number: int,
-        *,
-        token: str,
-        mark: HighWaterMark | None,
-        generation: int,
-    ) -> None:
+    def release(self, lease: Lease, mark: HighWaterMark | None, generation: int) -> None:
         final = json.dumps(mark.to_json()) if mark is not None else ""
-        self._call(
-            "releasing the claim",
-            _RELEASE_SCRIPT,
-            space,
-            [cluster, number, token, final, generation],
-        )
+        self._on_lease("releasing", _RELEASE_SCRIPT, lease, generation, final)
+
+    def _on_lease(
+        self, doing: str, script: _Script, lease: Lease, generation: int, *args: object
+    ) -> Any:
+        """A script of :func:`_on_our_lease` on ``lease``, with its own ``args``."""
+        arguments = [lease.cluster, lease.number, lease.token, generation, *args]
+        return self._call(f"{doing} the claim", script, lease.space, arguments)
 
     def list_space(self, space: Space) -> list[ClaimInfo]:
         now_ms, flat = self._call("listing the claims", _LIST_SCRIPT, space, [])
@@ -439,7 +427,6 @@ class RedisCoordinator(Coordinator):
     """A Redis server used as a pool of generator IDs (see the module docs)."""
 
     claim_type = LeaseClaim
-
     options_type = RedisOptions
 
     def __init__(self, url: CoordinatorUrl) -> None:

@@ -38,10 +38,13 @@ from idmint.schemes import elastic64 as e64
 from idmint.schemes import short60 as s60
 from idmint.schemes import uid64 as u64
 
-__all__ = ["CLUSTER", "GENERATOR", "NODE", "SHORT60", "SPACES", "Space"]
+__all__ = ["CLUSTER", "GENERATOR", "NODE", "SHORT60", "SPACES", "Identity", "Space"]
 
 CLUSTER = "cluster"
 """The identity field that names a cluster, in the spaces that have clusters."""
+
+Identity = Mapping[str, int]
+"""An identity as a claim grants it: its fields by name (``{"generator": 5, "cluster": 0}``)."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ class Space:
             return {self.counted: number, CLUSTER: cluster}
         return {self.counted: number}
 
-    def numbered(self, identity: Mapping[str, int]) -> tuple[int, int]:
+    def numbered(self, identity: Identity) -> tuple[int, int]:
         """``(cluster, number)`` of an identity of this space (cluster 0 where it has none)."""
         return (identity.get(CLUSTER, 0) if self.clustered else 0), identity[self.counted]
 

@@ -14,7 +14,7 @@ import contextlib
 import json
 import shutil
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from idmint.coordinate import connect
@@ -30,7 +30,7 @@ from idmint.coordinate.local import (
 from idmint.coordinate.memory import MemoryCoordinator
 from idmint.coordinate.postgres import INCARNATION_SQL, WRITTEN_XID_SQL, PostgresCoordinator
 from idmint.coordinate.redis import GENERATION_WITNESS_MS, RedisCoordinator
-from idmint.coordinate.spaces import SPACES, Space
+from idmint.coordinate.spaces import SPACES, Identity, Space
 from idmint.coordinate.static import DEFAULT_HOST_POOL, StaticCoordinator
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.coordinate.zookeeper import ZooKeeperCoordinator
@@ -74,7 +74,7 @@ class MemoryHooks(Hooks):
         _driver(coordinator, MemoryCoordinator).expire(claim)
 
     def read_mark(
-        self, coordinator: Coordinator, space: Space, identity: Mapping[str, int]
+        self, coordinator: Coordinator, space: Space, identity: Identity
     ) -> HighWaterMark | None:
         return _driver(coordinator, MemoryCoordinator).mark(space, identity)
 
@@ -95,17 +95,13 @@ class LocalHooks(Hooks):
     """``local://``: marks are files; a hold lasts as long as its process, so none expires."""
 
     def read_mark(
-        self, coordinator: Coordinator, space: Space, identity: Mapping[str, int]
+        self, coordinator: Coordinator, space: Space, identity: Identity
     ) -> HighWaterMark | None:
         pool = self._local(coordinator).pool
         return pool.read_mark(space.name, lock_key(space, identity))[0]
 
     def write_mark(
-        self,
-        coordinator: Coordinator,
-        space: Space,
-        identity: Mapping[str, int],
-        mark: HighWaterMark,
+        self, coordinator: Coordinator, space: Space, identity: Identity, mark: HighWaterMark
     ) -> None:
         pool = self._local(coordinator).pool
         if isinstance(pool, DirectoryPool):
@@ -160,7 +156,7 @@ class ZooKeeperHooks(Hooks):
         expire_zookeeper_session(client)
 
     def read_mark(
-        self, coordinator: Coordinator, space: Space, identity: Mapping[str, int]
+        self, coordinator: Coordinator, space: Space, identity: Identity
     ) -> HighWaterMark | None:
         zookeeper = _driver(coordinator, ZooKeeperCoordinator)
         with zookeeper.short_session() as client:
@@ -241,7 +237,7 @@ class EtcdHooks(Hooks):
         _driver(coordinator, EtcdCoordinator).gateway.revoke(claim.lease)
 
     def read_mark(
-        self, coordinator: Coordinator, space: Space, identity: Mapping[str, int]
+        self, coordinator: Coordinator, space: Space, identity: Identity
     ) -> HighWaterMark | None:
         marks = _driver(coordinator, EtcdCoordinator).read_marks(space)
         found = marks.get(space.numbered(identity))
@@ -258,13 +254,12 @@ class _LeaseHooks(Hooks):
     def expire(self, coordinator: Coordinator, claim: Claim) -> None:
         if not isinstance(claim, LeaseClaim) or claim.lease is None:
             raise TypeError(f"{claim!r} is not a claim holding a lease")
-        cluster, number, token = claim.lease
         # The lease goes, as when it lapses and another holder takes it: the claim
         # learns it at its next renewal.
-        claim.store.release(claim.space, cluster, number, token=token, mark=None, generation=0)
+        claim.store.release(claim.lease, None, 0)
 
     def read_mark(
-        self, coordinator: Coordinator, space: Space, identity: Mapping[str, int]
+        self, coordinator: Coordinator, space: Space, identity: Identity
     ) -> HighWaterMark | None:
         if not isinstance(coordinator, (PostgresCoordinator, RedisCoordinator)):
             raise TypeError(f"{coordinator.url} keeps no leases")
