@@ -36,6 +36,7 @@ from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import ConfigurationError
 
 __all__ = [
+    "TABLE_MARK",
     "ClaimOptions",
     "Kind",
     "Option",
@@ -44,9 +45,11 @@ __all__ = [
     "flag",
     "id_range",
     "identifier",
+    "markdown_rows",
     "milliseconds",
     "one_of",
     "option",
+    "options_table",
     "seconds",
     "text",
     "ttl",
