@@ -20,19 +20,10 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from idmint.coordinate import Claim, ClaimInfo, Coordinator, CoordinatorUrl, HighWaterMark
-from idmint.coordinate.leases import (
-    Free,
-    Lease,
-    LeaseClaim,
-    LeaseOptions,
-    Look,
-    PoolRecord,
-    Take,
-)
+from idmint.coordinate import ClaimInfo, Coordinator, CoordinatorUrl, HighWaterMark, leases
 from idmint.coordinate.spaces import SPACES, Identity, Space
 from idmint.errors import ConfigurationError, CoordinatorUnavailable
-from idmint.testing import Hooks
+from idmint.testing.adapters import LeaseHooks
 
 Key = tuple[str, int, int]
 """(space's name, cluster, ID)."""
@@ -55,7 +46,7 @@ class _Pool:
     leases: dict[Key, _Held] = field(default_factory=dict)
     marks: dict[Key, tuple[HighWaterMark, str | None, int]] = field(default_factory=dict)
     """key -> (mark, the pool incarnation it was stamped with, its version)."""
-    records: dict[str, PoolRecord] = field(default_factory=dict)
+    records: dict[str, leases.PoolRecord] = field(default_factory=dict)
     reachable: bool = True
 
     @contextlib.contextmanager
@@ -83,7 +74,7 @@ class ToyLeaseStore:
 
     def look(
         self, space: Space, cluster: int, pool: range, *, start: int, want: int | None
-    ) -> Look:
+    ) -> leases.Look:
         with self.pool.request():
             now = _now_ms()
             at = start - pool.start
@@ -94,13 +85,13 @@ class ToyLeaseStore:
                 if lease is not None and lease.expires_ms >= now:
                     continue
                 mark, stamp, version = self.pool.marks.get(key, (None, None, 0))
-                free.append(Free(cluster, number, mark, stamp, version))
+                free.append(leases.Free(cluster, number, mark, stamp, version))
                 if want is not None and len(free) == want:
                     break
             record = self.pool.records.get(space.name)
-            return Look(self.pool.incarnation, record, record, free)
+            return leases.Look(self.pool.incarnation, record, record, free)
 
-    def take(self, space: Space, attempt: Take) -> int | None:
+    def take(self, space: Space, attempt: leases.Take) -> int | None:
         free = attempt.free
         key = (space.name, free.cluster, free.number)
         with self.pool.request():
@@ -122,7 +113,9 @@ class ToyLeaseStore:
             self.pool.marks[key] = (attempt.mark, attempt.stamp, free.version + 1)
             return 0
 
-    def renew(self, lease: Lease, ttl_ms: int, mark: HighWaterMark, generation: int) -> int | None:
+    def renew(
+        self, lease: leases.Lease, ttl_ms: int, mark: HighWaterMark, generation: int
+    ) -> int | None:
         key = (lease.space.name, lease.cluster, lease.number)
         with self.pool.request():
             held = self.pool.leases.get(key)
@@ -132,7 +125,7 @@ class ToyLeaseStore:
             self._mark(lease.space, key, mark)
             return 0
 
-    def release(self, lease: Lease, mark: HighWaterMark | None, generation: int) -> None:
+    def release(self, lease: leases.Lease, mark: HighWaterMark | None, generation: int) -> None:
         key = (lease.space.name, lease.cluster, lease.number)
         with self.pool.request():
             held = self.pool.leases.get(key)
@@ -152,11 +145,11 @@ class ToyLeaseStore:
 class ToyLeaseCoordinator(Coordinator):
     """``toylease://NAME``: a pool of leases in this process."""
 
-    claim_type = LeaseClaim
-    options_type = LeaseOptions
+    claim_type = leases.LeaseClaim
+    options_type = leases.LeaseOptions
 
     def __init__(self, url: CoordinatorUrl) -> None:
-        options = self._take_url(url, LeaseOptions)
+        options = self._take_url(url, leases.LeaseOptions)
         if len(url.hosts) != 1 or url.path:
             raise ConfigurationError(
                 f"toylease:// takes a pool's name: toylease://NAME, got {url.text!r}"
@@ -192,15 +185,10 @@ class ToyLeaseCoordinator(Coordinator):
         """Nothing to close: the pool lives as long as the process."""
 
 
-class ToyLeaseHooks(Hooks):
+class ToyLeaseHooks(LeaseHooks):
     """The toy store's test adapter: it reaches into the pool itself."""
 
     hosts_are_servers = False
-
-    def expire(self, coordinator: Coordinator, claim: Claim) -> None:
-        if not isinstance(claim, LeaseClaim) or claim.lease is None:
-            raise TypeError(f"{claim!r} holds no lease")
-        claim.store.release(claim.lease, None, 0)
 
     def read_mark(
         self, coordinator: Coordinator, space: Space, identity: Identity
@@ -220,7 +208,7 @@ class ToyLeaseHooks(Hooks):
         pool = _POOLS.setdefault(url.hosts[0][0], _Pool())
         with pool.lock:
             for space in SPACES:
-                pool.records.setdefault(space.name, PoolRecord.begin(pool.incarnation, 0, 0))
+                pool.records.setdefault(space.name, leases.PoolRecord.begin(pool.incarnation, 0, 0))
 
     def stop_server(self, url: CoordinatorUrl) -> None:
         _POOLS[url.hosts[0][0]].reachable = False

@@ -40,6 +40,7 @@ from idmint.testing.minting import wait_for
 
 __all__ = [
     "EtcdHooks",
+    "LeaseHooks",
     "LocalHooks",
     "MemoryHooks",
     "PostgresHooks",
@@ -248,8 +249,9 @@ class EtcdHooks(Hooks):
             etcd.gateway.delete_prefix(f"{etcd.prefix}/")
 
 
-class _LeaseHooks(Hooks):
-    """A store of leases (PostgreSQL, Redis): a lease ended as if it lapsed."""
+class LeaseHooks(Hooks):
+    """A store of leases (:class:`~idmint.coordinate.leases.LeaseClaim`'s): a lease
+    ended as if it lapsed. A store's adapter adds the rest (its marks, its pools)."""
 
     def expire(self, coordinator: Coordinator, claim: Claim) -> None:
         if not isinstance(claim, LeaseClaim) or claim.lease is None:
@@ -258,33 +260,21 @@ class _LeaseHooks(Hooks):
         # learns it at its next renewal.
         claim.store.release(claim.lease, None, 0)
 
+
+class PostgresHooks(LeaseHooks):
+    """``postgresql://``: a lease row ended; marks are columns of the table."""
+
     def read_mark(
         self, coordinator: Coordinator, space: Space, identity: Identity
     ) -> HighWaterMark | None:
-        if not isinstance(coordinator, (PostgresCoordinator, RedisCoordinator)):
-            raise TypeError(f"{coordinator.url} keeps no leases")
-        return self._stored_mark(coordinator, space, *space.numbered(identity))
-
-    def _stored_mark(
-        self, coordinator: Any, space: Space, cluster: int, number: int
-    ) -> HighWaterMark | None:
-        raise NotImplementedError
-
-
-class PostgresHooks(_LeaseHooks):
-    """``postgresql://``: a lease row ended; marks are columns of the table."""
-
-    def _stored_mark(
-        self, coordinator: PostgresCoordinator, space: Space, cluster: int, number: int
-    ) -> HighWaterMark | None:
-        store = coordinator.store
+        store = _driver(coordinator, PostgresCoordinator).store
         query = (
             f"SELECT ceiling_ms, renewed_ms, released_ms, mark_holder FROM {store.qualified} "
             "WHERE space = %s AND cluster = %s AND id = %s AND ceiling_ms IS NOT NULL"
         )
         row = store.connection.run(
             "reading a high-water mark",
-            lambda c: c.execute(query, (space.name, cluster, number)).fetchone(),
+            lambda c: c.execute(query, (space.name, *space.numbered(identity))).fetchone(),
         )
         if row is None:
             return None
@@ -326,13 +316,14 @@ def _new_epoch() -> str:
     return PoolRecord.begin("", 0, 0).epoch
 
 
-class RedisHooks(_LeaseHooks):
+class RedisHooks(LeaseHooks):
     """``redis://``: a lease field deleted; marks are fields of the pool's hash."""
 
-    def _stored_mark(
-        self, coordinator: RedisCoordinator, space: Space, cluster: int, number: int
+    def read_mark(
+        self, coordinator: Coordinator, space: Space, identity: Identity
     ) -> HighWaterMark | None:
-        store = coordinator.store
+        store = _driver(coordinator, RedisCoordinator).store
+        cluster, number = space.numbered(identity)
         raw = store.client.hget(store.key(space), f"mark:{cluster}:{number}")
         if raw is None:
             return None
