@@ -104,7 +104,8 @@ SAMPLES = {
 
 
 def _options_classes() -> list[type[UrlOptions]]:
-    return [ClaimOptions, LeaseOptions, TlsOptions, *{c.options_type for c in DRIVERS}]
+    drivers = sorted({c.options_type for c in DRIVERS}, key=lambda options: options.__name__)
+    return [ClaimOptions, LeaseOptions, TlsOptions, *drivers]
 
 
 @pytest.mark.parametrize("options", _options_classes(), ids=lambda options: options.__name__)
