@@ -10,6 +10,11 @@
   picks behaviour by comparing a URL's scheme with a name.
 * Every driver idmint ships is registered, with its contract kit's adapter, and
   every registration names a class of the right kind.
+* No code compares an identity space's name or lists the names: a space is an
+  object that says what it is (``coordinate/spaces.py``).
+* A URL option is declared once, as a field of its driver's options class: no
+  driver reads a URL's options itself, and its docstring's table is the
+  declaration's.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from pathlib import Path
 import pytest
 
 from idmint.coordinate import Coordinator
+from idmint.coordinate.options import UrlOptions, options_table
+from idmint.coordinate.spaces import SPACES
 from idmint.testing import Hooks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -285,3 +292,126 @@ def test_importing_idmint_loads_neither_coordination_nor_package_metadata() -> N
     code = "import idmint, sys; idmint.new_generator; print('idmint.factory' in sys.modules)"
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert shown.stdout.strip() == "True"
+
+
+# -- identity spaces: objects, never names -------------------------------------------------
+
+SPACE_NAMES = {space.name for space in SPACES}
+"""The identity spaces' names (stored, so written once: ``coordinate/spaces.py``)."""
+
+
+def _names_a_space(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value in SPACE_NAMES
+
+
+def _space_like(node: ast.expr) -> bool:
+    """``space``, ``x.space`` or ``space.name``: an expression that holds a space."""
+    if isinstance(node, ast.Attribute) and node.attr == "name":
+        node = node.value
+    return (isinstance(node, ast.Name) and node.id == "space") or (
+        isinstance(node, ast.Attribute) and node.attr == "space"
+    )
+
+
+def test_no_code_picks_a_behaviour_by_a_spaces_name() -> None:
+    # A space says what it is (its clusters, width, size, layout): code that compares
+    # its name with a literal, or lists the names by hand, is a second declaration.
+    found = []
+    for module, path in MODULES.items():
+        if module == "idmint.coordinate.spaces":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Compare):
+                sides = [node.left, *node.comparators]
+                literals = [
+                    element
+                    for side in sides
+                    for element in (
+                        side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+                    )
+                    if isinstance(element, ast.Constant) and isinstance(element.value, str)
+                ]
+                equal = any(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops)
+                listed = any(
+                    isinstance(side, (ast.Tuple, ast.List, ast.Set)) for side in node.comparators
+                )
+                if (any(_space_like(side) for side in sides) and literals) or (
+                    (equal or listed) and any(map(_names_a_space, literals))
+                ):
+                    found.append(f"{module}:{node.lineno} compares a space's name")
+            elif (
+                isinstance(node, (ast.Tuple, ast.List, ast.Set))
+                and len(node.elts) > 1
+                and all(map(_names_a_space, node.elts))
+            ):
+                found.append(f"{module}:{node.lineno} lists spaces by name")
+    assert not found, found
+
+
+# -- URL options: one declaration each -------------------------------------------------------
+
+URL_READERS = {"number", "integer", "flag", "pool", "check_known"}
+"""``CoordinatorUrl``'s typed readers, which only the options' kinds call."""
+
+
+def _a_url(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "url") or (
+        isinstance(node, ast.Attribute) and node.attr == "url"
+    )
+
+
+def _read_of_an_option(node: ast.AST) -> bool:
+    """``url.options[name]`` or ``url.options.get(name)``."""
+    if isinstance(node, ast.Subscript):
+        target = node.value
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "get"
+    ):
+        target = node.func.value
+    else:
+        return False
+    return isinstance(target, ast.Attribute) and target.attr == "options" and _a_url(target.value)
+
+
+def test_a_url_option_is_read_only_through_its_declaration() -> None:
+    # Each option is a field of its driver's options class, read, checked and shown
+    # from there (coordinate/options.py): no driver reads a URL's options itself,
+    # and no tuple of option names stands beside the declarations.
+    found = []
+    for module, path in MODULES.items():
+        if module in ("idmint.coordinate.options", "idmint.coordinate.url"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in URL_READERS
+                and _a_url(node.func.value)
+            ):
+                found.append(f"{module}:{node.lineno} reads an option with {node.func.attr}()")
+            if _read_of_an_option(node):
+                found.append(f"{module}:{node.lineno} reads a URL's option by name")
+            if (
+                isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id.endswith("OPTIONS") for t in node.targets)
+                and isinstance(node.value, ast.Tuple)
+                and _part(module) == "coordinate"
+            ):
+                found.append(f"{module}:{node.lineno} lists option names")
+    assert not found, found
+
+
+def test_every_driver_reads_its_url_through_its_declared_options() -> None:
+    # A driver's options_type is what it reads (so its table, the docs' and the
+    # kit's settings are its declaration's); its module's table is made from it.
+    for scheme, value in ENTRY_POINTS["idmint.coordinators"].items():
+        module, _, name = value.partition(":")
+        coordinator = getattr(import_module(module), name)
+        declared = coordinator.options_type
+        assert issubclass(declared, UrlOptions), scheme
+        assert "options_type" in vars(coordinator) or coordinator.__base__ is not Coordinator, (
+            f"{scheme}:// declares no options_type"
+        )
+        assert options_table(declared) in (sys.modules[module].__doc__ or ""), scheme

@@ -159,12 +159,11 @@ def _add_id_commands(commands: Any, *, generator_options: bool = True) -> None:
         "--count", type=_positive_count, default=1, help="how many IDs; 0: until interrupted"
     )
     _add_format(generate, "one text form or JSON per line")
-    generate.add_argument(
-        "--coordinator",
-        metavar="URL",
-        help="where the identity comes from: a free one on this host (default, local://), "
-        "static://?generator=G (configured, held on this host), zk://host:port/root or "
-        "etcd://host:port/prefix (claimed, released on exit); IDMINT_COORDINATOR",
+    _add_coordinator(
+        generate,
+        "where the identity comes from: a free one on this host (default, local://), "
+        "static://?generator=G (configured, held on this host), or a pool it is claimed "
+        "from, released on exit",
     )
     names = (
         _add_scheme_flags(generate.add_argument_group("scheme options"), _generator_options())
@@ -173,6 +172,27 @@ def _add_id_commands(commands: Any, *, generator_options: bool = True) -> None:
     )
     generate.set_defaults(generator_options=names)
     _add_decode_encode(commands)
+
+
+class _DriverSchemes:
+    """The URL schemes of the installed coordinator drivers, read from package metadata
+    when a help text shows them (not at every start of the CLI)."""
+
+    def __str__(self) -> str:
+        from idmint.coordinate import DRIVERS
+
+        return ", ".join(f"{scheme}://" for scheme in DRIVERS.schemes())
+
+
+def _add_coordinator(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--coordinator URL``: ``what`` it is, then every registered driver's scheme."""
+    action = parser.add_argument(
+        "--coordinator",
+        metavar="URL",
+        help=f"{what}; a URL of any installed driver: %(schemes)s (their options: "
+        "docs/coordination.md); IDMINT_COORDINATOR",
+    )
+    setattr(action, "schemes", _DriverSchemes())  # noqa: B010 - argparse reads vars(action)
 
 
 # -- flags derived from the schemes ------------------------------------------------------
@@ -362,12 +382,7 @@ def _add_fleet_commands(commands: Any, *, serve_options: bool = True) -> None:
         description="List the held identities of a pool: who holds each, since when, and "
         "its high-water mark.",
     )
-    claims_list.add_argument(
-        "--coordinator",
-        metavar="URL",
-        help="the pool to list: this host's (default, local://), zk://host:port/root or "
-        "etcd://host:port/prefix; IDMINT_COORDINATOR",
-    )
+    _add_coordinator(claims_list, "the pool to list: this host's (default, local://), or another")
     _add_format(claims_list, "a table or JSON lines")
 
     discovery_commands = _command_group(commands, "discovery", "service discovery in ZooKeeper")

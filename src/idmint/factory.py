@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from idmint.coordinate import DEFAULT_COORDINATOR, CoordinatorUrl, connect
 from idmint.coordinate.base import Claim, Coordinator
+from idmint.coordinate.spaces import Space
 from idmint.errors import ConfigurationError
 from idmint.generate.core import COMMON_OPTIONS, TickGenerator
 from idmint.generate.generators import GENERATORS
@@ -211,10 +212,11 @@ def _given(options: Mapping[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in options.items() if value is not None}
 
 
-def _space(generator_class: GeneratorClass) -> str:
+def _space(generator_class: GeneratorClass) -> Space:
+    """The identity space the generator class names, which its claims are made in."""
     space = generator_class.space
     assert space is not None  # identity_free_because() answered for the others
-    return space
+    return Space.of(space)
 
 
 def _url(

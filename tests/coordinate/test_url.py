@@ -1,4 +1,4 @@
-"""Coordinator URLs: every malformed part is a ConfigurationError that names it.
+"""Coordinator URLs: every malformed part or option is a ConfigurationError that names it.
 
 URLs are split by the standard library (``urllib.parse``), hosts checked with
 ``ipaddress``; what used to get through as a 40-line traceback from deep in a
@@ -31,6 +31,42 @@ MALFORMED = [
     ("127.0.0.1:2181", "is not a URL"),
     ("://h:2181", "has no scheme"),
     ("nosuch://h:6379/x", "unknown coordinator scheme 'nosuch'"),
+    # Options, as each driver's declaration reads them (coordinate/options.py).
+    (
+        "memory://m?bogus=1",
+        "memory:// does not take option(s) bogus; it takes claim_timeout, cluster, "
+        "connect_timeout, generators, margin, skew, ttl, wait_timeout",
+    ),
+    (
+        "static://?generators=0-3",
+        "static:// does not take option(s) generators; it takes block, cluster, first, "
+        "generator, node, node_bits, ordinal",
+    ),
+    ("memory://m?ttl=0.1", "memory:// option ttl must be at least 0.5, got 0.1"),
+    ("local:///srv/ids?ttl=x", "local:// option ttl must be a number, got 'x'"),
+    ("memory://m?generators=0-2048", "generators=0-2048 must satisfy 0 <= LO <= HI <= 2047"),
+    ("memory://m?generators=a-b", "generators must look like LO-HI (e.g. 0-63), got 'a-b'"),
+    ("memory://m?cluster=16", "memory:// option cluster 16 is out of range; expected 0..15"),
+    ("memory://m?skew=-1", "memory:// option skew must be at least 0, got -1"),
+    ("zk://h:2181/r?session_timeout=0.5", "zk:// option session_timeout must be at least 1"),
+    ("zk://h:2181/r?queue=maybe", "zk:// option queue must be true or false, got 'maybe'"),
+    (
+        "zk://h:2181/r?group_size=300",
+        "zk:// option group_size 300 is out of range; expected 9..256",
+    ),
+    ("etcd://h:2379/p?ttl=2.5", "etcd:// option ttl must be whole seconds, got 2.5"),
+    ("etcd://h:2379/p?tls=maybe", "etcd:// option tls must be true or false, got 'maybe'"),
+    ("postgresql://u@h/db?table=a-b", "postgresql:// option table must be a plain identifier"),
+    ("postgresql://u@h/db?max_ttl=0.5", "postgresql:// option max_ttl must be at least 1"),
+    (
+        "redis://h/0?ttl=20",
+        "redis://h/0?ttl=20: ttl=20 is longer than max_ttl=10, the longest lease the pool "
+        "allows; give every claimant of the pool max_ttl=20 (or more), the same for all",
+    ),
+    ("redis://h/0?prefix=", "redis://h/0?prefix=: option prefix must be non-empty"),
+    ("static://?ordinal=node", "static:// option ordinal must be pod, got 'node'"),
+    ("static://?first=2", "static:// option first goes with ordinal=pod"),
+    ("static://?ordinal=pod&node=3", "static://?ordinal=pod takes the node from the pod's index"),
 ]
 
 

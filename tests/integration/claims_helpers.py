@@ -41,6 +41,7 @@ from tests.servers.zookeeper import ZooKeeperEnsemble
 
 from idmint import Uid64
 from idmint.coordinate import Claim, ClaimInfo, CoordinatorUrl, connect
+from idmint.coordinate.spaces import GENERATOR, SPACES
 from idmint.testing import HOOKS, Hooks
 from idmint.testing.minting import Minter, MintError, RenewalWatch, minting, wait_for_new_claim
 
@@ -321,7 +322,7 @@ class Backend:
         """The high-water mark recorded for ``generator`` (through the driver's hooks)."""
         with connect(self.url(root, ttl=None)) as coordinator:
             mark = self.hooks().read_mark(
-                coordinator, "generator", {"generator": generator, "cluster": cluster}
+                coordinator, GENERATOR, GENERATOR.identity(generator, cluster)
             )
         return None if mark is None else mark.to_json()
 
@@ -378,9 +379,9 @@ def settled_local_directory() -> Path:
     whose spaces were made long ago; the young-directory rule has tests of its own.
     """
     directory = Path(os.environ["IDMINT_LOCAL_DIR"]) / unique_root().strip("/")
-    for space in ("generator", "node", "short60"):
-        (directory / space).mkdir(parents=True)
-        (directory / space / ".created").write_text(json.dumps({"created_ms": 0}))
+    for space in SPACES:
+        (directory / space.name).mkdir(parents=True)
+        (directory / space.name / ".created").write_text(json.dumps({"created_ms": 0}))
     return directory
 
 

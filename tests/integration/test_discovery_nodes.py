@@ -83,6 +83,12 @@ def elastic64_on(url: str, **options: Any) -> Elastic64Generator:
     return generator
 
 
+def _first_id(claim: NodeIdClaim) -> Elastic64:
+    """The first ID a generator on ``claim`` mints (the generator closed after it)."""
+    with Elastic64Generator(claim=claim) as generator:
+        return generator.generate()
+
+
 def published_widths(client: KazooClient, root: str) -> dict[int, int]:
     """``{node: published width}`` for every held node ID."""
     widths: dict[int, int] = {}
@@ -479,11 +485,7 @@ def test_a_node_waits_for_its_narrower_twin_and_only_for_it(
             claim = claiming.result(15)
             assert claiming.done_at >= changed_at
             assert (claim.node, claim.width) == (264, 9)
-            generator = Elastic64Generator(claim=claim)
-            try:
-                first = generator.generate()
-            finally:
-                generator.close()
+            first = _first_id(claim)
             assert (first.node, first.node_bits) == (264, 9)
             assert first.timestamp_ms > twin_done
             assert first.timestamp_ms < not_twins_switched
@@ -539,11 +541,7 @@ def test_a_wider_node_starts_after_the_ids_a_departed_narrower_node_minted(
         wide_claim = coordinator_for(url).claim()
         try:
             assert (wide_claim.node, wide_claim.width) == (264, 9)
-            wide = Elastic64Generator(claim=wide_claim)
-            try:
-                first_wide = wide.generate()
-            finally:
-                wide.close()
+            first_wide = _first_id(wide_claim)
         finally:
             wide_claim.close()
     assert first_wide.timestamp_ms > last_narrow_ms, (

@@ -54,6 +54,17 @@ def registered(discovery: Discovery, service: str, **options: object) -> Iterato
         registration.close()
 
 
+REGISTER = ("discovery", "register", "--coordinator")
+"""``idmint discovery register --coordinator``: the URL follows."""
+
+BILLING_EU: dict[str, object] = {
+    "host": "10.0.0.7",
+    "port": 8080,
+    "endpoints": ["invoices", "tax:eu"],
+}
+"""An instance of the billing service, as the tests register it."""
+
+
 def nodes_of(instances: list[Instance]) -> list[int]:
     return [instance.node for instance in instances]
 
@@ -66,14 +77,7 @@ def test_registered_instances_are_listed_resolved_and_snapshotted(zk: ZooKeeperE
     with contextlib.ExitStack() as stack:
         discovery = stack.enter_context(Discovery(url))
         billing1 = stack.enter_context(
-            registered(
-                discovery,
-                "billing",
-                host="10.0.0.7",
-                port=8080,
-                endpoints=["invoices", "tax:eu"],
-                metadata={"zone": "a", "weight": 3},
-            )
+            registered(discovery, "billing", **BILLING_EU, metadata={"zone": "a", "weight": 3})
         )
         billing2 = stack.enter_context(
             registered(
@@ -239,9 +243,7 @@ def test_a_killed_instance_disappears_within_the_session_timeout(zk: ZooKeeperEn
     with Discovery(url) as discovery, contextlib.ExitStack() as stack:
         process = stack.enter_context(
             CliProcess(
-                "discovery",
-                "register",
-                "--coordinator",
+                *REGISTER,
                 url,
                 "--service",
                 "billing",
@@ -284,14 +286,7 @@ def test_a_registration_comes_back_after_its_session_expires(zk: ZooKeeperEnsemb
         reader = stack.enter_context(Discovery(url))
         observer = stack.enter_context(raw_client(zk))
         registration = stack.enter_context(
-            registered(
-                discovery,
-                "billing",
-                host="10.0.0.7",
-                port=8080,
-                endpoints=["invoices", "tax:eu"],
-                metadata={"zone": "a"},
-            )
+            registered(discovery, "billing", **BILLING_EU, metadata={"zone": "a"})
         )
         generator = registration.generator()
         stack.callback(generator.close)
@@ -458,9 +453,7 @@ def test_cli_register_holds_lists_and_leaves_on_sigterm(zk: ZooKeeperEnsemble) -
     # A long session timeout: the registration must go because it is closed, not expired.
     url = zk_url(zk, root, session_timeout=20)
     with CliProcess(
-        "discovery",
-        "register",
-        "--coordinator",
+        *REGISTER,
         url,
         "--service",
         "billing",
@@ -531,8 +524,6 @@ def test_cli_register_holds_lists_and_leaves_on_sigterm(zk: ZooKeeperEnsemble) -
 
 ZK = "<zk>"
 """Stands for the URL of the test server (and a fresh root) in the cases below."""
-
-REGISTER = ("discovery", "register", "--coordinator")
 
 
 @pytest.mark.parametrize(

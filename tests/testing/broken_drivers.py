@@ -13,13 +13,16 @@ any driver outside idmint is: the kit knows nothing of them but their URL.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from idmint.clock import Clock
-from idmint.coordinate import Claim, ClaimInfo, ClaimOptions, Coordinator, CoordinatorUrl
+from idmint.coordinate import DRIVERS, Claim, ClaimInfo, ClaimOptions, Coordinator, CoordinatorUrl
 from idmint.coordinate.memory import MemoryClaim, MemoryCoordinator
-from idmint.coordinate.url import COMMON_OPTIONS
+from idmint.coordinate.options import option, seconds
+from idmint.coordinate.spaces import Space
 from idmint.errors import CoordinationError
 
 PACKAGE = "broken-idmint-drivers"
@@ -36,18 +39,22 @@ class SharedIdClaim(Claim):
         pass
 
 
+@dataclass(frozen=True)
+class SharedIdOptions(ClaimOptions):
+    ttl_s: float = option("ttl", 2.0, "s; the claims' TTL", seconds())
+
+
 class SharedIdCoordinator(Coordinator):
+    options_type = SharedIdOptions
+
     def __init__(self, url: CoordinatorUrl) -> None:
-        url.check_known((*COMMON_OPTIONS, "ttl"))
-        self.url = url.redacted()
-        self.ttl_s = url.number("ttl", 2.0)
-        self._options_template = ClaimOptions.from_url(url)
+        self.ttl_s = self._take_url(url, SharedIdOptions).ttl_s
 
     def _new_claim(
         self,
         options: ClaimOptions,
         clock: Clock | None,
-        space: str,
+        space: Space,
         identity: Mapping[str, int] | None,
     ) -> Claim:
         return SharedIdClaim(options=options, ttl_s=self.ttl_s, clock=clock, description=self.url)
@@ -70,14 +77,28 @@ class NoFenceCoordinator(MemoryCoordinator):
     claim_type = NoFenceClaim
 
 
-def install(directory: Path, entry_points: str) -> Path:
+def install(directory: Path, entry_points: str, package: str = PACKAGE) -> Path:
     """A package's metadata in ``directory`` registering ``entry_points`` (the text of
     ``entry_points.txt``); put ``directory`` on the path for it to be found."""
-    info = directory / "broken_idmint_drivers-1.0.dist-info"
+    info = directory / f"{package.replace('-', '_')}-1.0.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {PACKAGE}\nVersion: 1.0\n")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text(entry_points)
     return directory
+
+
+@contextlib.contextmanager
+def installed(directory: Path, entry_points: str, package: str = PACKAGE) -> Iterator[Path]:
+    """:func:`install`'s package on this process's path for the block, the registries
+    reading package metadata afresh on its way in and out."""
+    site = install(directory, entry_points, package)
+    sys.path.insert(0, str(site))
+    DRIVERS.forget()
+    try:
+        yield site
+    finally:
+        sys.path.remove(str(site))
+        DRIVERS.forget()
 
 
 BROKEN = """\

@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.testing.broken_drivers import BROKEN, install
-
-from idmint.coordinate import DRIVERS
+from tests.testing.broken_drivers import BROKEN, installed
+from tests.testing.toy_lease_store import PACKAGE, REGISTERED
 
 
 @pytest.fixture
 def registered(tmp_path: Path) -> Iterator[Path]:
     """The broken drivers' package, on this process's path (its site directory)."""
-    site = install(tmp_path / "site", BROKEN)
-    sys.path.insert(0, str(site))
-    DRIVERS.forget()
-    try:
+    with installed(tmp_path / "site", BROKEN) as site:
         yield site
-    finally:
-        sys.path.remove(str(site))
-        DRIVERS.forget()
+
+
+@pytest.fixture
+def toy_site(tmp_path: Path) -> Iterator[Path]:
+    """The toy lease store's package, on this process's path (its site directory)."""
+    with installed(tmp_path / "site", REGISTERED, PACKAGE) as site:
+        yield site

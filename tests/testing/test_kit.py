@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.testing.broken_drivers import BROKEN, PACKAGE, install
+from tests.testing.broken_drivers import BROKEN, PACKAGE, install, installed
 
 from idmint import ConfigurationError, new_generator
-from idmint.coordinate import DRIVERS, connect, drivers
+from idmint.coordinate import connect, drivers
 from idmint.testing import CHECKS, run
 from idmint.testing.checks import by_name
 
@@ -192,22 +192,16 @@ def test_a_driver_registered_by_another_package_is_found(registered: Path) -> No
 
 
 def test_two_drivers_for_one_scheme_are_an_error_naming_both(tmp_path: Path) -> None:
-    site = install(
+    with installed(
         tmp_path / "site",
         "[idmint.coordinators]\nmemory = tests.testing.broken_drivers:SharedIdCoordinator\n",
-    )
-    sys.path.insert(0, str(site))
-    DRIVERS.forget()
-    try:
+    ) as site:
         with pytest.raises(ConfigurationError) as refused:
             connect("memory://two")
         with pytest.raises(ConfigurationError):
             new_generator("uid64", coordinator="memory://two")
         # Other schemes are untouched.
         connect("static://?generator=1").close()
-    finally:
-        sys.path.remove(str(site))
-        DRIVERS.forget()
     message = str(refused.value)
     assert "idmint.coordinate.memory:MemoryCoordinator (from idmint " in message, message
     assert f"tests.testing.broken_drivers:SharedIdCoordinator (from {PACKAGE} 1.0)" in message

@@ -17,8 +17,8 @@ scheme          driver                                          needs
 ==============  ==============================================  ===========================
 
 >>> coordinator = connect("static://?generator=5")
->>> coordinator.generator
-5
+>>> coordinator.configured_identity()
+{'generator': 5, 'cluster': 0}
 """
 
 from __future__ import annotations

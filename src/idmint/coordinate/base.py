@@ -53,10 +53,12 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Generic, Protocol, TypeVar
+from dataclasses import asdict, dataclass, replace
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from idmint.clock import SYSTEM_CLOCK, Clock
+from idmint.coordinate.options import ClaimOptions, UrlOptions
+from idmint.coordinate.spaces import GENERATOR, SPACES, Space
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import (
     ClaimLost,
@@ -82,10 +84,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("idmint.coordinate")
-
-SPACES = ("generator", "node", "short60")
-"""The kinds of identity, each a pool of its own: uid64 generator IDs, elastic64
-node IDs, short60 node IDs."""
 
 
 class ClaimState(str, enum.Enum):
@@ -163,8 +161,8 @@ class ClaimInfo:
     since_ms: int | None
     high_water_mark_ms: int | None
     state: str = "held"
-    space: str = "generator"
-    """Which kind of identity: ``generator`` (uid64), ``node`` (elastic64), ``short60``."""
+    space: str = GENERATOR.name
+    """Which kind of identity: the name of its space (:mod:`idmint.coordinate.spaces`)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -197,46 +195,6 @@ def holder_of(data: bytes) -> tuple[str, int | None]:
         return str(record.get("holder", "unknown")), since if isinstance(since, int) else None
     except (ValueError, AttributeError):
         return "unknown", None
-
-
-@dataclass(frozen=True)
-class ClaimOptions:
-    """The options every driver takes from its URL's query string.
-
-    ===================  =========  ==================================================
-    option               default    meaning
-    ===================  =========  ==================================================
-    ``generators``       all        ``LO-HI``: the generator IDs this client may claim
-    ``cluster``          ``0``      the cluster ID (must be in the coordinator's list)
-    ``claim_timeout``    ``30``     s to wait for a free identity before giving up
-    ``connect_timeout``  ``10``     s to wait for the coordinator at start
-    ``wait_timeout``     ``10``     s a generator waits for a suspended claim to
-                                    come back before raising
-    ``margin``           ``ttl/10``  s taken off the deadline (at least 0.2 s)
-    ``skew``             ``1``      s of clock-skew allowance in the hold-off
-    ===================  =========  ==================================================
-    """
-
-    pool: range = field(default_factory=lambda: range(2048))
-    cluster: int | None = None
-    claim_timeout_s: float = 30.0
-    connect_timeout_s: float = 10.0
-    wait_timeout_s: float = 10.0
-    margin_s: float | None = None
-    skew_ms: int = 1000
-
-    @classmethod
-    def from_url(cls, url: CoordinatorUrl, *, pool_size: int = 2048) -> ClaimOptions:
-        """The options a URL's query string gives (the table above), checked."""
-        return cls(
-            pool=url.pool("generators", pool_size),
-            cluster=url.integer("cluster", None, low=0, high=15),
-            claim_timeout_s=url.number("claim_timeout", 30.0),
-            connect_timeout_s=url.number("connect_timeout", 10.0, minimum=0.1),
-            wait_timeout_s=url.number("wait_timeout", 10.0),
-            margin_s=(url.number("margin", 0.0) if "margin" in url.options else None),
-            skew_ms=round(url.number("skew", 1.0) * 1000),
-        )
 
 
 class Fenceable(Protocol):
@@ -828,6 +786,7 @@ class ClaimSource(Protocol):
 
 
 SourceT = TypeVar("SourceT", bound=ClaimSource)
+OptionsT = TypeVar("OptionsT", bound=UrlOptions)
 
 
 class DriverClaim(Claim, Generic[SourceT]):
@@ -851,7 +810,7 @@ class DriverClaim(Claim, Generic[SourceT]):
         coordinator: SourceT,
         options: ClaimOptions,
         clock: Clock | None,
-        space: str = "generator",
+        space: Space = GENERATOR,
         identity: Mapping[str, int] | None = None,
     ) -> None:
         what = "identity" if identity is not None else f"{space} ID claim"
@@ -873,14 +832,12 @@ class DriverClaim(Claim, Generic[SourceT]):
 
     @property
     def cluster(self) -> int:
-        """The cluster claimed in: the URL's (generator IDs), else 0."""
-        return (self.options.cluster or 0) if self.space == "generator" else 0
+        """The cluster claimed in: the URL's, in a space with clusters; else 0."""
+        return (self.options.cluster or 0) if self.space.clustered else 0
 
     def _identity(self, number: int, cluster: int) -> dict[str, int]:
-        """Identity ``number`` of the space: a generator ID has a cluster, a node ID none."""
-        if self.space == "generator":
-            return {"generator": number, "cluster": cluster}
-        return {"node": number}
+        """Identity ``number`` of the pool (in ``cluster``), as the claim grants it."""
+        return self.space.identity(number, cluster)
 
     def _acquire(self) -> tuple[Mapping[str, int], int]:
         deadline = time.monotonic() + self._patience_s()
@@ -955,14 +912,20 @@ class Coordinator:
     """Where its claims are made (the URL without its options), for messages."""
     ttl_s: float
     """The session timeout or lease TTL its claims fence with."""
-    _options_template: ClaimOptions
+    options: ClaimOptions
+    """The claim options its URL gives (:class:`~idmint.coordinate.options.ClaimOptions`;
+    a driver's own, which add to them, where it claims from a pool)."""
+    options_type: ClassVar[type[UrlOptions]] = ClaimOptions
+    """The options its URLs take, declared (:mod:`idmint.coordinate.options`): its
+    ``__init__`` reads them with :meth:`_take_url`, and its docstring's table, the
+    docs' and ``--coordinator``'s help are made from them."""
 
     def __init__(self, url: CoordinatorUrl) -> None:
         raise NotImplementedError
 
     def _options_for(self, pool: range | None) -> ClaimOptions:
         """The URL's claim options, with the pool narrowed to what the scheme can hold."""
-        options = self._options_template
+        options = self.options
         if pool is None:
             return options
         narrowed = range(max(pool.start, options.pool.start), min(pool.stop, options.pool.stop))
@@ -978,24 +941,24 @@ class Coordinator:
         *,
         clock: Clock | None = None,
         pool: range | None = None,
-        space: str | None = None,
+        space: Space | str | None = None,
         identity: Mapping[str, int] | None = None,
     ) -> Claim:
         """Claim an identity (blocking); the claim renews itself until closed.
 
-        ``space`` says what kind: ``generator`` (uid64: identity ``{"generator",
-        "cluster"}``), ``node`` (elastic64: ``{"node"}``, width 8) or ``short60``
-        (``{"node"}``, 0..511); each space is a pool of its own; by default the
-        driver's ``default_space``. ``pool`` narrows the IDs to what the scheme
-        can hold. ``identity`` asks for exactly that one (a configured identity),
-        where the driver holds configured ones.
+        ``space`` says what kind (:mod:`idmint.coordinate.spaces`, or its name): each
+        space is a pool of its own; by default the driver's ``default_space``.
+        ``pool`` narrows the IDs to what the scheme can hold. ``identity`` asks for
+        exactly that one (a configured identity), where the driver holds configured
+        ones.
         """
-        space = space or self.default_space
+        space = self.default_space if space is None else Space.of(space)
         if identity is None:
             identity = self.identity_in(space)
         if space not in self.spaces:
             raise ConfigurationError(
-                f"{self.url} claims no {space!r} identities; it claims {', '.join(self.spaces)}"
+                f"{self.url} claims no '{space}' identities; it claims "
+                + ", ".join(map(str, self.spaces))
             )
         if identity is not None and not self.holds_configured_identities:
             raise ConfigurationError(
@@ -1008,10 +971,10 @@ class Coordinator:
     holds_configured_identities: bool = False
     """Whether :meth:`claim` takes an ``identity`` (a configured one) to hold."""
 
-    default_space: str = "generator"
+    default_space: Space = GENERATOR
     """The space :meth:`claim` claims in when none is named."""
 
-    spaces: tuple[str, ...] = SPACES
+    spaces: tuple[Space, ...] = SPACES
     """The spaces it claims in."""
 
     identity_block: int | None = None
@@ -1037,33 +1000,35 @@ class Coordinator:
         self,
         options: ClaimOptions,
         clock: Clock | None,
-        space: str,
+        space: Space,
         identity: Mapping[str, int] | None,
     ) -> Claim:
         """The driver's claim for ``space`` (not started: :meth:`claim` starts it)."""
         source, claim_type = self._claimed_by(space)
         return claim_type(source, options, clock, space, identity)
 
-    def _claimed_by(self, space: str) -> tuple[ClaimSource, type[DriverClaim[Any]]]:
+    def _claimed_by(self, space: Space) -> tuple[ClaimSource, type[DriverClaim[Any]]]:
         """What makes the claims of ``space``: the source they read, and their class
         (default: this coordinator and :attr:`claim_type`)."""
         return self, self.claim_type
 
-    def identity_in(self, space: str) -> dict[str, int] | None:
+    def identity_in(self, space: Space) -> dict[str, int] | None:
         """The identity a claim of ``space`` holds when none is asked for: the URL's
         configured one (``static://``); None (the default): a free one."""
         return None
 
     def _take_url(
-        self, url: CoordinatorUrl, known: Sequence[str], *, needs_hosts: bool = False
-    ) -> None:
-        """Check ``url``'s options (and hosts), and keep what every driver keeps of it:
-        ``url`` (password hidden) and the common claim options."""
-        url.check_known(known)
+        self, url: CoordinatorUrl, options_type: type[OptionsT], *, needs_hosts: bool = False
+    ) -> OptionsT:
+        """Read ``url``'s options as ``options_type`` (the driver's :attr:`options_type`)
+        declares them, check its hosts, and keep what every driver keeps of it: ``url``
+        (password hidden) and the claim options. Returns the options read."""
+        options = options_type.from_url(url)
         if needs_hosts and not url.hosts:
             raise ConfigurationError(f"{url.redacted()}: give at least one host:port")
         self.url = url.redacted()
-        self._options_template = ClaimOptions.from_url(url)
+        self.options = options if isinstance(options, ClaimOptions) else ClaimOptions()
+        return options
 
     def list_claims(self) -> Sequence[ClaimInfo]:
         raise NotImplementedError

@@ -10,28 +10,17 @@ The prefix defaults to ``/idmint``. The driver speaks etcd's JSON gateway
 between the hosts given: a request that cannot reach one member is retried on
 the next. Nothing needs installing.
 
-==================== ========= ======================================================
-option               default   meaning
-==================== ========= ======================================================
-``ttl``              ``10``    s; the lease TTL (the deadline's basis)
-``tls``              ``false`` use https (``etcds://`` sets it)
-``ca``               system    CA bundle to verify the servers with
-``cert``, ``key``    none      client certificate and key (mutual TLS)
-``timeout``          ``2``     s per request before trying the next host
-``generators``       all       ``LO-HI``: the generator IDs this client may claim
-``cluster``          list      one cluster ID from ``cluster-id`` to claim in
-``claim_timeout``    ``30``    s to wait for a free generator ID
-``connect_timeout``  ``10``    s to wait for the cluster at start
-``wait_timeout``     ``10``    s a generator waits for a lapsed claim to recover
-``margin``           ttl/10    s taken off the TTL for the deadline
-``skew``             ``1``     s of clock-skew allowance in the hold-off
-==================== ========= ======================================================
+The options (:class:`EtcdOptions`; this table is made from its declaration):
+
+{options}
 
 With ``user:password`` the client authenticates (``/v3/auth/authenticate``)
 and sends the token with every request, authenticating again when a member
 no longer knows it.
 
-Keys under the prefix (java-uniqueid 4.x's, plus ``hwm``)::
+Keys of the generator space under the prefix (java-uniqueid 4.x's, plus ``hwm``;
+every other space has its ``pool`` and ``hwm`` under ``<prefix>/<space>``, cluster
+0: :mod:`idmint.coordinate.spaces`)::
 
     <prefix>/cluster-id               comma-separated cluster IDs ("0", "1, 2")
     <prefix>/pool/<cluster>:<gen>     the claim: bound to the holder's lease,
@@ -61,6 +50,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from idmint.coordinate.base import (
@@ -71,7 +61,17 @@ from idmint.coordinate.base import (
     holder_description,
     holder_of,
 )
-from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
+from idmint.coordinate.options import (
+    ClaimOptions,
+    TlsOptions,
+    option,
+    seconds,
+    ttl,
+    whole_seconds,
+    with_options_table,
+)
+from idmint.coordinate.spaces import GENERATOR, SPACES, Space
+from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import (
     ConfigurationError,
     CoordinationError,
@@ -80,13 +80,25 @@ from idmint.errors import (
 )
 from idmint.waiting import noticed_if_slow
 
-__all__ = ["EtcdClaim", "EtcdCoordinator", "EtcdGateway"]
+__all__ = ["EtcdClaim", "EtcdCoordinator", "EtcdGateway", "EtcdOptions"]
 
 log = logging.getLogger("idmint.coordinate.etcd")
 
 DEFAULT_PREFIX = "/idmint"
 DEFAULT_TTL_S = 10.0
-OPTIONS = (*COMMON_OPTIONS, "ttl", "tls", "ca", "cert", "key", "timeout")
+
+
+@dataclass(frozen=True)
+class EtcdOptions(ClaimOptions, TlsOptions):
+    """The options of an ``etcd://`` URL."""
+
+    ttl_s: float = ttl(DEFAULT_TTL_S, whole_seconds(minimum=2))
+    timeout_s: float = option(
+        "timeout", 2.0, "s per request before trying the next host", seconds(minimum=0.1)
+    )
+
+
+__doc__ = with_options_table(__doc__, EtcdOptions)
 
 
 def _b64(data: str | bytes) -> str:
@@ -394,8 +406,8 @@ class EtcdClaim(DriverClaim["EtcdCoordinator"]):
         self._lease_sent_mono = self.clock.monotonic_ns()
         lease = self._gateway.grant(int(self.ttl_s))
         try:
-            # Only generator IDs belong to clusters; other spaces are one pool (0).
-            clusters = self.coordinator.clusters() if self.space == "generator" else [0]
+            # A space without clusters is one pool (cluster 0).
+            clusters = self.coordinator.clusters() if self.space.clustered else [0]
             self._claiming = _Claiming(lease, clusters, self.options.pool)
             return super()._acquire()
         except BaseException:
@@ -599,22 +611,20 @@ class EtcdCoordinator(Coordinator):
     """An etcd cluster used as a pool of generator IDs (see the module docs)."""
 
     claim_type = EtcdClaim
+    options_type = EtcdOptions
 
     def __init__(self, url: CoordinatorUrl) -> None:
-        self._take_url(url, OPTIONS, needs_hosts=True)
+        options = self._take_url(url, EtcdOptions, needs_hosts=True)
         self.prefix = (url.path or DEFAULT_PREFIX).rstrip("/")
-        self.ttl_s = url.number("ttl", DEFAULT_TTL_S, minimum=2)
-        if self.ttl_s != int(self.ttl_s):
-            raise ConfigurationError(f"etcd:// option ttl must be whole seconds, got {self.ttl_s}")
-        tls = url.flag("tls", url.scheme == "etcds") or bool(url.options.get("ca"))
+        self.ttl_s = options.ttl_s
         self.hosts = tuple((host, port or 2379) for host, port in url.hosts)
         self.gateway = EtcdGateway(
             self.hosts,
-            tls=tls,
-            ca=url.options.get("ca"),
-            cert=url.options.get("cert"),
-            key=url.options.get("key"),
-            timeout_s=url.number("timeout", 2.0, minimum=0.1),
+            tls=options.uses_tls(url, "etcds"),
+            ca=options.ca,
+            cert=options.cert,
+            key=options.key,
+            timeout_s=options.timeout_s,
             username=url.username,
             password=url.password,
         )
@@ -628,7 +638,7 @@ class EtcdCoordinator(Coordinator):
 
     def _check_reachable(self) -> None:
         """Wait up to ``connect_timeout`` for a member to answer, and not much longer."""
-        connect_timeout = self._options_template.connect_timeout_s
+        connect_timeout = self.options.connect_timeout_s
         deadline = time.monotonic() + connect_timeout
         with noticed_if_slow(f"etcd at {self.description}", connect_timeout) as waited:
             while True:
@@ -661,7 +671,7 @@ class EtcdCoordinator(Coordinator):
         key = f"{self.prefix}/cluster-id"
         found = self.gateway.get(key)
         if found is None:
-            default = str(self._options_template.cluster or 0)
+            default = str(self.options.cluster or 0)
             self.gateway.txn(
                 f"creating {key}",
                 {
@@ -684,7 +694,7 @@ class EtcdCoordinator(Coordinator):
             raise ConfigurationError(
                 f"{key} holds {text!r}; expected comma-separated cluster IDs such as '0' or '1, 2'"
             ) from None
-        wanted = self._options_template.cluster
+        wanted = self.options.cluster
         if wanted is not None:
             if wanted not in clusters:
                 raise ConfigurationError(
@@ -693,13 +703,13 @@ class EtcdCoordinator(Coordinator):
             return [wanted]
         return clusters
 
-    def space_prefix(self, space: str) -> str:
-        """Where a space's ``pool`` and ``hwm`` keys live: the prefix itself for
-        generator IDs (java-uniqueid's layout), ``<prefix>/<space>`` for the others."""
-        return self.prefix if space == "generator" else f"{self.prefix}/{space}"
+    def space_prefix(self, space: Space) -> str:
+        """Where a space's ``pool`` and ``hwm`` keys live: the prefix itself for the
+        space java-uniqueid shares, ``<prefix>/<space>`` for the others."""
+        return space.within(self.prefix)
 
     def read_marks(
-        self, space: str = "generator"
+        self, space: Space = GENERATOR
     ) -> dict[tuple[int, int], tuple[HighWaterMark, int]]:
         """Every high-water mark of ``space``: (cluster, ID) -> (mark, mod_revision)."""
         marks = {}
@@ -711,7 +721,7 @@ class EtcdCoordinator(Coordinator):
 
     def list_claims(self) -> list[ClaimInfo]:
         rows: list[ClaimInfo] = []
-        for space in ("generator", "node", "short60"):
+        for space in SPACES:
             marks = self.read_marks(space)
             found = []
             for key, value, _kv in self.gateway.get_prefix(f"{self.space_prefix(space)}/pool/"):
@@ -727,7 +737,7 @@ class EtcdCoordinator(Coordinator):
                         holder=holder,
                         since_ms=since,
                         high_water_mark_ms=mark[0].ceiling_ms if mark else None,
-                        space=space,
+                        space=space.name,
                     )
                 )
             rows += sorted(found, key=lambda row: (row.cluster, row.generator))

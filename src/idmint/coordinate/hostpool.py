@@ -92,7 +92,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from idmint.coordinate.base import SPACES, HighWaterMark
+from idmint.coordinate.base import HighWaterMark
+from idmint.coordinate.spaces import SPACES
 from idmint.errors import ConfigurationError, CoordinatorUnavailable, VolatileMarks
 
 try:
@@ -354,7 +355,7 @@ class HostPool:
                 seen.add(found)
                 yield found
         for holds in (self.location.persistent / HOLDS, self.location.volatile / VOLATILE_HOLDS):
-            for space in SPACES:
+            for space in (known.name for known in SPACES):
                 try:
                     entries = list(os.scandir(holds / space))
                 except FileNotFoundError:

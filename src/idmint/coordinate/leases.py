@@ -71,6 +71,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar
 
 from idmint.coordinate.base import ClaimSource, DriverClaim, HighWaterMark, holder_description
+from idmint.coordinate.options import ClaimOptions, option, seconds, ttl
+from idmint.coordinate.spaces import Space
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import (
     ConfigurationError,
@@ -81,12 +83,12 @@ from idmint.errors import (
 
 __all__ = [
     "DEFAULT_TTL_S",
-    "OPTIONS",
     "STEP_BACK_SLACK_MS",
     "Free",
+    "Lease",
     "LeaseClaim",
+    "LeaseOptions",
     "LeaseStore",
-    "LeaseTimes",
     "Look",
     "PoolRecord",
     "SharedClients",
@@ -105,34 +107,34 @@ live holder renews it again within a third of its TTL."""
 DEFAULT_TTL_S = 10.0
 """A lease's TTL, and the pool's ``max_ttl``, where the URL gives none."""
 
-OPTIONS = ("ttl", "max_ttl", "timeout")
-"""The options every lease store takes beside :data:`idmint.coordinate.url.COMMON_OPTIONS`."""
-
 
 @dataclass(frozen=True)
-class LeaseTimes:
-    """A lease store's times, from its URL: ``ttl``, ``max_ttl`` and ``timeout``."""
+class LeaseOptions(ClaimOptions):
+    """The options every lease store takes (a driver's own add to them)."""
 
-    ttl_s: float
-    """This claimant's lease."""
-    max_ttl_s: float
-    """The longest lease any claimant of the pool may hold: what a claimant the
-    store cannot vouch for waits out (see the module docs)."""
-    timeout_s: float
-    """How long one request may take before it counts as failed."""
+    ttl_s: float = ttl(DEFAULT_TTL_S, seconds(minimum=1))
+    max_ttl_s: float = option(
+        "max_ttl",
+        DEFAULT_TTL_S,
+        "s; the longest `ttl` any claimant of the pool may use, the same for all: what a "
+        "claimant the store cannot vouch for waits out (see `idmint.coordinate.leases`)",
+        seconds(minimum=1),
+    )
+    timeout_s: float = option(
+        "timeout",
+        2.0,
+        "s a request may take before it counts as failed",
+        seconds(minimum=0.1),
+    )
 
-    @classmethod
-    def from_url(cls, url: CoordinatorUrl) -> LeaseTimes:
-        """The URL's times, checked: a ``ttl`` longer than ``max_ttl`` is refused."""
-        ttl_s = url.number("ttl", DEFAULT_TTL_S, minimum=1)
-        max_ttl_s = url.number("max_ttl", DEFAULT_TTL_S, minimum=1)
-        if ttl_s > max_ttl_s:
+    def check(self, url: CoordinatorUrl) -> None:
+        """A ``ttl`` longer than ``max_ttl`` is refused."""
+        if self.ttl_s > self.max_ttl_s:
             raise ConfigurationError(
-                f"{url.redacted()}: ttl={ttl_s:g} is longer than max_ttl={max_ttl_s:g}, the "
-                f"longest lease the pool allows; give every claimant of the pool max_ttl="
-                f"{ttl_s:g} (or more), the same for all"
+                f"{url.redacted()}: ttl={self.ttl_s:g} is longer than max_ttl="
+                f"{self.max_ttl_s:g}, the longest lease the pool allows; give every claimant "
+                f"of the pool max_ttl={self.ttl_s:g} (or more), the same for all"
             )
-        return cls(ttl_s, max_ttl_s, url.number("timeout", 2.0, minimum=0.1))
 
 
 ResultT = TypeVar("ResultT")
@@ -259,6 +261,17 @@ class Free:
 
 
 @dataclass(frozen=True)
+class Lease:
+    """A lease a claimant holds: an identity of a space's pool, and the claimant's token."""
+
+    space: Space
+    cluster: int
+    number: int
+    token: str
+    """The claimant's random token, which the lease carries while it is theirs."""
+
+
+@dataclass(frozen=True)
 class Look:
     """One look at a pool: the store's incarnation, the pool's record, free identities."""
 
@@ -303,42 +316,25 @@ class LeaseStore(Protocol):
 
     description: str
 
-    def look(self, space: str, cluster: int, pool: range, *, start: int, want: int | None) -> Look:
+    def look(
+        self, space: Space, cluster: int, pool: range, *, start: int, want: int | None
+    ) -> Look:
         """Up to ``want`` free identities of ``pool`` (all if None), from ``start`` on."""
         ...
 
-    def take(self, space: str, attempt: Take) -> int | None:
+    def take(self, space: Space, attempt: Take) -> int | None:
         """Take ``attempt.free`` if it is still free (or already ours by the token),
         its mark and the store's incarnation unchanged; write the lease, the mark
         and the record. The pool's generation, or None if it is not ours."""
         ...
 
-    def renew(
-        self,
-        space: str,
-        cluster: int,
-        number: int,
-        *,
-        token: str,
-        ttl_ms: int,
-        mark: HighWaterMark,
-        generation: int,
-    ) -> int | None:
-        """Extend our lease and write ``mark`` if the lease still carries ``token``:
-        the pool's generation, or None if the lease is not ours."""
+    def renew(self, lease: Lease, ttl_ms: int, mark: HighWaterMark, generation: int) -> int | None:
+        """Extend ``lease`` by ``ttl_ms`` and write ``mark`` if it still carries our
+        token: the pool's generation, or None if the lease is not ours."""
         ...
 
-    def release(
-        self,
-        space: str,
-        cluster: int,
-        number: int,
-        *,
-        token: str,
-        mark: HighWaterMark | None,
-        generation: int,
-    ) -> None:
-        """End our lease (if it still carries ``token``), writing ``mark`` if given."""
+    def release(self, lease: Lease, mark: HighWaterMark | None, generation: int) -> None:
+        """End ``lease`` (if it still carries our token), writing ``mark`` if given."""
         ...
 
 
@@ -347,7 +343,7 @@ class LeaseSource(ClaimSource, Protocol):
 
     store: LeaseStore
     max_ttl_s: float
-    """The pool's longest lease (:attr:`LeaseTimes.max_ttl_s`)."""
+    """The pool's longest lease (:attr:`LeaseOptions.max_ttl_s`)."""
 
 
 class LeaseClaim(DriverClaim[LeaseSource]):
@@ -359,7 +355,8 @@ class LeaseClaim(DriverClaim[LeaseSource]):
         self.renew_every_s = min(self.ttl_s / 3, (self.ttl_s - self.margin_s) / 2)
         self.store = self.coordinator.store
         self.max_ttl_ms = round(self.coordinator.max_ttl_s * 1000)
-        self._held: tuple[int, int] | None = None
+        self.lease: Lease | None = None
+        """The lease held; None while none is."""
         self._token = ""
         self._generation = 0
         """The pool's generation after our last write (see :class:`LeaseStore`)."""
@@ -372,17 +369,11 @@ class LeaseClaim(DriverClaim[LeaseSource]):
     def ttl_ms(self) -> int:
         return round(self.ttl_s * 1000)
 
-    @property
-    def lease(self) -> tuple[int, int, str] | None:
-        """The lease held: (cluster, number, token); None while none is."""
-        held = self._held
-        return None if held is None else (*held, self._token)
-
     def _acquire(self) -> tuple[Mapping[str, int], int]:
         # A token per claim: a retried take is recognised as ours, a later
         # claim is not mistaken for this one.
         self._token = uuid.uuid4().hex
-        self._held = None
+        self.lease = None
         self._unanswered = None
         return super()._acquire()
 
@@ -474,7 +465,7 @@ class LeaseClaim(DriverClaim[LeaseSource]):
                 if record_update is not None:
                     break  # another claimant may have written the record first
                 continue
-            self._held = (free.cluster, free.number)
+            self.lease = Lease(self.space, free.cluster, free.number, self._token)
             self._generation = generation
             self.proven = proven
             # The lease's expiry was set by the store after we sent the take.
@@ -529,44 +520,32 @@ class LeaseClaim(DriverClaim[LeaseSource]):
                     raise
 
     def _renew(self, ceiling_ms: int) -> bool:
-        held = self._held
-        if held is None:
+        if self.lease is None:
             return False
-        generation = self.store.renew(
-            self.space,
-            *held,
-            token=self._token,
-            ttl_ms=self.ttl_ms,
-            mark=self._mark(ceiling_ms),
-            generation=self._generation,
-        )
+        mark = self._mark(ceiling_ms)
+        generation = self.store.renew(self.lease, self.ttl_ms, mark, self._generation)
         if generation is None:
             return False
         self._generation = generation
         return True
 
     def _release(self, final_ceiling_ms: int | None) -> None:
-        held, self._held = self._held, None
-        if held is None:
-            return
-        mark = None if final_ceiling_ms is None else self._mark(final_ceiling_ms, released=True)
-        self.store.release(
-            self.space, *held, token=self._token, mark=mark, generation=self._generation
-        )
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            mark = None if final_ceiling_ms is None else self._mark(final_ceiling_ms, released=True)
+            self.store.release(lease, mark, self._generation)
 
     def _reclaim(self) -> None:
-        held, self._held = self._held, None
-        if held is not None:
+        lease, self.lease = self.lease, None
+        if lease is not None:
             # Most likely gone already; if not, it lapses by itself.
             with contextlib.suppress(CoordinationError):
-                self.store.release(
-                    self.space, *held, token=self._token, mark=None, generation=self._generation
-                )
+                self.store.release(lease, None, self._generation)
         super()._reclaim()
 
     def _forget(self) -> None:
         # The lease is the parent's: nothing of it may be touched from here.
-        self._held = None
+        self.lease = None
 
 
 ClientT = TypeVar("ClientT")

@@ -13,24 +13,14 @@ names no directory, is a pool of the operator's own: lock files in ``DIR``,
 shared by exactly the processes that see that directory. ``DIR`` must be
 absolute (a pool must not depend on the working directory) and not ``/``.
 
-===================  =========  ==================================================
-option               default    meaning
-===================  =========  ==================================================
-``ttl``              ``1``      s; how far ahead of the clock each renewal lets
-                                generators mint (a crashed holder's successor
-                                waits at most this long for its clock)
-``generators``       all        ``LO-HI``: the IDs this process may claim
-``cluster``          ``0``      the uid64 cluster ID
-``claim_timeout``    ``30``     s to wait for a free ID before ``PoolExhausted``
-``wait_timeout``     ``10``     s a generator waits for its claim before raising
-``margin``           ``0.2``    s taken off the deadline
-``skew``             ``1``      s added to the hold-off of a released or crashed ID
-``connect_timeout``  ``10``     accepted for symmetry; there is nothing to connect to
-===================  =========  ==================================================
+The options (:class:`LocalOptions`; this table is made from its declaration):
 
-Keys: ``space`` is ``generator`` (uid64; key ``<cluster>-<generator>``),
-``node`` (elastic64; key ``node mod 256``, so IDs of any two holders differ in
-their low eight bits whatever widths they use) or ``short60`` (key: the node).
+{options}
+
+An identity's key in its space's pool (:func:`lock_key`): ``<cluster>-<ID>`` in a
+space with clusters (uid64's generator IDs), the ID mod the space's size in one
+without (elastic64's node ID mod 256, so IDs of any two holders differ in their
+low eight bits whatever widths they use; short60's node ID itself).
 
 A directory pool's layout::
 
@@ -76,11 +66,11 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from idmint.coordinate.base import (
-    SPACES,
     ClaimInfo,
     Coordinator,
     DriverClaim,
@@ -98,7 +88,9 @@ from idmint.coordinate.hostpool import (
     try_lock,
     write_atomically,
 )
-from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
+from idmint.coordinate.options import ClaimOptions, seconds, ttl, with_options_table
+from idmint.coordinate.spaces import SPACES, Space
+from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import (
     ConfigurationError,
     CoordinatorUnavailable,
@@ -109,14 +101,13 @@ __all__ = [
     "DEFAULT_TTL_S",
     "LocalClaim",
     "LocalCoordinator",
+    "LocalOptions",
     "configured_directory",
     "lock_key",
 ]
 
 DEFAULT_TTL_S = 1.0
-OPTIONS = (*COMMON_OPTIONS, "ttl")
 DIRECTORY_VARIABLE = "IDMINT_LOCAL_DIR"
-NODE_KEY_BITS = 8  # elastic64's narrowest width: holders differ in these bits
 # A static identity found held is tried again for this long: `claims list`
 # probes each lock for a moment, which must not make a starting process refuse.
 FIXED_RETRY_S = 0.25
@@ -124,6 +115,16 @@ FIXED_RETRY_S = 0.25
 # was written to hold the ID back, or the clock is badly wrong. Either way the
 # ID is skipped, and named if nothing else is free.
 IMPLAUSIBLE_AHEAD_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class LocalOptions(ClaimOptions):
+    """The options of a ``local://`` URL."""
+
+    ttl_s: float = ttl(DEFAULT_TTL_S, seconds(minimum=0.5))
+
+
+__doc__ = with_options_table(__doc__, LocalOptions)
 
 
 def configured_directory(url_path: str = "") -> Path | None:
@@ -150,13 +151,13 @@ def configured_directory(url_path: str = "") -> Path | None:
     return Path(named)
 
 
-def lock_key(space: str, identity: Mapping[str, int]) -> str:
-    """The name of ``identity`` in ``space``'s pool (a lock file's, without suffix)."""
-    if space == "generator":
-        return f"{identity.get('cluster', 0)}-{identity['generator']}"
-    if space == "node":
-        return str(identity["node"] % (1 << NODE_KEY_BITS))
-    return str(identity["node"])
+def lock_key(space: Space, identity: Mapping[str, int]) -> str:
+    """The name of ``identity`` in ``space``'s pool (a lock file's, without suffix):
+    ``<cluster>-<ID>`` where the space has clusters, else the ID mod the space's size
+    (an identity wider than the pool, a configured elastic64 node ID, is held by the
+    bits in which holders of any width differ)."""
+    cluster, number = space.numbered(identity)
+    return f"{cluster}-{number}" if space.clustered else str(number % space.size)
 
 
 class Hold(Protocol):
@@ -213,7 +214,7 @@ class LocalClaim(DriverClaim["LocalCoordinator"]):
         self._young_floor_ms = -1
         if isinstance(self._pool, DirectoryPool):
             self._young_floor_ms = self._pool.young_floor_ms(
-                self.space, self.clock.time_ns() // 1_000_000, round(self.ttl_s * 1000)
+                self.space.name, self.clock.time_ns() // 1_000_000, round(self.ttl_s * 1000)
             )
         return super()._acquire()
 
@@ -223,13 +224,13 @@ class LocalClaim(DriverClaim["LocalCoordinator"]):
         now_ms = self.clock.time_ns() // 1_000_000
         for identity in self._candidates(self.cluster):
             key = lock_key(self.space, identity)
-            hold = pool.hold(self.space, key)
+            hold = pool.hold(self.space.name, key)
             if hold is None:
                 self._found_held()
                 continue
             try:
-                mark, record = pool.read_mark(self.space, key)
-                pool.check_views(self.space, key)
+                mark, record = pool.read_mark(self.space.name, key)
+                pool.check_views(self.space.name, key)
                 skip = mark is not None and self._skips(key, mark, record, now_ms)
             except BaseException:
                 hold.close()
@@ -264,7 +265,7 @@ class LocalClaim(DriverClaim["LocalCoordinator"]):
         if mark.ceiling_ms > now_ms + IMPLAUSIBLE_AHEAD_MS:
             self._implausible.append((key, mark))
             return True
-        return self._held_off((self.space, key), mark, now_ms)
+        return self._held_off(key, mark, now_ms)
 
     def _maybe_live(
         self, key: str, mark: HighWaterMark, record: Mapping[str, object], now_ms: int
@@ -314,7 +315,7 @@ class LocalClaim(DriverClaim["LocalCoordinator"]):
     def _nothing_free(self) -> Exception:
         if self._fixed is not None:
             key = lock_key(self.space, self._fixed)
-            return self._in_use(key, self._pool.read_mark(self.space, key)[1])
+            return self._in_use(key, self._pool.read_mark(self.space.name, key)[1])
         error = super()._nothing_free()
         if self._implausible:
             key, mark = self._implausible[0]
@@ -337,7 +338,7 @@ class LocalClaim(DriverClaim["LocalCoordinator"]):
     def _write_mark(self, mark: HighWaterMark) -> None:
         assert self._key is not None
         record = {**mark.to_json(), "since_ms": self._since_ms, "pid": os.getpid()}
-        self._pool.write_mark(self.space, self._key, record)
+        self._pool.write_mark(self.space.name, self._key, record)
 
     def _final_mark_writer(self) -> Callable[[HighWaterMark], object] | None:
         return self._write_mark if self._hold is not None and self._hold.intact() else None
@@ -362,11 +363,12 @@ class LocalCoordinator(Coordinator):
     """This host's pool of identities, or a directory of lock files."""
 
     claim_type = LocalClaim
+    options_type = LocalOptions
 
     def __init__(self, url: CoordinatorUrl, *, default: bool = False) -> None:
         if not FLOCK:  # pragma: no cover - not POSIX
             raise ConfigurationError("local:// needs POSIX file locks (fcntl), not on this OS")
-        self._take_url(url, OPTIONS)
+        options = self._take_url(url, LocalOptions)
         if url.hosts:
             raise ConfigurationError(
                 f"local:// takes a directory, not a host ({url.hosts_text()}); write "
@@ -375,7 +377,7 @@ class LocalCoordinator(Coordinator):
         self.directory = configured_directory(url.path)
         self.pool: Pool = HostPool() if self.directory is None else DirectoryPool(self.directory)
         self.description = self.pool.description
-        self.ttl_s = url.number("ttl", DEFAULT_TTL_S, minimum=0.5)
+        self.ttl_s = options.ttl_s
         self.default = default
 
     @classmethod
@@ -486,12 +488,12 @@ class DirectoryPool:
 
     def held(self) -> Iterator[tuple[str, str]]:
         for space in SPACES:
-            path = self.directory / space
+            path = self.directory / space.name
             if not path.is_dir():
                 continue
             for lock in path.glob("*.lock"):
                 if is_locked(lock):
-                    yield space, lock.name[: -len(".lock")]
+                    yield space.name, lock.name[: -len(".lock")]
 
     def read_mark(self, space: str, key: str) -> tuple[HighWaterMark | None, dict[str, object]]:
         path = self.directory / space / f"{key}.mark"

@@ -20,17 +20,9 @@ it can be made to fail on demand like a real server:
   real server expires them;
 * :meth:`MemoryCoordinator.mark` reads an identity's high-water mark.
 
-==================  =========  ==============================================
-option              default    meaning
-==================  =========  ==============================================
-``ttl``             ``2``      s; the session TTL (the deadline's basis)
-``generators``      all        ``LO-HI``: the IDs this client may claim
-``cluster``         ``0``      the uid64 cluster ID
-``claim_timeout``   ``30``     s to wait for a free ID
-``wait_timeout``    ``10``     s a generator waits for its claim
-``margin``          ttl/10     s taken off the deadline
-``skew``            ``1``      s of clock-skew allowance in the hold-off
-==================  =========  ==============================================
+The options (:class:`MemoryOptions`; this table is made from its declaration):
+
+{options}
 
 Pass a :class:`~idmint.clock.ManualClock` as the claim's clock to
 drive time by hand: deadlines and high-water marks then follow it.
@@ -53,16 +45,27 @@ from idmint.coordinate.base import (
     HighWaterMark,
     holder_description,
 )
-from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
+from idmint.coordinate.options import ClaimOptions, seconds, ttl, with_options_table
+from idmint.coordinate.spaces import Space
+from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import ConfigurationError, CoordinatorUnavailable
 
-__all__ = ["MemoryClaim", "MemoryCoordinator"]
+__all__ = ["MemoryClaim", "MemoryCoordinator", "MemoryOptions"]
 
 DEFAULT_TTL_S = 2.0
-OPTIONS = (*COMMON_OPTIONS, "ttl")
+
+
+@dataclass(frozen=True)
+class MemoryOptions(ClaimOptions):
+    """The options of a ``memory://`` URL."""
+
+    ttl_s: float = ttl(DEFAULT_TTL_S, seconds(minimum=0.5))
+
+
+__doc__ = with_options_table(__doc__, MemoryOptions)
 
 Key = tuple[str, int, int]
-"""(space, cluster, ID)."""
+"""(space's name, cluster, ID)."""
 
 
 @dataclass
@@ -143,7 +146,7 @@ class MemoryClaim(DriverClaim["MemoryCoordinator"]):
             pool.request()
             now_ms = self.clock.time_ns() // 1_000_000
             for number in self.options.pool:
-                key = (self.space, self.cluster, number)
+                key = (self.space.name, self.cluster, number)
                 if key in pool.holders:
                     continue
                 mark, version = pool.marks.get(key, (None, 0))
@@ -206,16 +209,17 @@ class MemoryCoordinator(Coordinator):
     """A named pool in this process's memory (see the module docs)."""
 
     claim_type = MemoryClaim
+    options_type = MemoryOptions
 
     def __init__(self, url: CoordinatorUrl) -> None:
-        self._take_url(url, OPTIONS)
+        options = self._take_url(url, MemoryOptions)
         if len(url.hosts) != 1 or url.path:
             raise ConfigurationError(
                 f"memory:// takes a pool name and nothing else: memory://NAME, got {url.text!r}"
             )
         self.name = url.hosts[0][0]
         self.description = f"memory://{self.name}"
-        self.ttl_s = url.number("ttl", DEFAULT_TTL_S, minimum=0.5)
+        self.ttl_s = options.ttl_s
         with _POOLS_LOCK:
             self.pool = _POOLS.setdefault(self.name, _Pool())
 
@@ -274,10 +278,10 @@ class MemoryCoordinator(Coordinator):
             self.pool.reachable = True
             self.pool.changed.notify_all()
 
-    def mark(self, space: str, cluster: int, number: int) -> HighWaterMark | None:
-        """The high-water mark the "server" holds for an identity, if any."""
+    def mark(self, space: Space, identity: Mapping[str, int]) -> HighWaterMark | None:
+        """The high-water mark the "server" holds for an identity of ``space``, if any."""
         with self.pool.lock:
-            found = self.pool.marks.get((space, cluster, number))
+            found = self.pool.marks.get((space.name, *space.numbered(identity)))
         return None if found is None else found[0]
 
     def discard(self) -> None:

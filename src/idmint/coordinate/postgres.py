@@ -7,28 +7,12 @@ URL grammar (libpq's, with idmint's options beside libpq's parameters)::
 
 Every libpq parameter works in the query string (``sslmode``, ``sslrootcert``,
 ``sslcert``, ``sslkey``, ``application_name``, ``target_session_attrs``,
-``host=/run/postgresql`` for a Unix socket, ``password``, ...), as do these
-options of idmint's. Needs psycopg 3 (the ``postgres`` extra).
+``host=/run/postgresql`` for a Unix socket, ``password``, ...), beside idmint's
+options (:class:`PostgresOptions`; this table is made from its declaration;
+``connect_timeout`` is libpq's too, for each attempt). Needs psycopg 3 (the
+``postgres`` extra).
 
-==================== ========== =====================================================
-option               default    meaning
-==================== ========== =====================================================
-``schema``           ``public`` the table's schema (created if missing)
-``table``            ``idmint_claims`` the table (created if missing): one pool
-``ttl``              ``10``     s; the lease's TTL (the deadline's basis)
-``max_ttl``          ``10``     s; the longest ``ttl`` any claimant of the table may
-                                use, the same for all (:mod:`idmint.coordinate.leases`)
-``timeout``          ``2``      s a statement may take before it counts as failed
-                                (a lock waited for: 3/4 of it)
-``generators``       all        ``LO-HI``: the generator IDs this client may claim
-``cluster``          ``0``      the uid64 cluster ID to claim in
-``claim_timeout``    ``30``     s to wait for a free generator ID
-``connect_timeout``  ``10``     s to wait for the server at start (libpq's
-                                ``connect_timeout`` each attempt)
-``wait_timeout``     ``10``     s a generator waits for a lapsed claim to recover
-``margin``           ttl/10     s taken off the TTL for the deadline
-``skew``             ``1``      s of clock-skew allowance in the hold-off
-==================== ========== =====================================================
+{options}
 
 The table, one row per identity held at least once and one per identity space
 describing the pool (``cluster`` and ``id`` -1)::
@@ -87,16 +71,17 @@ import os
 import re
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote
 
-from idmint.coordinate.base import ClaimInfo, ClaimOptions, Coordinator, HighWaterMark
-from idmint.coordinate.leases import OPTIONS as LEASE_OPTIONS
+from idmint.coordinate.base import ClaimInfo, Coordinator, HighWaterMark
 from idmint.coordinate.leases import (
     STEP_BACK_SLACK_MS,
     Free,
+    Lease,
     LeaseClaim,
-    LeaseTimes,
+    LeaseOptions,
     Look,
     PoolRecord,
     SharedClients,
@@ -104,7 +89,9 @@ from idmint.coordinate.leases import (
     first_line,
     reach_within,
 )
-from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
+from idmint.coordinate.options import identifier, option, with_options_table
+from idmint.coordinate.spaces import SPACES, Space
+from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import (
     ConfigurationError,
     CoordinationError,
@@ -116,13 +103,33 @@ from idmint.errors import (
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["INCARNATION_SQL", "WRITTEN_XID_SQL", "PostgresCoordinator", "PostgresStore"]
+__all__ = [
+    "INCARNATION_SQL",
+    "WRITTEN_XID_SQL",
+    "PostgresCoordinator",
+    "PostgresOptions",
+    "PostgresStore",
+]
 
 DEFAULT_SCHEMA = "public"
 DEFAULT_TABLE = "idmint_claims"
-OPTIONS = (*COMMON_OPTIONS, *LEASE_OPTIONS, "schema", "table")
-SPACES = ("generator", "node", "short60")
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+@dataclass(frozen=True)
+class PostgresOptions(LeaseOptions):
+    """The options of a ``postgresql://`` URL (idmint's; the others are libpq's)."""
+
+    passes_through: ClassVar[str | None] = "libpq parameters"
+
+    schema: str = option(
+        "schema", DEFAULT_SCHEMA, "the table's schema (created if missing)", identifier()
+    )
+    table: str = option(
+        "table", DEFAULT_TABLE, "the table (created if missing): one pool", identifier()
+    )
+
+
+__doc__ = with_options_table(__doc__, PostgresOptions)
 
 _NOW = "(extract(epoch FROM statement_timestamp()) * 1000)::bigint"
 INCARNATION_SQL = "(extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint::text"
@@ -402,7 +409,9 @@ class PostgresStore:
             """
         )
 
-    def look(self, space: str, cluster: int, pool: range, *, start: int, want: int | None) -> Look:
+    def look(
+        self, space: Space, cluster: int, pool: range, *, start: int, want: int | None
+    ) -> Look:
         query = f"""
             WITH srv AS (SELECT {_NOW} AS now, {INCARNATION_SQL} AS inc)
             (SELECT -1 AS id, srv.inc, r.incarnation, r.since_ms, r.lease_ms::bigint,
@@ -427,7 +436,7 @@ class PostgresStore:
         # the planner from joining the whole pool instead): a look stops at the
         # ``want``-th free ID instead of reading and sorting the pool.
         parameters = {
-            "space": space,
+            "space": space.name,
             "cluster": cluster,
             "lo": pool.start,
             "hi": pool.stop - 1,
@@ -462,7 +471,7 @@ class PostgresStore:
             )
         return Look(str(incarnation), record, record_version, free)
 
-    def take(self, space: str, attempt: Take) -> int | None:
+    def take(self, space: Space, attempt: Take) -> int | None:
         free = attempt.free
         record = attempt.record
         query = f"""
@@ -507,7 +516,7 @@ class PostgresStore:
             RETURNING 1
         """
         parameters = {
-            "space": space,
+            "space": space.name,
             "cluster": free.cluster,
             "id": free.number,
             "token": attempt.token,
@@ -539,17 +548,7 @@ class PostgresStore:
                        AND split_part(r.incarnation, '/', 1) = {INCARNATION_SQL}
                        AND {_INTACT.format(row="r")})"""
 
-    def renew(
-        self,
-        space: str,
-        cluster: int,
-        number: int,
-        *,
-        token: str,
-        ttl_ms: int,
-        mark: HighWaterMark,
-        generation: int,
-    ) -> int | None:
+    def renew(self, lease: Lease, ttl_ms: int, mark: HighWaterMark, generation: int) -> int | None:
         query = f"""
             UPDATE {self.qualified}
                SET expires_ms = {_NOW} + %(ttl)s::int, lease_ms = %(ttl)s::int,
@@ -560,10 +559,7 @@ class PostgresStore:
                AND token = %(token)s
         """
         parameters = {
-            "space": space,
-            "cluster": cluster,
-            "id": number,
-            "token": token,
+            **_lease_row(lease),
             "ttl": ttl_ms,
             "ceiling": mark.ceiling_ms,
             "renewed": mark.renewed_ms,
@@ -574,16 +570,7 @@ class PostgresStore:
         )
         return 0 if count == 1 else None
 
-    def release(
-        self,
-        space: str,
-        cluster: int,
-        number: int,
-        *,
-        token: str,
-        mark: HighWaterMark | None,
-        generation: int,
-    ) -> None:
+    def release(self, lease: Lease, mark: HighWaterMark | None, generation: int) -> None:
         ends = f"token = NULL, holder = NULL, expires_ms = NULL, written_xid = {WRITTEN_XID_SQL}"
         if mark is not None:
             ends += (
@@ -596,8 +583,7 @@ class PostgresStore:
              WHERE space = %(space)s AND cluster = %(cluster)s AND id = %(id)s
                AND token = %(token)s
         """
-        parameters: dict[str, Any] = {"space": space, "cluster": cluster, "id": number}
-        parameters["token"] = token
+        parameters: dict[str, Any] = _lease_row(lease)
         if mark is not None:
             parameters.update(
                 ceiling=mark.ceiling_ms,
@@ -618,7 +604,7 @@ class PostgresStore:
              ORDER BY c.space, c.cluster, c.id
         """
         rows = self._run("listing the claims", lambda c: c.execute(query), _fetch_all)
-        order = {space: index for index, space in enumerate(SPACES)}
+        order = {space.name: index for index, space in enumerate(SPACES)}
         return sorted(
             (
                 ClaimInfo(
@@ -639,24 +625,20 @@ class PostgresCoordinator(Coordinator):
     """A PostgreSQL table used as a pool of generator IDs (see the module docs)."""
 
     claim_type = LeaseClaim
+    options_type = PostgresOptions
 
     def __init__(self, url: CoordinatorUrl) -> None:
-        self.url = url.redacted()
-        ours = {name: value for name, value in url.options.items() if name in OPTIONS}
-        libpq = {name: value for name, value in url.options.items() if name not in OPTIONS}
-        self.schema = _identifier(url, "schema", ours.get("schema", DEFAULT_SCHEMA))
-        self.table = _identifier(url, "table", ours.get("table", DEFAULT_TABLE))
-        times = LeaseTimes.from_url(url)
-        self.ttl_s, self.max_ttl_s, timeout_s = times.ttl_s, times.max_ttl_s, times.timeout_s
-        self._options_template = ClaimOptions.from_url(url)
-        conninfo, where = _conninfo(url, libpq)
+        options = self._take_url(url, PostgresOptions)
+        self.schema, self.table = options.schema, options.table
+        self.ttl_s, self.max_ttl_s = options.ttl_s, options.max_ttl_s
+        conninfo, where = _conninfo(url, PostgresOptions.others(url))
         self.description = f"{url.scheme}://{where} {self.schema}.{self.table}"
         self._connection_key = conninfo
         self._connection = _CONNECTIONS.take(
-            conninfo, lambda: _Connection(conninfo, self.description, timeout_s)
+            conninfo, lambda: _Connection(conninfo, self.description, options.timeout_s)
         )
         try:
-            self._connection.connect_within(self._options_template.connect_timeout_s)
+            self._connection.connect_within(options.connect_timeout_s)
         except BaseException:
             self.close()
             raise
@@ -664,8 +646,10 @@ class PostgresCoordinator(Coordinator):
 
     @classmethod
     def pool_within(cls, url: CoordinatorUrl, name: str) -> CoordinatorUrl:
-        table = url.options.get("table", DEFAULT_TABLE)[: 62 - len(name)]
-        return url.replace(options={**url.options, "table": f"{table}_{name}"})
+        table = PostgresOptions.from_url(url).table[: 62 - len(name)]
+        return url.replace(
+            options={**url.options, **PostgresOptions.query(table=f"{table}_{name}")}
+        )
 
     def list_claims(self) -> list[ClaimInfo]:
         return self.store.list_claims()
@@ -674,6 +658,16 @@ class PostgresCoordinator(Coordinator):
         key, self._connection_key = self._connection_key, ""
         if key:
             _CONNECTIONS.give_back(key, _Connection.close)
+
+
+def _lease_row(lease: Lease) -> dict[str, Any]:
+    """The parameters that name a lease's row, and the token it must carry."""
+    return {
+        "space": lease.space.name,
+        "cluster": lease.cluster,
+        "id": lease.number,
+        "token": lease.token,
+    }
 
 
 def _fetch_all(cursor: Any) -> list[Any]:
@@ -686,15 +680,6 @@ def _fetch_one(cursor: Any) -> Any:
 
 def _row_count(cursor: Any) -> int:
     return int(cursor.rowcount)
-
-
-def _identifier(url: CoordinatorUrl, option: str, value: str) -> str:
-    if not _IDENTIFIER.fullmatch(value):
-        raise ConfigurationError(
-            f"{url.scheme}:// option {option} must be a plain identifier (letters, digits, "
-            f"_; at most 63), got {value!r}"
-        )
-    return value
 
 
 def _conninfo(url: CoordinatorUrl, libpq: Mapping[str, str]) -> tuple[str, str]:
@@ -716,7 +701,7 @@ def _conninfo(url: CoordinatorUrl, libpq: Mapping[str, str]) -> tuple[str, str]:
     try:
         conninfo = pg.conninfo.make_conninfo("", **parameters)
     except pg.ProgrammingError as error:
-        known = ", ".join(sorted(OPTIONS))
+        known = ", ".join(sorted(PostgresOptions.names()))
         raise ConfigurationError(
             f"{url.redacted()}: {first_line(error)}; idmint takes {known}, and every "
             "other option must be a libpq parameter"

@@ -9,25 +9,9 @@ URL grammar::
 database number (default 0), the port 6379 by default. Needs redis-py (the
 ``redis`` extra).
 
-==================== ========= ======================================================
-option               default   meaning
-==================== ========= ======================================================
-``prefix``           ``idmint`` the keys' prefix: ``<prefix>:generator``, ...
-``ttl``              ``10``    s; the lease's TTL (the deadline's basis)
-``max_ttl``          ``10``    s; the longest ``ttl`` any claimant of the pool may
-                               use, the same for all (:mod:`idmint.coordinate.leases`)
-``timeout``          ``2``     s a request may take before it counts as failed
-``tls``              ``false`` use TLS (``rediss://`` sets it)
-``ca``               system    CA bundle to verify the server with
-``cert``, ``key``    none      client certificate and key (mutual TLS)
-``generators``       all       ``LO-HI``: the generator IDs this client may claim
-``cluster``          ``0``     the uid64 cluster ID to claim in
-``claim_timeout``    ``30``    s to wait for a free generator ID
-``connect_timeout``  ``10``    s to wait for Redis at start
-``wait_timeout``     ``10``    s a generator waits for a lapsed claim to recover
-``margin``           ttl/10    s taken off the TTL for the deadline
-``skew``             ``1``     s of clock-skew allowance in the hold-off
-==================== ========= ======================================================
+The options (:class:`RedisOptions`; this table is made from its declaration):
+
+{options}
 
 One hash per identity space holds the whole pool, so a pool is one key: it
 lives in one slot, is evicted or flushed whole, and every request on it is one
@@ -64,21 +48,16 @@ import hashlib
 import json
 import ssl
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from idmint.coordinate.base import (
-    ClaimInfo,
-    ClaimOptions,
-    Coordinator,
-    HighWaterMark,
-    holder_of,
-)
-from idmint.coordinate.leases import OPTIONS as LEASE_OPTIONS
+from idmint.coordinate.base import ClaimInfo, Coordinator, HighWaterMark, holder_of
 from idmint.coordinate.leases import (
     STEP_BACK_SLACK_MS,
     Free,
+    Lease,
     LeaseClaim,
-    LeaseTimes,
+    LeaseOptions,
     Look,
     PoolRecord,
     SharedClients,
@@ -86,7 +65,9 @@ from idmint.coordinate.leases import (
     first_line,
     reach_within,
 )
-from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
+from idmint.coordinate.options import TlsOptions, option, text, with_options_table
+from idmint.coordinate.spaces import SPACES, Space
+from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import (
     ConfigurationError,
     CoordinationError,
@@ -98,12 +79,28 @@ from idmint.errors import (
 if TYPE_CHECKING:
     import redis as redis_py
 
-__all__ = ["GENERATION_WITNESS_MS", "RedisCoordinator", "RedisStore"]
+__all__ = ["GENERATION_WITNESS_MS", "RedisCoordinator", "RedisOptions", "RedisStore"]
 
 DEFAULT_PREFIX = "idmint"
 DEFAULT_PORT = 6379
-OPTIONS = (*COMMON_OPTIONS, *LEASE_OPTIONS, "prefix", "tls", "ca", "cert", "key")
-SPACES = ("generator", "node", "short60")
+
+
+@dataclass(frozen=True)
+class RedisOptions(LeaseOptions, TlsOptions):
+    """The options of a ``redis://`` URL."""
+
+    prefix: str = option(
+        "prefix",
+        DEFAULT_PREFIX,
+        "the keys' prefix: `<prefix>:<space>` (`idmint:generator`, ...)",
+        text(
+            lambda prefix: bool(prefix) and not any(c.isspace() for c in prefix),
+            "non-empty and without spaces",
+        ),
+    )
+
+
+__doc__ = with_options_table(__doc__, RedisOptions)
 
 GENERATION_WITNESS_MS = 2**52
 """The pool's key expires at this + its generation (ms since the epoch: in the year
@@ -221,30 +218,38 @@ return advance()
 """
 )
 
-# KEYS: the pool. ARGV: cluster, ID, token, ttl_ms, the new mark, the generation
-# the holder's last write saw. Returns the pool's generation, or 0 if not ours.
-_RENEW = (
-    _PRELUDE
-    + """
-doubt(tonumber(ARGV[6]))
+
+def _on_our_lease(body: str) -> str:
+    """A script on the caller's lease, run only while the lease carries its token.
+
+    KEYS: the pool. ARGV: cluster, ID, token, the generation the holder's last
+    write saw, then ``body``'s own. Returns 0 if the lease is not the caller's.
+    """
+    return (
+        _PRELUDE
+        + """
+doubt(tonumber(ARGV[4]))
 local suffix = ARGV[1] .. ':' .. ARGV[2]
 local lease = our_lease(suffix)
 if not lease then return 0 end
-hold(suffix, tonumber(ARGV[4]), string.match(lease, '^%d+ %d+ %x+ (.*)$'), ARGV[5], stamp())
+"""
+        + body
+    )
+
+
+# ARGV[5]: ttl_ms, ARGV[6]: the new mark. Returns the pool's generation.
+_RENEW = _on_our_lease(
+    """
+hold(suffix, tonumber(ARGV[5]), string.match(lease, '^%d+ %d+ %x+ (.*)$'), ARGV[6], stamp())
 return advance()
 """
 )
 
-# KEYS: the pool. ARGV: cluster, ID, token, the final mark ('' to keep the last one),
-# the generation the holder's last write saw.
-_RELEASE = (
-    _PRELUDE
-    + """
-doubt(tonumber(ARGV[5]))
-local suffix = ARGV[1] .. ':' .. ARGV[2]
-if not our_lease(suffix) then return 0 end
+# ARGV[5]: the final mark ('' to keep the last one). Returns the pool's generation.
+_RELEASE = _on_our_lease(
+    """
 redis.call('HDEL', KEYS[1], 'lease:' .. suffix)
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'mark:' .. suffix, stamp() .. ' ' .. ARGV[4]) end
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'mark:' .. suffix, stamp() .. ' ' .. ARGV[5]) end
 return advance()
 """
 )
@@ -304,16 +309,19 @@ class RedisStore:
         self.description = description
         self.timeout_s = timeout_s
 
-    def key(self, space: str) -> str:
-        return f"{self.prefix}:{space}"
+    def key(self, space: Space) -> str:
+        """The key of ``space``'s pool."""
+        return f"{self.prefix}:{space.name}"
 
-    def _call(self, doing: str, script: _Script, space: str, args: Sequence[object]) -> Any:
+    def _call(self, doing: str, script: _Script, space: Space, args: Sequence[object]) -> Any:
         try:
             return script(self.client, self.key(space), args)
         except Exception as error:
             raise _translate(error, f"{doing} at {self.description}") from error
 
-    def look(self, space: str, cluster: int, pool: range, *, start: int, want: int | None) -> Look:
+    def look(
+        self, space: Space, cluster: int, pool: range, *, start: int, want: int | None
+    ) -> Look:
         reply = self._call(
             "looking for a free ID",
             _LOOK_SCRIPT,
@@ -340,7 +348,7 @@ class RedisStore:
         record = PoolRecord.from_json(record_raw) if vouched else None
         return Look(incarnation, record, record_raw, free)
 
-    def take(self, space: str, attempt: Take) -> int | None:
+    def take(self, space: Space, attempt: Take) -> int | None:
         free = attempt.free
         holder = json.dumps(
             {"holder": attempt.holder, "since_ms": attempt.since_ms, "token": attempt.token}
@@ -365,44 +373,23 @@ class RedisStore:
         )
         return int(generation) or None
 
-    def renew(
-        self,
-        space: str,
-        cluster: int,
-        number: int,
-        *,
-        token: str,
-        ttl_ms: int,
-        mark: HighWaterMark,
-        generation: int,
-    ) -> int | None:
-        renewed = self._call(
-            "renewing the claim",
-            _RENEW_SCRIPT,
-            space,
-            [cluster, number, token, ttl_ms, json.dumps(mark.to_json()), generation],
-        )
+    def renew(self, lease: Lease, ttl_ms: int, mark: HighWaterMark, generation: int) -> int | None:
+        mark_text = json.dumps(mark.to_json())
+        renewed = self._on_lease("renewing", _RENEW_SCRIPT, lease, generation, ttl_ms, mark_text)
         return int(renewed) or None
 
-    def release(
-        self,
-        space: str,
-        cluster: int,
-        number: int,
-        *,
-        token: str,
-        mark: HighWaterMark | None,
-        generation: int,
-    ) -> None:
+    def release(self, lease: Lease, mark: HighWaterMark | None, generation: int) -> None:
         final = json.dumps(mark.to_json()) if mark is not None else ""
-        self._call(
-            "releasing the claim",
-            _RELEASE_SCRIPT,
-            space,
-            [cluster, number, token, final, generation],
-        )
+        self._on_lease("releasing", _RELEASE_SCRIPT, lease, generation, final)
 
-    def list_space(self, space: str) -> list[ClaimInfo]:
+    def _on_lease(
+        self, doing: str, script: _Script, lease: Lease, generation: int, *args: object
+    ) -> Any:
+        """A script of :func:`_on_our_lease` on ``lease``, with its own ``args``."""
+        arguments = [lease.cluster, lease.number, lease.token, generation, *args]
+        return self._call(f"{doing} the claim", script, lease.space, arguments)
+
+    def list_space(self, space: Space) -> list[ClaimInfo]:
         now_ms, flat = self._call("listing the claims", _LIST_SCRIPT, space, [])
         fields = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
         rows = []
@@ -430,7 +417,7 @@ class RedisStore:
                     holder=holder,
                     since_ms=since,
                     high_water_mark_ms=mark.ceiling_ms if mark else None,
-                    space=space,
+                    space=space.name,
                 )
             )
         return sorted(rows, key=lambda row: (row.cluster, row.generator))
@@ -440,10 +427,10 @@ class RedisCoordinator(Coordinator):
     """A Redis server used as a pool of generator IDs (see the module docs)."""
 
     claim_type = LeaseClaim
+    options_type = RedisOptions
 
     def __init__(self, url: CoordinatorUrl) -> None:
-        url.check_known(OPTIONS)
-        self.url = url.redacted()
+        options = self._take_url(url, RedisOptions)
         if len(url.hosts) > 1:
             raise ConfigurationError(
                 f"{self.url}: give one Redis server; Redis Cluster and Sentinel are not "
@@ -458,16 +445,9 @@ class RedisCoordinator(Coordinator):
                 f"got {url.path!r}; the keys' prefix is the option prefix="
             )
         database = int(database_text)
-        self.prefix = url.options.get("prefix", DEFAULT_PREFIX)
-        if not self.prefix or any(character.isspace() for character in self.prefix):
-            raise ConfigurationError(
-                f"{self.url}: option prefix must be non-empty and without spaces, "
-                f"got {self.prefix!r}"
-            )
-        times = LeaseTimes.from_url(url)
-        self.ttl_s, self.max_ttl_s, timeout_s = times.ttl_s, times.max_ttl_s, times.timeout_s
-        tls = url.flag("tls", url.scheme == "rediss") or bool(url.options.get("ca"))
-        self._options_template = ClaimOptions.from_url(url)
+        self.prefix = options.prefix
+        self.ttl_s, self.max_ttl_s, timeout_s = options.ttl_s, options.max_ttl_s, options.timeout_s
+        tls = options.uses_tls(url, "rediss")
         self.description = (
             f"{'rediss' if tls else 'redis'}://{host}:{port}/{database} {self.prefix}"
         )
@@ -483,9 +463,9 @@ class RedisCoordinator(Coordinator):
         if tls:
             settings.update(
                 ssl=True,
-                ssl_ca_certs=url.options.get("ca"),
-                ssl_certfile=url.options.get("cert"),
-                ssl_keyfile=url.options.get("key"),
+                ssl_ca_certs=options.ca,
+                ssl_certfile=options.cert,
+                ssl_keyfile=options.key,
             )
         # The process's client for these settings (the password only as a digest).
         self._client_key = hashlib.sha256(repr(sorted(settings.items())).encode()).hexdigest()
@@ -499,13 +479,13 @@ class RedisCoordinator(Coordinator):
 
     @classmethod
     def pool_within(cls, url: CoordinatorUrl, name: str) -> CoordinatorUrl:
-        prefix = url.options.get("prefix", DEFAULT_PREFIX)
-        return url.replace(options={**url.options, "prefix": f"{prefix}:{name}"})
+        prefix = RedisOptions.from_url(url).prefix
+        return url.replace(options={**url.options, **RedisOptions.query(prefix=f"{prefix}:{name}")})
 
     def _check_server(self) -> None:
         """Wait up to ``connect_timeout`` for the server; refuse what is not one Redis."""
         info = reach_within(
-            self._options_template.connect_timeout_s,
+            self.options.connect_timeout_s,
             lambda _: self._client.info("server"),
             lambda error: _translate(error, f"connecting to {self.description}"),
             store="Redis",

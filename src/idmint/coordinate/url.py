@@ -153,17 +153,6 @@ class CoordinatorUrl:
         return range(low, high + 1)
 
 
-COMMON_OPTIONS = (
-    "generators",
-    "cluster",
-    "claim_timeout",
-    "connect_timeout",
-    "wait_timeout",
-    "margin",
-    "skew",
-)
-
-
 def parse_url(text: str) -> CoordinatorUrl:
     """Split a coordinator URL; every malformed part is a ``ConfigurationError`` naming it.
 

@@ -8,28 +8,13 @@ The root defaults to ``/idmint``. With ``user:password`` the client
 authenticates with ZooKeeper's digest scheme and protects what it creates
 with ACLs (see below); without, nodes are open, as java-uniqueid makes them.
 
-==================== ========= ======================================================
-option               default   meaning
-==================== ========= ======================================================
-``session_timeout``  ``10``    s; the ZooKeeper session timeout (the server may
-                               lower it; the negotiated value is what fences)
-``queue``            ``true``  honour java-uniqueid's queue lock, so Java and Python
-                               claimants queue fairly together: with the queue
-                               empty the claim's transaction takes and lets go of
-                               the lock (it lands only while the lock is free);
-                               otherwise queue and look once holding the lock
-                               (not held while waiting for a free ID)
-``generators``       all       ``LO-HI``: the generator IDs this client may claim
-``cluster``          node      expected cluster ID; written to ``cluster-id`` if
-                               that node does not exist yet (default 0)
-``claim_timeout``    ``30``    s to wait for a free generator ID
-``connect_timeout``  ``10``    s to wait for a first connection
-``wait_timeout``     ``10``    s a generator waits for a suspended claim
-``margin``           ttl/10    s taken off the session timeout for the deadline
-``skew``             ``1``     s of clock-skew allowance in the hold-off
-==================== ========= ======================================================
+The options (:class:`ZooKeeperOptions`; this table is made from its declaration):
 
-Layout under the root (java-uniqueid 3.2's, plus ``hwm``)::
+{options}
+
+Layout of the generator space under the root (java-uniqueid 3.2's, plus ``hwm``;
+every other space but elastic64's node IDs has its ``pool`` and ``hwm`` under
+``<root>/<space>``, and no queue or cluster: :mod:`idmint.coordinate.spaces`)::
 
     <root>/queue                    the lock queue: ephemeral tickets
                                     nr-<14-digit ms>-<4 digits>, lock node
@@ -75,9 +60,11 @@ from idmint.coordinate.base import (
     holder_description,
     holder_of,
 )
-from idmint.coordinate.url import COMMON_OPTIONS, CoordinatorUrl
+from idmint.coordinate.options import ClaimOptions, flag, option, seconds, whole, with_options_table
+from idmint.coordinate.spaces import GENERATOR, NODE, SPACES, Space
+from idmint.coordinate.url import CoordinatorUrl
 from idmint.coordinate.zookeeper_groups import DEFAULT_ROOT as DEFAULT_DISCOVERY_ROOT
-from idmint.coordinate.zookeeper_groups import NodeGroups, NodeIdClaim
+from idmint.coordinate.zookeeper_groups import GROUP_SIZE, RESERVED, NodeGroups, NodeIdClaim
 from idmint.coordinate.zookeeper_session import (
     ZooKeeperAccess,
     ZooKeeperSessionClaim,
@@ -93,6 +80,7 @@ __all__ = [
     "NodeIdCoordinator",
     "ZooKeeperClaim",
     "ZooKeeperCoordinator",
+    "ZooKeeperOptions",
     "kazoo_module",
     "read_mark",
     "translate_error",
@@ -103,7 +91,38 @@ log = logging.getLogger("idmint.coordinate.zookeeper")
 DEFAULT_ROOT = "/idmint"
 DEFAULT_SESSION_TIMEOUT_S = 10.0
 LOCK_TICKET = "nr-00000000000000"  # java-uniqueid's "locking ticket"
-OPTIONS = (*COMMON_OPTIONS, "session_timeout", "queue", "group_size")
+
+
+@dataclass(frozen=True)
+class ZooKeeperOptions(ClaimOptions):
+    """The options of a ``zk://`` URL."""
+
+    session_timeout_s: float = option(
+        "session_timeout",
+        DEFAULT_SESSION_TIMEOUT_S,
+        "s; the ZooKeeper session timeout (the server may lower it; the negotiated value "
+        "is what fences)",
+        seconds(minimum=1),
+    )
+    queue: bool = option(
+        "queue",
+        True,
+        "honour java-uniqueid's queue lock, so Java and Python claimants queue fairly "
+        "together: with the queue empty the claim's transaction takes and lets go of the "
+        "lock (it lands only while the lock is free); otherwise queue and look once "
+        "holding the lock (not held while waiting for a free ID)",
+        flag(),
+    )
+    group_size: int = option(
+        "group_size",
+        GROUP_SIZE,
+        "elastic64 node IDs per group; fewer (for tests) make the width change with a "
+        "handful of nodes",
+        whole(RESERVED + 1, GROUP_SIZE),
+    )
+
+
+__doc__ = with_options_table(__doc__, ZooKeeperOptions)
 
 
 class ZooKeeperCoordinator(ZooKeeperAccess, Coordinator):
@@ -115,27 +134,28 @@ class ZooKeeperCoordinator(ZooKeeperAccess, Coordinator):
     """
 
     default_root = DEFAULT_ROOT
+    options_type = ZooKeeperOptions
 
     def __init__(self, url: CoordinatorUrl) -> None:
-        self._take_url(url, OPTIONS, needs_hosts=True)
+        options = self._take_url(url, ZooKeeperOptions, needs_hosts=True)
         self.hosts = ",".join(f"{host}:{port or 2181}" for host, port in url.hosts)
         self.root = url.path or self.default_root
         self.description = f"zk://{self.hosts}{self.root}"
-        self.ttl_s = url.number("session_timeout", DEFAULT_SESSION_TIMEOUT_S, minimum=1)
-        self.use_queue = url.flag("queue", True)
+        self.ttl_s = options.session_timeout_s
+        self.use_queue = options.queue
         self.credentials = f"{url.username}:{url.password}" if url.username is not None else None
-        self.groups = NodeGroups(self, url)
+        self.groups = NodeGroups(self, url.path, options.group_size)
 
     @classmethod
     def pool_within(cls, url: CoordinatorUrl, name: str) -> CoordinatorUrl:
         return url.replace(path=f"{url.path or cls.default_root}/{name}")
 
     def cluster_from(
-        self, client: Any, cluster_read: Any, cluster: int | None, space: str = "generator"
+        self, client: Any, cluster_read: Any, cluster: int | None, space: Space = GENERATOR
     ) -> tuple[int, bool]:
         """The pool's cluster ID from ``cluster_read`` (a read of ``cluster-id`` sent
-        earlier; None outside the generator space, which has no cluster), laying the
-        pool out first when it is new; and whether it did.
+        earlier; None in a space without clusters), laying the pool out first when it
+        is new; and whether it did.
 
         Nothing else is checked here: the first look at the pool finds what else
         is missing (java-uniqueid writes ``cluster-id`` when its generator is
@@ -151,12 +171,19 @@ class ZooKeeperCoordinator(ZooKeeperAccess, Coordinator):
             return self.ensure_layout(client, cluster, space), True
         return self._check_cluster(data, cluster), False
 
-    def space_root(self, space: str) -> str:
-        """Where a space's ``pool`` and ``hwm`` live: the root itself for generator IDs
-        (java-uniqueid's layout), ``<root>/<space>`` for the others."""
-        return self.root if space == "generator" else f"{self.root}/{space}"
+    def space_root(self, space: Space) -> str:
+        """Where a space's ``pool`` and ``hwm`` live: the root itself for the space
+        java-uniqueid shares, ``<root>/<space>`` for the others."""
+        return space.within(self.root)
 
-    def ensure_layout(self, client: Any, cluster: int | None, space: str = "generator") -> int:
+    def mark_path(self, space: Space, identity: Mapping[str, int]) -> str:
+        """The znode that holds the high-water mark of ``identity`` of ``space``."""
+        source, _ = self._claimed_by(space)
+        if source is self.groups:
+            return self.groups.mark_path(space.numbered(identity)[1])
+        return f"{self.space_root(space)}/hwm/{space.numbered(identity)[1]}"
+
+    def ensure_layout(self, client: Any, cluster: int | None, space: Space = GENERATOR) -> int:
         """Create root, queue, pool, hwm and cluster-id as needed; return the cluster ID.
 
         What exists is read at once, then what is missing is created in one
@@ -164,18 +191,18 @@ class ZooKeeperCoordinator(ZooKeeperAccess, Coordinator):
         claimant say, made a part meanwhile, what is still missing is read
         again). Claimants racing to do the same all go on.
 
-        Spaces other than ``generator`` have a pool and marks of their own and no
-        cluster (0).
+        The space java-uniqueid shares has its queue; a space with clusters its
+        ``cluster-id``; any other space has a pool and marks only, cluster 0.
         """
         kazoo = kazoo_module()
         acls = self.acls()
         base = self.space_root(space)
         parts = [(base, acls["tree"])]
-        if space == "generator":
+        if space.java_uniqueid:
             parts.append((f"{base}/queue", acls["tree"]))
         parts += [(f"{base}/pool", acls["pool"]), (f"{base}/hwm", acls["tree"])]
         cluster_path = f"{self.root}/cluster-id"
-        if space == "generator":
+        if space.clustered:
             parts.append((cluster_path, acls["tree"]))
         with translated(f"preparing {base} in ZooKeeper"):
             while True:
@@ -215,7 +242,7 @@ class ZooKeeperCoordinator(ZooKeeperAccess, Coordinator):
                 if refused:
                     raise refused[0]
                 # A part exists now (someone else's transaction landed): look again.
-            if space != "generator":
+            if not space.clustered:
                 return 0
             data, _ = client.get(cluster_path)
         return self._check_cluster(data, cluster)
@@ -238,22 +265,24 @@ class ZooKeeperCoordinator(ZooKeeperAccess, Coordinator):
         return stored
 
     # -- the Coordinator interface ---------------------------------------------------------
-    def _claimed_by(self, space: str) -> tuple[ClaimSource, type[DriverClaim[Any]]]:
-        # elastic64's node IDs come from the groups, whose width follows the fleet;
-        # the scheme's narrowest-width pool does not limit them.
-        return (self.groups, NodeIdClaim) if space == "node" else (self, ZooKeeperClaim)
+    def _claimed_by(self, space: Space) -> tuple[ClaimSource, type[DriverClaim[Any]]]:
+        # Identities whose width may grow (elastic64's node IDs) come from the groups,
+        # whose width follows the fleet; the narrowest width's pool does not limit them.
+        return (self.groups, NodeIdClaim) if space.width is not None else (self, ZooKeeperClaim)
 
     def list_claims(self) -> list[ClaimInfo]:
         kazoo = kazoo_module()
         rows: list[ClaimInfo] = []
         with self.short_session() as client, translated(f"listing claims under {self.root}"):
-            for space in ("generator", "short60"):
+            for space in SPACES:
+                if space.width is not None:
+                    continue  # in the groups: list_nodes()
                 base = self.space_root(space)
                 try:
                     held = client.get_children(f"{base}/pool")
                 except kazoo.exceptions.NoNodeError:
                     continue
-                cluster = self._read_cluster(client) if space == "generator" else 0
+                cluster = self._read_cluster(client) if space.clustered else 0
                 for name in sorted(held, key=lambda n: (len(n), n)):
                     if not name.isdigit():
                         continue
@@ -269,7 +298,7 @@ class ZooKeeperCoordinator(ZooKeeperAccess, Coordinator):
                             holder=holder_of(data)[0],
                             since_ms=int(stat.ctime),
                             high_water_mark_ms=mark.ceiling_ms if mark else None,
-                            space=space,
+                            space=space.name,
                         )
                     )
         return rows
@@ -318,13 +347,13 @@ class ZooKeeperClaim(ZooKeeperSessionClaim["ZooKeeperCoordinator"]):
         kazoo = kazoo_module()
         coordinator = self.coordinator
         client = self._client
-        queued = coordinator.use_queue and self.space == "generator"
+        queued = coordinator.use_queue and self.space.java_uniqueid
         self._pool_changed = None
         try:
             # One round trip for the first look: the cluster, the pool, the queue
             # and a few marks are read together.
             cluster_read = None
-            if self._pool_cluster is None and self.space == "generator":
+            if self._pool_cluster is None and self.space.clustered:
                 cluster_read = client.get_async(f"{coordinator.root}/cluster-id")
             look = self._send_look(client, queue=queued)
             if self._pool_cluster is None:
@@ -539,7 +568,7 @@ class ZooKeeperClaim(ZooKeeperSessionClaim["ZooKeeperCoordinator"]):
         """
         # java-uniqueid's queue orders claimants of generator IDs; other spaces
         # are idmint's alone and need no queue (creating a claim is atomic).
-        if not self.coordinator.use_queue or self.space != "generator":
+        if not self.coordinator.use_queue or not self.space.java_uniqueid:
             yield None
             return
         lock = _JavaQueueLock(
@@ -795,8 +824,8 @@ class NodeIdCoordinator(ZooKeeperCoordinator):
     ``/discovery``, and what it claims are elastic node IDs in the groups."""
 
     default_root = DEFAULT_DISCOVERY_ROOT
-    default_space = "node"
-    spaces = ("node",)
+    default_space = NODE
+    spaces = (NODE,)
 
     def ensure_node_layout(self, client: Any) -> None:
         self.groups.ensure_layout(client)

@@ -70,7 +70,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from idmint.coordinate.base import HighWaterMark, holder_description
-from idmint.coordinate.url import CoordinatorUrl
 from idmint.coordinate.zookeeper_session import (
     ZooKeeperAccess,
     ZooKeeperSessionClaim,
@@ -118,25 +117,26 @@ class NodeGroups(ZooKeeperAccess):
     """The groups of elastic node IDs under a root (see the module docs), reached as
     the coordinator reaches its ensemble.
 
-    ``root`` is the URL's path, ``/discovery`` without one. The URL option
-    ``group_size`` (default 256) is for tests only: fewer IDs per group make
-    the width change with a handful of nodes.
+    ``root``: the URL's path (``/discovery`` without one). ``group_size``: the IDs
+    per group (256; fewer, for tests, make the width change with a handful of nodes).
     """
 
-    def __init__(self, access: ZooKeeperAccess, url: CoordinatorUrl) -> None:
+    def __init__(self, access: ZooKeeperAccess, root: str, group_size: int = GROUP_SIZE) -> None:
         self.hosts = access.hosts
         self.ttl_s = access.ttl_s
         self.credentials = access.credentials
-        self._options_template = access._options_template
-        self.root = url.path or DEFAULT_ROOT
+        self.options = access.options
+        self.root = root or DEFAULT_ROOT
         self.description = f"zk://{self.hosts}{self.root}"
-        self.group_size = (
-            url.integer("group_size", GROUP_SIZE, low=RESERVED + 1, high=GROUP_SIZE) or 0
-        )
+        self.group_size = group_size
 
     @property
     def nodes_path(self) -> str:
         return f"{self.root}/nodes"
+
+    def mark_path(self, node: int) -> str:
+        """The znode that holds node ID ``node``'s high-water mark."""
+        return f"{self.root}/nodehwm/{node:04X}"
 
     def ensure_layout(self, client: Any) -> None:
         kazoo = kazoo_module()
@@ -320,7 +320,7 @@ class NodeIdClaim(ZooKeeperSessionClaim[NodeGroups]):
             self.node = node
             self._node_path = path
             self._node_version = 0
-            self._hwm_path = f"{nodes.root}/nodehwm/{node:04X}"
+            self._hwm_path = nodes.mark_path(node)
             return node
         return None
 

@@ -109,7 +109,7 @@ class ZooKeeperAccess:
     """``zk://hosts/root``: where the claims are made, for messages."""
     credentials: str | None
     """``user:password`` for the digest scheme, or None (open nodes)."""
-    _options_template: ClaimOptions
+    options: ClaimOptions
 
     def client(
         self, *, listener: Any = None, owner: str | None = None
@@ -136,7 +136,7 @@ class ZooKeeperAccess:
         granted = _GrantedTimeouts(client)
         if listener is not None:
             client.add_listener(listener)
-        timeout = self._options_template.connect_timeout_s
+        timeout = self.options.connect_timeout_s
         try:
             with (
                 translated(f"connecting to ZooKeeper at {self.hosts}"),

@@ -14,11 +14,11 @@ import contextlib
 import json
 import shutil
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from idmint.coordinate import connect
-from idmint.coordinate.base import SPACES, Claim, Coordinator, HighWaterMark
+from idmint.coordinate.base import Claim, Coordinator, HighWaterMark
 from idmint.coordinate.etcd import EtcdClaim, EtcdCoordinator
 from idmint.coordinate.leases import LeaseClaim, PoolRecord
 from idmint.coordinate.local import (
@@ -30,6 +30,7 @@ from idmint.coordinate.local import (
 from idmint.coordinate.memory import MemoryCoordinator
 from idmint.coordinate.postgres import INCARNATION_SQL, WRITTEN_XID_SQL, PostgresCoordinator
 from idmint.coordinate.redis import GENERATION_WITNESS_MS, RedisCoordinator
+from idmint.coordinate.spaces import SPACES, Identity, Space
 from idmint.coordinate.static import DEFAULT_HOST_POOL, StaticCoordinator
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.coordinate.zookeeper import ZooKeeperCoordinator
@@ -39,6 +40,7 @@ from idmint.testing.minting import wait_for
 
 __all__ = [
     "EtcdHooks",
+    "LeaseHooks",
     "LocalHooks",
     "MemoryHooks",
     "PostgresHooks",
@@ -57,13 +59,6 @@ def _driver(coordinator: Coordinator, kind: type[CoordinatorT]) -> CoordinatorT:
     return coordinator
 
 
-def _numbered(space: str, identity: Mapping[str, int]) -> tuple[int, int]:
-    """(cluster, number) of an identity: generator IDs have a cluster, node IDs none."""
-    if space == "generator":
-        return identity.get("cluster", 0), identity["generator"]
-    return 0, identity["node"]
-
-
 @contextlib.contextmanager
 def _connected(url: CoordinatorUrl, kind: type[CoordinatorT]) -> Iterator[CoordinatorT]:
     """A coordinator of ``kind`` for ``url``, closed after the block."""
@@ -80,9 +75,9 @@ class MemoryHooks(Hooks):
         _driver(coordinator, MemoryCoordinator).expire(claim)
 
     def read_mark(
-        self, coordinator: Coordinator, space: str, identity: Mapping[str, int]
+        self, coordinator: Coordinator, space: Space, identity: Identity
     ) -> HighWaterMark | None:
-        return _driver(coordinator, MemoryCoordinator).mark(space, *_numbered(space, identity))
+        return _driver(coordinator, MemoryCoordinator).mark(space, identity)
 
     def stop_server(self, url: CoordinatorUrl) -> None:
         with _connected(url, MemoryCoordinator) as memory:
@@ -101,18 +96,19 @@ class LocalHooks(Hooks):
     """``local://``: marks are files; a hold lasts as long as its process, so none expires."""
 
     def read_mark(
-        self, coordinator: Coordinator, space: str, identity: Mapping[str, int]
+        self, coordinator: Coordinator, space: Space, identity: Identity
     ) -> HighWaterMark | None:
         pool = self._local(coordinator).pool
-        return pool.read_mark(space, lock_key(space, identity))[0]
+        return pool.read_mark(space.name, lock_key(space, identity))[0]
 
     def write_mark(
-        self, coordinator: Coordinator, space: str, identity: Mapping[str, int], mark: HighWaterMark
+        self, coordinator: Coordinator, space: Space, identity: Identity, mark: HighWaterMark
     ) -> None:
         pool = self._local(coordinator).pool
         if isinstance(pool, DirectoryPool):
-            pool.young_floor_ms(space, mark.renewed_ms, 0)  # makes its directory, as a claim does
-        pool.write_mark(space, lock_key(space, identity), mark.to_json())
+            # Makes its directory, as a claim does.
+            pool.young_floor_ms(space.name, mark.renewed_ms, 0)
+        pool.write_mark(space.name, lock_key(space, identity), mark.to_json())
 
     def _local(self, coordinator: Coordinator) -> LocalCoordinator:
         return _driver(coordinator, LocalCoordinator)
@@ -125,8 +121,8 @@ class LocalHooks(Hooks):
         if directory is None:
             return
         for space in SPACES:
-            (directory / space).mkdir(parents=True, exist_ok=True)
-            (directory / space / ".created").write_text(json.dumps({"created_ms": 0}))
+            (directory / space.name).mkdir(parents=True, exist_ok=True)
+            (directory / space.name / ".created").write_text(json.dumps({"created_ms": 0}))
 
     def remove_pool(self, url: CoordinatorUrl) -> None:
         directory = configured_directory(url.path)
@@ -161,15 +157,11 @@ class ZooKeeperHooks(Hooks):
         expire_zookeeper_session(client)
 
     def read_mark(
-        self, coordinator: Coordinator, space: str, identity: Mapping[str, int]
+        self, coordinator: Coordinator, space: Space, identity: Identity
     ) -> HighWaterMark | None:
         zookeeper = _driver(coordinator, ZooKeeperCoordinator)
-        if space == "node":
-            path = f"{zookeeper.groups.root}/nodehwm/{identity['node']:04X}"
-        else:
-            path = f"{zookeeper.space_root(space)}/hwm/{_numbered(space, identity)[1]}"
         with zookeeper.short_session() as client:
-            return read_mark(client, path)[0]
+            return read_mark(client, zookeeper.mark_path(space, identity))[0]
 
     def remove_pool(self, url: CoordinatorUrl) -> None:
         from kazoo.exceptions import NoNodeError
@@ -246,10 +238,10 @@ class EtcdHooks(Hooks):
         _driver(coordinator, EtcdCoordinator).gateway.revoke(claim.lease)
 
     def read_mark(
-        self, coordinator: Coordinator, space: str, identity: Mapping[str, int]
+        self, coordinator: Coordinator, space: Space, identity: Identity
     ) -> HighWaterMark | None:
         marks = _driver(coordinator, EtcdCoordinator).read_marks(space)
-        found = marks.get(_numbered(space, identity))
+        found = marks.get(space.numbered(identity))
         return None if found is None else found[0]
 
     def remove_pool(self, url: CoordinatorUrl) -> None:
@@ -257,44 +249,32 @@ class EtcdHooks(Hooks):
             etcd.gateway.delete_prefix(f"{etcd.prefix}/")
 
 
-class _LeaseHooks(Hooks):
-    """A store of leases (PostgreSQL, Redis): a lease ended as if it lapsed."""
+class LeaseHooks(Hooks):
+    """A store of leases (:class:`~idmint.coordinate.leases.LeaseClaim`'s): a lease
+    ended as if it lapsed. A store's adapter adds the rest (its marks, its pools)."""
 
     def expire(self, coordinator: Coordinator, claim: Claim) -> None:
         if not isinstance(claim, LeaseClaim) or claim.lease is None:
             raise TypeError(f"{claim!r} is not a claim holding a lease")
-        cluster, number, token = claim.lease
         # The lease goes, as when it lapses and another holder takes it: the claim
         # learns it at its next renewal.
-        claim.store.release(claim.space, cluster, number, token=token, mark=None, generation=0)
-
-    def read_mark(
-        self, coordinator: Coordinator, space: str, identity: Mapping[str, int]
-    ) -> HighWaterMark | None:
-        if not isinstance(coordinator, (PostgresCoordinator, RedisCoordinator)):
-            raise TypeError(f"{coordinator.url} keeps no leases")
-        return self._stored_mark(coordinator, space, *_numbered(space, identity))
-
-    def _stored_mark(
-        self, coordinator: Any, space: str, cluster: int, number: int
-    ) -> HighWaterMark | None:
-        raise NotImplementedError
+        claim.store.release(claim.lease, None, 0)
 
 
-class PostgresHooks(_LeaseHooks):
+class PostgresHooks(LeaseHooks):
     """``postgresql://``: a lease row ended; marks are columns of the table."""
 
-    def _stored_mark(
-        self, coordinator: PostgresCoordinator, space: str, cluster: int, number: int
+    def read_mark(
+        self, coordinator: Coordinator, space: Space, identity: Identity
     ) -> HighWaterMark | None:
-        store = coordinator.store
+        store = _driver(coordinator, PostgresCoordinator).store
         query = (
             f"SELECT ceiling_ms, renewed_ms, released_ms, mark_holder FROM {store.qualified} "
             "WHERE space = %s AND cluster = %s AND id = %s AND ceiling_ms IS NOT NULL"
         )
         row = store.connection.run(
             "reading a high-water mark",
-            lambda c: c.execute(query, (space, cluster, number)).fetchone(),
+            lambda c: c.execute(query, (space.name, *space.numbered(identity))).fetchone(),
         )
         if row is None:
             return None
@@ -312,7 +292,7 @@ class PostgresHooks(_LeaseHooks):
                     f"since_ms, lease_ms, written_xid) SELECT space, -1, -1, {INCARNATION_SQL} "
                     f"|| '/' || %s, 0, 0, {WRITTEN_XID_SQL} FROM unnest(%s::text[]) AS space "
                     "ON CONFLICT DO NOTHING",
-                    (_new_epoch(), list(SPACES)),
+                    (_new_epoch(), [space.name for space in SPACES]),
                 ),
             )
 
@@ -336,13 +316,14 @@ def _new_epoch() -> str:
     return PoolRecord.begin("", 0, 0).epoch
 
 
-class RedisHooks(_LeaseHooks):
+class RedisHooks(LeaseHooks):
     """``redis://``: a lease field deleted; marks are fields of the pool's hash."""
 
-    def _stored_mark(
-        self, coordinator: RedisCoordinator, space: str, cluster: int, number: int
+    def read_mark(
+        self, coordinator: Coordinator, space: Space, identity: Identity
     ) -> HighWaterMark | None:
-        store = coordinator.store
+        store = _driver(coordinator, RedisCoordinator).store
+        cluster, number = space.numbered(identity)
         raw = store.client.hget(store.key(space), f"mark:{cluster}:{number}")
         if raw is None:
             return None

@@ -20,7 +20,10 @@ from typing import Any
 
 from idmint.clock import OffsetClock
 from idmint.coordinate import ClaimState, Coordinator, CoordinatorUrl
-from idmint.coordinate.base import ClaimOptions, HighWaterMark, holder_description
+from idmint.coordinate.base import HighWaterMark, holder_description
+from idmint.coordinate.leases import LeaseOptions
+from idmint.coordinate.options import ClaimOptions
+from idmint.coordinate.spaces import GENERATOR
 from idmint.errors import (
     ClaimLost,
     ClockMovedBackwards,
@@ -139,7 +142,7 @@ class _RenewedElsewhere:
             now = _now_ms()
             ceiling = now + self.ttl_ms
             mark = HighWaterMark(ceiling, renewed_ms=now, holder=self.holder)
-            self._hooks.write_mark(self._coordinator, "generator", self._identity, mark)
+            self._hooks.write_mark(self._coordinator, GENERATOR, self._identity, mark)
             self.last_ceiling_ms = ceiling
             self._stop.wait(self.ttl_ms / 4000)
 
@@ -160,7 +163,7 @@ def a_configured_identity_is_refused_while_its_mark_is_renewed(trial: Trial) -> 
     the mark."""
     url = trial.pool()
     coordinator = trial.coordinator(url)
-    identity = coordinator.identity_in("generator")
+    identity = coordinator.identity_in(GENERATOR)
     assert identity is not None, f"{url.redacted()} configures no identity"
     with _RenewedElsewhere(trial, coordinator, identity) as elsewhere:
         error = _raises(
@@ -357,7 +360,7 @@ def _bad_urls(trial: Trial, url: CoordinatorUrl, ttl_s: float) -> dict[str, str]
     return {
         "unknown option": option(bogus=1),
         "reversed range": option(generators="5-2"),
-        "range too wide": option(generators="0-2048"),
+        "range too wide": option(**ClaimOptions.query(pool=range(ClaimOptions().pool.stop + 1))),
         "range not numbers": option(generators="a-b"),
         "negative claim_timeout": option(claim_timeout=-1),
         "margin over half the ttl": option(margin=ttl_s),
@@ -411,8 +414,8 @@ def _mint_and_release(url: CoordinatorUrl) -> list[int]:
 def _holdoff_s(trial: Trial, url: CoordinatorUrl) -> float:
     """How long a released ID of ``url``'s pool is held off at most: the driver's TTL
     (or session timeout) + the skew, by real time."""
-    skew_s = ClaimOptions.from_url(url).skew_ms / 1000
-    return trial.coordinator(url).ttl_s + skew_s
+    coordinator = trial.coordinator(url)
+    return coordinator.ttl_s + coordinator.options.skew_ms / 1000
 
 
 @check("claimed")
@@ -468,7 +471,7 @@ def release_records_the_newest_timestamp(trial: Trial) -> None:
     highest = max(_timestamps(values))
 
     identity = {"generator": Uid64(values[0]).generator, "cluster": Uid64(values[0]).cluster}
-    mark = trial.hooks.read_mark(trial.coordinator(url), "generator", identity)
+    mark = trial.hooks.read_mark(trial.coordinator(url), GENERATOR, identity)
     assert mark is not None, "no high-water mark was recorded"
     assert mark.released_ms is not None, mark
     assert mark.ceiling_ms >= highest, (
@@ -498,7 +501,7 @@ def _expiry_makes_a_new_claim(trial: Trial, size: int) -> None:
 
     trial.hooks.expire(coordinator, claim)
     # The old claim can record nothing more, and the new one has not started yet.
-    mark = trial.hooks.read_mark(coordinator, "generator", old)
+    mark = trial.hooks.read_mark(coordinator, GENERATOR, old)
     assert mark is not None, "the expired claim left no high-water mark"
 
     if trial.hooks.expiry_seen_at_once:
@@ -558,8 +561,8 @@ def a_store_that_forgets_holds_claimants_back_for_the_longest_lease(trial: Trial
     if longest_s <= shortest_s:
         raise Skipped(f"the URL's ttl is {longest_s:g} s: give a longer one for this check")
 
-    def leased(ttl_s: float, **options: object) -> CoordinatorUrl:
-        changed = {"ttl": ttl_s, "max_ttl": longest_s, **options}
+    def leased(ttl_s: float) -> CoordinatorUrl:
+        changed = LeaseOptions.query(ttl_s=ttl_s, max_ttl_s=longest_s)
         return base.replace(options={**base.options, **changed})
 
     holder = trial.generator(leased(longest_s))
@@ -631,7 +634,7 @@ def _outage(trial: Trial, kind: str) -> None:
         if kind == "session-lost":
             coordinator = trial.coordinator(url)
             trial.hooks.expire(coordinator, claim)
-            expired_mark = trial.hooks.read_mark(coordinator, "generator", first)
+            expired_mark = trial.hooks.read_mark(coordinator, GENERATOR, first)
             assert expired_mark is not None, "the expired claim left no high-water mark"
             # A lease learns of it at the next renewal; until then the old claim may
             # still issue (below its ceiling).

@@ -14,11 +14,11 @@ entry-point group ``idmint.contract_hooks`` (idmint's own:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import ClassVar
 
 from idmint.coordinate.base import Claim, Coordinator, HighWaterMark
 from idmint.coordinate.registry import Registry
+from idmint.coordinate.spaces import Identity, Space
 from idmint.coordinate.url import CoordinatorUrl
 
 __all__ = ["HOOKS", "HOOK_NAMES", "Hooks", "hooks_for"]
@@ -59,13 +59,13 @@ class Hooks:
         raise NotImplementedError
 
     def read_mark(
-        self, coordinator: Coordinator, space: str, identity: Mapping[str, int]
+        self, coordinator: Coordinator, space: Space, identity: Identity
     ) -> HighWaterMark | None:
         """The high-water mark the store holds for ``identity`` of ``space``, if any."""
         raise NotImplementedError
 
     def write_mark(
-        self, coordinator: Coordinator, space: str, identity: Mapping[str, int], mark: HighWaterMark
+        self, coordinator: Coordinator, space: Space, identity: Identity, mark: HighWaterMark
     ) -> None:
         """Record ``mark`` for ``identity`` of ``space`` as a holder whose hold this process
         cannot see would (one with another view of the host, say)."""
@@ -90,7 +90,7 @@ class Hooks:
 
         Only for a store that may forget; a check that needs it gives its claimants
         the ``ttl`` and ``max_ttl`` options every such store takes
-        (:mod:`idmint.coordinate.leases`).
+        (:class:`idmint.coordinate.leases.LeaseOptions`).
         """
         raise NotImplementedError
 
