@@ -10,6 +10,7 @@ test_fault.py.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import io
 import json
@@ -253,7 +254,9 @@ def test_a_bad_variable_is_named(variable: str, value: str, message: str) -> Non
         text=True,
         timeout=60,
         check=False,
-        env={**_environment_without_idmint(), variable: value},
+        # A port of its own (a token file is read once the port is taken), unless
+        # the port is the variable under test.
+        env={**_environment_without_idmint(), "IDMINT_PORT": "0", variable: value},
     )
     assert completed.returncode == 2, completed.stderr
     assert completed.stderr.splitlines() == [completed.stderr.strip()], completed.stderr
@@ -498,3 +501,59 @@ def test_the_systemd_unit_is_valid(tmp_path: Path) -> None:
     )
     assert completed.returncode == 0, completed.stderr
     assert (completed.stdout + completed.stderr).strip() == ""
+
+
+# -- ports -----------------------------------------------------------------------------
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def _server_launches(tree: ast.Module) -> Iterator[ast.AST]:
+    """Where a test starts ``idmint serve``: a command line ``... -m idmint serve ...``,
+    ``run_idmint("serve", ...)``, ``CliProcess("serve", ...)`` or ``main(["serve", ...])``."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.List, ast.Tuple)):
+            words = [str(_constant(element)) for element in node.elts]
+            if " -m idmint serve " in f" {' '.join(words)} ":
+                yield node
+        elif isinstance(node, ast.Call) and node.args:
+            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            first = node.args[0]
+            if name in ("run_idmint", "CliProcess") and _constant(first) == "serve":
+                yield node
+            command = first.elts[0] if isinstance(first, ast.List) and first.elts else None
+            if name == "main" and command is not None and _constant(command) == "serve":
+                yield node
+
+
+def _replaces_serve(test: ast.FunctionDef) -> bool:
+    """Whether the test takes the ``no_server`` fixture (as an argument or a mark)."""
+    marks = " ".join(map(ast.unparse, test.decorator_list))
+    return "no_server" in [a.arg for a in test.args.args] or "no_server" in marks
+
+
+def _constant(node: ast.AST) -> object:
+    return node.value if isinstance(node, ast.Constant) else None
+
+
+def test_every_server_a_test_starts_names_its_port() -> None:
+    """``--port 0`` (or a free port, or ``IDMINT_PORT``), ``--help``, or ``serve`` itself
+    replaced (``no_server``): never the default 8000, which ``scripts/run`` may be
+    serving on while the tests run. (Once test_a_bad_variable_is_named failed so:
+    "cannot listen on 127.0.0.1:8000: Address already in use".)"""
+    unnamed = []
+    for path in sorted(TESTS.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+        for launch in _server_launches(tree):
+            words = {_constant(node) for node in ast.walk(launch)}
+            around = next(
+                (f for f in functions if f.lineno <= launch.lineno <= (f.end_lineno or 0)), None
+            )
+            context = ast.get_source_segment(path.read_text(), around) if around else ""
+            if words & {"--port", "--help"} or "IDMINT_PORT" in (context or ""):
+                continue
+            if around is not None and _replaces_serve(around):
+                continue
+            unnamed.append(f"{path.relative_to(TESTS.parent)}:{launch.lineno}")
+    assert unnamed == [], unnamed
