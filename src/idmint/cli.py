@@ -24,11 +24,13 @@ it is waiting for (``idmint: waiting up to 10 s for ZooKeeper at ...``).
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import inspect
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -37,10 +39,21 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TextIO
 
-from idmint.errors import EXIT_RUNTIME, EXIT_USAGE, IdmintError, IdmintWarning, InvalidId
+from idmint.errors import (
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    QUOTED_LENGTH,
+    IdmintError,
+    IdmintWarning,
+    InvalidId,
+    printable,
+    quoted,
+)
 from idmint.schemes import SCHEMES, Field, IdValue, iso_ms, parse_id, scheme_type
 
 if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
     from idmint.generate.core import IdBatch
 
 __all__ = ["EXIT_OUTPUT", "EXIT_RUNTIME", "EXIT_USAGE", "exit_status", "main"]
@@ -98,6 +111,35 @@ class _Parser(argparse.ArgumentParser):
         # argparse prints the usage block as well; we promise one line.
         raise UsageError(f"{message} (see {self.prog} --help)")
 
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # argparse's own message repeats the value whole.
+        if action.choices is not None and value not in action.choices:
+            choices = ", ".join(map(str, action.choices))
+            raise argparse.ArgumentError(
+                action, f"invalid choice: {quoted(str(value))} (choose from {choices})"
+            )
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        # argparse ignores a failed write; help and --version that cannot reach
+        # stdout are the CLI's status 74, as any output is.
+        if file is None or file is sys.stdout:
+            out = _Output(sys.stdout)
+            out.write(message)
+            out.flush()
+        else:
+            super()._print_message(message, file)
+
+
+def _chosen(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the command ``args`` ran (``idmint claims list``'s), whose help
+    describes the options it takes."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            child = action.choices.get(str(getattr(args, action.dest, None)))
+            if child is not None:
+                return _chosen(child, args)
+    return parser
+
 
 def _integer(text: str) -> int:
     """Decimal (leading zeros allowed), or hex with 0x: medallions are often written in hex."""
@@ -107,13 +149,13 @@ def _integer(text: str) -> int:
             return int(cleaned, 16)
         return int(cleaned, 10)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        raise argparse.ArgumentTypeError(f"{quoted(text)} is not an integer") from None
 
 
 def _positive_count(text: str) -> int:
     value = _integer(text)
     if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0 (0 means until interrupted)")
+        raise argparse.ArgumentTypeError(f"{quoted(text)} must be >= 0 (0 means until interrupted)")
     return value
 
 
@@ -580,7 +622,7 @@ class _VersionAction(argparse.Action):
         )
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
-        sys.stdout.write(_version() + "\n")
+        parser._print_message(_version() + "\n", sys.stdout)
         parser.exit()
 
 
@@ -672,9 +714,12 @@ def _decode_inputs(arguments: Sequence[str]) -> Iterator[tuple[str, str]]:
     """``(where, text)`` of each ID to decode: ``where`` names a line of stdin."""
     for argument in arguments:
         if argument == "-":
-            for number, line in enumerate(sys.stdin, start=1):
-                if line.strip():
-                    yield f"stdin line {number}: ", line.strip()
+            # Bytes that are not UTF-8 are kept (surrogateescape) for the error to
+            # show, whatever the locale would make of them.
+            for number, raw in enumerate(sys.stdin.buffer, start=1):
+                line = raw.decode("utf-8", "surrogateescape").strip()
+                if line:
+                    yield f"stdin line {number}: ", line
         else:
             yield "", argument
 
@@ -805,7 +850,7 @@ def _cmd_discovery_register(args: argparse.Namespace, out: _Output) -> int:
     for item in args.metadata:
         key, equals, value = item.partition("=")
         if not equals or not key:
-            raise UsageError(f"--metadata wants K=V, got {item!r}")
+            raise UsageError(f"--metadata wants K=V, got {quoted(item)}")
         metadata[key] = value
     with (
         Discovery(args.coordinator) as discovery,
@@ -919,10 +964,41 @@ def _print_error(message: str) -> None:
 
 
 def _print_line(message: str) -> None:
-    """One line on stderr (a message's line breaks become spaces)."""
+    """One line on stderr: a message's line breaks become spaces, and input it echoes
+    is shown as :func:`idmint.errors.quoted` shows it (see :func:`_shown`)."""
     with contextlib.suppress(OSError, ValueError, AttributeError):  # stderr closed too
-        sys.stderr.write(" ".join(message.split()) + "\n")
+        words = (_shown(found) for found in _WORD.finditer(message))
+        sys.stderr.write(" ".join(words) + "\n")
         sys.stderr.flush()
+
+
+_WORD = re.compile(
+    r"""([(\[]*)('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")([)\],.:;]*)(?=\s|$)|\S+""", re.DOTALL
+)
+"""A word of a message: a string literal (with what may enclose or follow it in a
+sentence), spaces and all, or anything up to a space."""
+
+
+def _shown(word: re.Match[str]) -> str:
+    """A word of a message as the CLI prints it, for input a layer echoed without
+    :func:`idmint.errors.quoted` (a URL's parts, a path, argparse's words): a
+    string literal (``repr()``'s) of more than ``QUOTED_LENGTH`` characters quoted
+    again, so at most that many of it; any other word with what a terminal would
+    act on escaped and cut after ``QUOTED_LENGTH`` characters."""
+    before, literal, after = word.groups()
+    if literal is not None:
+        with contextlib.suppress(ValueError, SyntaxError, MemoryError, RecursionError):
+            value = ast.literal_eval(literal)
+            if isinstance(value, str):
+                # One short enough stays as written: quoted() shows a byte as \xff,
+                # which would read back as the character U+00FF.
+                if len(value) <= QUOTED_LENGTH:
+                    return printable(word.group())
+                return f"{before}{quoted(value)}{after}"
+    text = printable(word.group())
+    if len(text) <= QUOTED_LENGTH:
+        return text
+    return f"{text[:QUOTED_LENGTH]} (the first {QUOTED_LENGTH} of {len(text):,} characters)"
 
 
 class _WaitingNotice(logging.Handler):
@@ -1015,11 +1091,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not logging.getLogger().handlers:
         logging.getLogger().addHandler(logging.NullHandler())
     warnings.showwarning = _show_warning
-    parser = _build_parser(_command_in(sys.argv[1:] if argv is None else argv))
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    parser = _build_parser(_command_in(arguments))
     out = _Output(sys.stdout)
     previous: dict[int, Any] = {}
     try:
-        args = parser.parse_args(argv)
+        if not arguments:  # bare `idmint`: the commands, as --help lists them
+            parser.print_help()
+            return 0
+        args, unknown = parser.parse_known_args(arguments)
+        if unknown:
+            # argparse names the top command; the one run says what it takes.
+            _chosen(parser, args).error(f"unrecognized arguments: {quoted(' '.join(unknown))}")
         keeps_a_log = getattr(args, "keeps_a_log", False)
         if sys.stdout is None and not keeps_a_log:
             out.write("")  # fails now: nothing is claimed or fetched only to be thrown away
