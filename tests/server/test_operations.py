@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import io
 import json
 import re
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -445,6 +448,135 @@ def test_the_containerfile_runs_idmint_serve_with_known_settings() -> None:
     known = {setting.variable for setting in SERVE_SETTINGS}
     assert set(re.findall(r"\bIDMINT_[A-Z_]+", text)) <= known
     assert "USER 10001" in text  # not root
+
+
+def _image_extras() -> list[str]:
+    """The extras the Containerfile installs (``pip install ".[server,...]"``)."""
+    found = re.findall(r'"\.\[([a-z,]+)\]"', (DEPLOY / "Containerfile").read_text())
+    assert len(found) == 1, found
+    return found[0].split(",")
+
+
+DRIVERS = {"zk": "zk", "etcd": "etcd", "postgresql": "postgres", "redis": "redis"}
+"""The coordinator URL schemes of the drivers that need an extra, and their test backends."""
+
+
+def _schemes_named_for_containers() -> set[str]:
+    """The coordinator schemes deploy/ (manifests, image, entrypoint) and docs/server.md
+    name."""
+    texts = [path.read_text() for path in sorted(DEPLOY.rglob("*")) if path.is_file()]
+    texts.append((DEPLOY.parent / "docs" / "server.md").read_text())
+    return {scheme for text in texts for scheme in re.findall(r"\b([a-z]+)://", text)}
+
+
+RUN_CLI = "from idmint.cli import main; sys.exit(main({argv!r}))"
+
+
+def test_the_image_installs_every_driver_its_manifests_and_docs_name(
+    request: pytest.FixtureRequest,
+) -> None:
+    """With only what the Containerfile installs, ``idmint`` claims and mints through
+    each driver deploy/ and docs/server.md name, on a real server. (Once the image had
+    ``.[server,zookeeper,etcd]``: the Deployment's postgresql:// pods crash-looped.)"""
+    from tests.installed import modules_outside, run_without
+    from tests.integration.claims_helpers import make_backend
+    from tests.test_missing_extra import extra_requirements
+
+    named = _schemes_named_for_containers() & set(DRIVERS)
+    assert named == set(DRIVERS), named  # the manifests and docs name each of them
+    lacking = modules_outside(extra_requirements(*_image_extras()))
+    for scheme in sorted(named):
+        url = make_backend(DRIVERS[scheme], request).url(ttl=2)
+        argv = ["generate", "--coordinator", url, "--count", "2"]
+        done = run_without(lacking, RUN_CLI.format(argv=argv), DEPLOY.parent)
+        assert done.returncode == 0, f"{scheme}: {done.stderr}"
+        assert len(set(done.stdout.split())) == 2
+    served = run_without(lacking, "import uvicorn", DEPLOY.parent)
+    assert served.returncode == 0, served.stderr
+
+
+def _health(**variables: str) -> subprocess.CompletedProcess[str]:
+    """deploy/container-healthcheck with ``variables`` as its only IDMINT_* settings."""
+    return subprocess.run(
+        [sys.executable, str(DEPLOY / "container-healthcheck")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env={**_environment_without_idmint(), **variables},
+    )
+
+
+def test_the_image_checks_its_health_on_readyz() -> None:
+    """The HEALTHCHECK runs the check, which is 0 for a ready server (plain or TLS) and
+    1, with one line, for one not ready or not there."""
+    text = (DEPLOY / "Containerfile").read_text()
+    assert "COPY deploy/container-healthcheck /opt/idmint/bin/container-healthcheck\n" in text
+    assert re.search(
+        r"^HEALTHCHECK .*\\\n\s+CMD \[\"/opt/idmint/bin/container-healthcheck\"\]$", text, re.M
+    ), text
+    with running_server() as server:
+        assert _health(IDMINT_PORT=str(server.port)).returncode == 0
+        assert _health(IDMINT_PORT=str(server.port), IDMINT_HOST="0.0.0.0").returncode == 0
+    port = str(free_port())
+    gone = _health(IDMINT_PORT=port)
+    assert gone.returncode == 1
+    assert gone.stderr.startswith(f"container-healthcheck: http://127.0.0.1:{port}/readyz: ")
+    with _answering(503) as busy:
+        refused = _health(IDMINT_PORT=str(busy))
+    assert (refused.returncode, refused.stderr) == (
+        1,
+        f"container-healthcheck: http://127.0.0.1:{busy}/readyz answered 503\n",
+    )
+
+
+def test_the_image_checks_the_health_of_a_tls_server(tmp_path: Path) -> None:
+    """Over https (the server's certificate is for another name: not checked), and
+    under mutual TLS with the client certificate of ``idmint fetch``'s variables."""
+    import trustme
+
+    ca = trustme.CA()
+    files = {}
+    for name, pair in (("server", ca.issue_cert("ids.example")), ("client", ca.issue_cert("c"))):
+        files[name] = tmp_path / f"{name}.pem"
+        pair.private_key_and_cert_chain_pem.write_to_path(files[name])
+    ca.cert_pem.write_to_path(tmp_path / "ca.pem")
+    tls = ("--tls-cert", str(files["server"]))
+    with running_server(*tls) as server:
+        assert server.url.startswith("https://")
+        port = str(server.port)
+        assert _health(IDMINT_PORT=port, IDMINT_TLS_CERT=str(files["server"])).returncode == 0
+        assert _health(IDMINT_PORT=port).returncode == 1  # plain http to an https port
+    with running_server(*tls, "--tls-client-ca", str(tmp_path / "ca.pem")) as server:
+        port, cert = str(server.port), str(files["server"])
+        assert _health(IDMINT_PORT=port, IDMINT_TLS_CERT=cert).returncode == 1
+        shown = _health(
+            IDMINT_PORT=port, IDMINT_TLS_CERT=cert, IDMINT_FETCH_TLS_CERT=str(files["client"])
+        )
+        assert shown.returncode == 0, shown.stderr
+
+
+@contextlib.contextmanager
+def _answering(status: int) -> Iterator[int]:
+    """An HTTP server on a free port answering every GET with ``status``; its port."""
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    with ThreadingHTTPServer((LOOPBACK, 0), Answer) as httpd:
+        thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield httpd.server_address[1]
+        finally:
+            httpd.shutdown()
+            thread.join()
 
 
 def _entrypoint(*args: str, coordinator: str | None = None) -> subprocess.CompletedProcess[str]:
