@@ -46,8 +46,8 @@ An HTML comment on the line before the fence says more, in ``;``-separated parts
                    file, as one script (its ``needs`` add up).
 ``django-models``  a python block that is a Django app's ``models.py``: it is loaded
                    by Django (SQLite), migrated and checked with
-                   ``makemigrations --check``, and a row is created with every
-                   field's default.
+                   ``makemigrations --check``, and a row with every field's default
+                   is validated (``full_clean``, as a form does) and created.
 ``skip REASON``    not run; the reason (the rest of the comment) is required.
 
 ``<!-- docs-test: skip-file REASON -->`` on a line of its own (not before a fence)
@@ -602,7 +602,9 @@ DJANGO_CHECK = textwrap.dedent(
     call_command("makemigrations", "shop", check=True, dry_run=True, verbosity=0)
     call_command("migrate", verbosity=0)
     for model in apps.get_app_config("shop").get_models():
-        row = model.objects.create()
+        row = model()
+        row.full_clean()  # as a model form or the admin validates it: null needs blank
+        row.save()
         assert model.objects.get(pk=row.pk).pk == row.pk
     """
 )
