@@ -60,6 +60,7 @@ session's or the test's own; nothing listens on the usual ports.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import itertools
 import json
 import os
@@ -216,6 +217,22 @@ def test_docs_have_blocks_to_check() -> None:
         fences = re.findall(r"^\s*(?:```|~~~)", document.read_text(encoding="utf-8"), re.M)
         found = [block for block in BLOCKS if block.path == document]
         assert len(fences) == 2 * len(found), f"{document.name}: a fence the parser missed"
+
+
+def test_every_id_the_docs_decode_was_minted_in_the_past() -> None:
+    """A sample ID whose time lies ahead looks like a bug to a reader. (Once README's
+    uid64 decoded to 2073: a spread-mode ID written as if it were time-sequential.)"""
+    now = dt.datetime.now(dt.timezone.utc)
+    shown = [
+        (document.name, json.loads(line))
+        for document in DOCUMENTS
+        for line in document.read_text(encoding="utf-8").splitlines()
+        if line.startswith('{"scheme": ') and '"time": ' in line
+    ]
+    assert len(shown) >= 3  # README's decode of three schemes, at least
+    for name, fields in shown:
+        minted = dt.datetime.fromisoformat(fields["time"].replace("Z", "+00:00"))
+        assert dt.datetime(2015, 1, 1, tzinfo=dt.timezone.utc) < minted <= now, (name, fields)
 
 
 # -- the test servers, and the URLs that reach them ---------------------------------
