@@ -832,6 +832,27 @@ def test_every_option_of_every_command_says_what_it_is_for() -> None:
     assert bare == []
 
 
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_claims_list_of_a_pool_nobody_holds_says_which_pool_it_read(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, output: str
+) -> None:
+    """A misspelt root reads as an empty pool: the list says which pool it read, on
+    stderr, and still exits 0. (Once an empty table and nothing else.)"""
+    from idmint import new_generator
+
+    with new_generator("uid64", coordinator=f"local://{tmp_path}/ids"):
+        held = run_main(capsys, ["claims", "list", "--coordinator", f"local://{tmp_path}/ids"])
+        assert (held.status, held.err) == (0, "")
+        misspelt = f"local://{tmp_path}/idz"
+        empty = run_main(capsys, ["claims", "list", "--coordinator", misspelt, "--format", output])
+    assert empty.status == 0
+    assert len(empty.lines()) == (1 if output == "text" else 0)  # the header alone
+    assert empty.err == (
+        f"idmint: nothing holds an identity in {misspelt}: no process claims there now, or "
+        "the URL names another pool than your generators' (its root, table or prefix)\n"
+    )
+
+
 def test_claims_list_shows_this_hosts_pool_by_default(
     capsys: pytest.CaptureFixture[str], host_lock_directory: Path
 ) -> None:

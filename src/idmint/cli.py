@@ -827,6 +827,13 @@ def _cmd_claims_list(args: argparse.Namespace, out: _Output) -> int:
 
     with connect(_coordinator(args) or DEFAULT_COORDINATOR) as coordinator:
         rows = coordinator.list_claims()
+    if not rows:
+        # An empty pool and a misspelt one look alike: say which pool was read.
+        _print_line(
+            f"idmint: nothing holds an identity in {coordinator.url}: no process claims "
+            "there now, or the URL names another pool than your generators' (its root, "
+            "table or prefix)"
+        )
     if args.format == "json":
         for row in rows:
             out.write(json.dumps(row.to_json()) + "\n")
