@@ -38,6 +38,7 @@ from tests.server.server_helpers import (
     parse_metrics,
     running_server,
 )
+from tests.servers import wait_until
 from tests.servers.ports import free_port
 
 from idmint.schemes import parse_id
@@ -689,3 +690,15 @@ def test_every_server_a_test_starts_names_its_port() -> None:
                 continue
             unnamed.append(f"{path.relative_to(TESTS.parent)}:{launch.lineno}")
     assert unnamed == [], unnamed
+
+
+def test_a_single_server_says_what_sighup_re_read_even_when_nothing() -> None:
+    """With no token file and no TLS a SIGHUP re-reads nothing, and says so: silence
+    looked like a signal unheard. (Once nothing was logged; ``--workers`` said
+    "N workers re-read their credentials".)"""
+    with running_server() as server:
+        server.send_signal(signal.SIGHUP)
+        said = "credentials: none to re-read (no token file, no TLS certificate)"
+        wait_until(lambda: said in server.stderr_text(), timeout=30, description="the line")
+        with server.client() as api:
+            assert api.get("/v1/id").status_code == 200  # and it still serves
