@@ -740,3 +740,23 @@ def test_block_runs_as_written(
         run_sql(block, place)
     else:
         raise AssertionError(f"{block.name}: no way to check a {block.info!r} block")
+
+
+def test_the_first_generators_example_runs_beside_holders_of_generators_0_to_4(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """docs/generators.md's first block while another holder has generator IDs 0 to 4
+    of its pool: the free ID it claims is 5, the one it configures next, and it must
+    not collide with itself. (Once IdentityInUse: the free one was still held.)"""
+    from idmint.factory import new_generators
+
+    [block] = [b for b in BLOCKS if b.path.name == "generators.md" and b.continues is None][:1]
+    place = place_for(block, request, tmp_path)
+    pool = Path(place.env["IDMINT_LOCAL_DIR"])
+    holders = new_generators("uid64", 5, coordinator=f"local://{pool}")
+    try:
+        assert sorted(holder.generator for holder in holders) == [0, 1, 2, 3, 4]
+        run_python(block, place)
+    finally:
+        for holder in holders:
+            holder.close()
