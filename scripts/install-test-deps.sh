@@ -9,7 +9,8 @@
 # - wrk (HTTP load generator), chromium and chromium-driver (browser tests), procps;
 # - gcc and libc6-dev (the fault tests build an LD_PRELOAD shim that steps the clock);
 # - systemd, for systemd-analyze (the example unit in deploy/ is verified);
-# - openssl, which docs/server.md's TLS example makes its certificates with.
+# - openssl, which docs/server.md's TLS example makes its certificates with;
+# - fish, which runs `idmint completion fish` in the completion tests (3 MB).
 # - PostgreSQL (postgresql: server binaries in /usr/lib/postgresql/<version>/bin) for the
 #   storage and postgresql:// claims tests, and util-linux's setpriv, which runs it as an
 #   unprivileged user; redis-server for the redis:// claims tests.
@@ -41,6 +42,7 @@ readonly PACKAGES=(
     procps
     systemd
     openssl
+    fish
     postgresql
     util-linux
 )
@@ -129,7 +131,7 @@ fi
 # Check that what the test harness runs is now there.
 problems=()
 commands=(java etcd etcdctl redis-server)
-[ "${1:-all}" = coordinators ] || commands+=(wrk setpriv)
+[ "${1:-all}" = coordinators ] || commands+=(wrk setpriv fish)
 for command in "${commands[@]}"; do
     command -v "$command" >/dev/null 2>&1 || problems+=("command $command")
 done

@@ -208,6 +208,14 @@ def _add_id_commands(commands: Any, *, generator_options: bool = True) -> None:
         "static://?generator=G (configured, held on this host), zk://host:port/root or "
         "etcd://host:port/prefix (claimed, released on exit); IDMINT_COORDINATOR",
     )
+    generate.add_argument(
+        "--generators",
+        type=_integer,
+        default=1,
+        metavar="K",
+        help="mint with K generators (1..64), each with an identity of its own: K times the "
+        "rate of one; the IDs then come a tick's worth from each in turn",
+    )
     names = (
         _add_scheme_flags(generate.add_argument_group("scheme options"), _generator_options())
         if generator_options
@@ -589,11 +597,12 @@ def _add_decode_encode(commands: Any) -> None:
         "completion",
         _cmd_completion,
         help="print a shell completion script",
-        description="Print a completion script for bash or zsh, e.g. "
-        "`idmint completion bash > ~/.local/share/bash-completion/completions/idmint`, or "
-        "`source <(idmint completion zsh)` in ~/.zshrc.",
+        description="Print a completion script for bash, zsh or fish, e.g. "
+        "`idmint completion bash > ~/.local/share/bash-completion/completions/idmint`, "
+        "`source <(idmint completion zsh)` in ~/.zshrc, or "
+        "`idmint completion fish > ~/.config/fish/completions/idmint.fish`.",
     )
-    completion.add_argument("shell", choices=["bash", "zsh"], help="the shell")
+    completion.add_argument("shell", choices=["bash", "zsh", "fish"], help="the shell")
 
 
 def _node_bits_help() -> str:
@@ -644,7 +653,10 @@ def _cmd_generate(args: argparse.Namespace, out: _Output) -> int:
     # Whether each applies to the scheme is the factory's to say, as for every caller.
     options = {name: getattr(args, name) for name in args.generator_options}
     render = _renderer(args.format)
-    with new_generator(args.scheme, coordinator=_coordinator(args), **options) as generator:
+    coordinator = _coordinator(args)
+    with new_generator(
+        args.scheme, coordinator, generators=args.generators, **options
+    ) as generator:
         # One tick's worth per batch keeps each write small and frequent.
         chunk = min(generator.ids_per_tick, 4096)
         return _write_ids(out, args.count, chunk, lambda take: render(generator.batch(take)))
@@ -910,32 +922,59 @@ def _cmd_completion(args: argparse.Namespace, out: _Output) -> int:
     return 0
 
 
-def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
-    """A bash completion function for ``parser``'s commands, options and choices.
+class _Place(NamedTuple):
+    """What can follow a command (``""``, ``"generate"``, ``"claims list"``)."""
 
-    Written from the parser itself, so it cannot drift from the commands;
-    zsh runs it through bashcompinit.
-    """
-    cases: list[str] = []
+    commands: dict[str, str]
+    """Its commands, with their help."""
+    options: list[argparse.Action]
+    values: list[str]
+    """The values its positional arguments take (``completion``'s shells)."""
+
+
+def _places(parser: argparse.ArgumentParser) -> dict[str, _Place]:
+    """Every command of ``parser``, by its path, with what can follow it."""
+    places: dict[str, _Place] = {}
 
     def walk(current: argparse.ArgumentParser, path: str) -> None:
-        words: list[str] = []
+        place = places[path] = _Place({}, [], [])
         for action in current._actions:
             if isinstance(action, argparse._SubParsersAction):
+                helps = {choice.dest: choice.help or "" for choice in action._choices_actions}
                 for name, child in action.choices.items():
-                    words.append(name)
+                    place.commands[name] = helps.get(name, "")
                     walk(child, f"{path} {name}".strip())
-            else:
-                words += action.option_strings
-                if action.choices and not action.option_strings:  # a positional's values
-                    words += [str(choice) for choice in action.choices]
-                if action.choices and action.option_strings:
-                    for option in action.option_strings:
-                        choices = " ".join(str(choice) for choice in action.choices)
-                        cases.append(f'    "{path}|{option}") words="{choices}" ;;')
-        cases.append(f'    "{path}|") words="{" ".join(words)}" ;;')
+            elif action.option_strings:
+                place.options.append(action)
+            elif action.choices:
+                place.values.extend(str(choice) for choice in action.choices)
 
     walk(parser, "")
+    return places
+
+
+def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
+    """A completion script for ``parser``'s commands, options and choices.
+
+    Written from the parser itself, so it cannot drift from the commands: a
+    bash completion function (zsh runs it through bashcompinit), or fish's
+    ``complete`` lines.
+    """
+    places = _places(parser)
+    if shell == "fish":
+        return _fish_script(places)
+    cases: list[str] = []
+    for path, place in places.items():
+        words = [*place.commands, *place.values]
+        for action in place.options:
+            words += action.option_strings
+            if action.choices:
+                choices = " ".join(str(choice) for choice in action.choices)
+                cases += [
+                    f'    "{path}|{option}") words="{choices}" ;;'
+                    for option in action.option_strings
+                ]
+        cases.append(f'    "{path}|") words="{" ".join(words)}" ;;')
     body = "\n".join(cases)
     script = f"""# idmint completion for {shell} (made by `idmint completion {shell}`)
 _idmint() {{
@@ -961,6 +1000,66 @@ _idmint_words() {{
     if shell == "zsh":
         script += "autoload -U +X bashcompinit && bashcompinit\n"
     return script + "complete -F _idmint idmint\n"
+
+
+_FILE_METAVARS = frozenset({"F", "FILE", "DIR", "PATH"})
+"""Option values that name files, which fish then offers."""
+
+
+def _fish_script(places: dict[str, _Place]) -> str:
+    """fish's ``complete`` lines: each under a condition on the command being completed
+    (``__idmint_at 'claims list'``), which reads the command line's words as bash's does."""
+    commands = "\n".join(
+        f"        case {_fish_quoted(path)}\n            printf '%s\\n' {' '.join(place.commands)}"
+        for path, place in places.items()
+        if place.commands
+    )
+    lines = [
+        "# idmint completion for fish (made by `idmint completion fish`): save it as",
+        "# ~/.config/fish/completions/idmint.fish",
+        "function __idmint_commands --description 'the commands that follow idmint $argv'",
+        '    switch "$argv[1]"',
+        commands,
+        "    end",
+        "end",
+        "function __idmint_at --description 'whether idmint $argv is the command being completed'",
+        "    set -l words (commandline -opc)",
+        "    set -e words[1]",
+        "    set -l path ''",
+        "    for word in $words",
+        '        if contains -- $word (__idmint_commands "$path")',
+        '            set path (string trim -- "$path $word")',
+        "        end",
+        "    end",
+        '    test "$path" = "$argv[1]"',
+        "end",
+        "complete -c idmint -f",
+    ]
+    for path, place in places.items():
+        at = f'-n "__idmint_at {_fish_quoted(path)}"'
+        for name, about in place.commands.items():
+            lines.append(f"complete -c idmint {at} -a {name} -d {_fish_quoted(about)}")
+        if place.values:
+            lines.append(f"complete -c idmint {at} -a {_fish_quoted(' '.join(place.values))}")
+        for action in place.options:
+            flags = " ".join(
+                f"-l {option[2:]}" if option.startswith("--") else f"-s {option[1:]}"
+                for option in action.option_strings
+            )
+            if action.choices:
+                takes = f" -x -a {_fish_quoted(' '.join(map(str, action.choices)))}"
+            elif action.nargs == 0:
+                takes = ""
+            else:
+                takes = " -r -F" if action.metavar in _FILE_METAVARS else " -x"
+            about = action.help if action.help and action.help != argparse.SUPPRESS else ""
+            lines.append(f"complete -c idmint {at} {flags}{takes} -d {_fish_quoted(about)}")
+    return "\n".join(lines) + "\n"
+
+
+def _fish_quoted(text: str) -> str:
+    """``text`` in single quotes as fish reads them."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 # -- entry point --------------------------------------------------------------------

@@ -33,13 +33,14 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from idmint.coordinate import DEFAULT_COORDINATOR, CoordinatorUrl, connect
 from idmint.coordinate.base import Claim, Coordinator
 from idmint.errors import ConfigurationError
 from idmint.generate.core import COMMON_OPTIONS, TickGenerator
 from idmint.generate.generators import GENERATORS
+from idmint.generate.group import GeneratorGroup
 from idmint.schemes import SCHEMES, a_scheme
 
 __all__ = [
@@ -93,9 +94,21 @@ def _generator_class(scheme: str) -> GeneratorClass:
         raise ConfigurationError(f"no generator mints {scheme} IDs") from None
 
 
+@overload
 def new_generator(
-    scheme: str, coordinator: UrlLike | None = None, **options: Any
-) -> TickGenerator[Any]:
+    scheme: str, coordinator: UrlLike | None = None, *, generators: Literal[1] = 1, **options: Any
+) -> TickGenerator[Any]: ...
+
+
+@overload
+def new_generator(
+    scheme: str, coordinator: UrlLike | None = None, *, generators: int, **options: Any
+) -> TickGenerator[Any] | GeneratorGroup[Any]: ...
+
+
+def new_generator(
+    scheme: str, coordinator: UrlLike | None = None, *, generators: int = 1, **options: Any
+) -> TickGenerator[Any] | GeneratorGroup[Any]:
     """A generator for ``scheme``; options that are ``None`` are left at their defaults.
 
     ``coordinator`` is a URL (see :mod:`idmint.coordinate`), as text or parsed;
@@ -105,8 +118,13 @@ def new_generator(
     interpreter exit does it too. Options that do not apply to the scheme raise
     ``ConfigurationError`` rather than being ignored: ``--generator 5`` on muid
     is a mistake to point out.
+
+    ``generators=K`` (more than 1): K generators, each with an identity of its
+    own (see :func:`new_generators`), minting as one
+    (:class:`~idmint.generate.group.GeneratorGroup`): K times the rate of one.
     """
-    return new_generators(scheme, 1, coordinator, **options)[0]
+    made = new_generators(scheme, generators, coordinator, **options)
+    return made[0] if generators == 1 else GeneratorGroup(made)
 
 
 def coordinator_for(scheme: str, coordinator: UrlLike | None = None, **options: Any) -> str | None:
