@@ -15,7 +15,6 @@ import json
 import os
 import re
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -875,41 +874,6 @@ def test_claims_list_shows_this_hosts_pool_by_default(
         assert header.split()[:3] == ["SPACE", "CLUSTER", "ID"]
         ours = [line.split() for line in lines if line.split()[3].endswith(f":{os.getpid()}")]
         assert sorted((line[0], int(line[2])) for line in ours) == sorted(mine)
-
-
-@pytest.mark.parametrize(
-    ("arguments", "said"),
-    [
-        ([], "(.venv/bin/idmint serve)"),
-        (
-            ["--port", "9000", "--scheme", "muid"],
-            "(.venv/bin/idmint serve --port 9000 --scheme muid)",
-        ),
-    ],
-)
-def test_scripts_run_says_what_it_starts(tmp_path: Path, arguments: list[str], said: str) -> None:
-    """The script as written, in a copy of the tree whose venv and installer are stand-ins."""
-    root = Path(__file__).resolve().parents[1]
-    (tmp_path / "scripts").mkdir()
-    (tmp_path / ".venv" / "bin").mkdir(parents=True)
-    shutil.copy(root / "scripts" / "run", tmp_path / "scripts" / "run")
-    stand_ins = {
-        tmp_path / "scripts" / "bootstrap-venv": "#!/bin/sh\nexit 0\n",
-        tmp_path / ".venv" / "bin" / "idmint": '#!/bin/sh\necho "idmint $*"\n',
-    }
-    for path, text in stand_ins.items():
-        path.write_text(text)
-        path.chmod(0o755)
-    done = subprocess.run(
-        [str(tmp_path / "scripts" / "run"), *arguments],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stderr == f"scripts/run: starting the ID server {said}\n"
-    assert done.stdout == " ".join(["idmint", "serve", *arguments]) + "\n"
 
 
 def test_schemes_lists_every_scheme(capsys: pytest.CaptureFixture[str]) -> None:

@@ -259,14 +259,7 @@ def test_bootstrap_venv_installs_only_extras_not_installed_since_pyproject_chang
     def bootstrap(*target: str) -> list[str]:
         """The pip commands ``scripts/bootstrap-venv TARGET`` ran."""
         pip.write_text("")
-        done = subprocess.run(
-            [str(tmp_path / "scripts" / "bootstrap-venv"), *target],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
+        _run_script(tmp_path / "scripts" / "bootstrap-venv", *target)
         return pip.read_text().splitlines()
 
     install = "-m pip install --quiet --disable-pip-version-check -e "
@@ -281,3 +274,39 @@ def test_bootstrap_venv_installs_only_extras_not_installed_since_pyproject_chang
         project.write("\n# changed\n")
     assert bootstrap(".[server]") == [install + ".[server]"]
     assert bootstrap() == [install + ".[server,zookeeper,postgres,redis]"]
+
+
+def _run_script(path: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """``path ARGUMENTS`` run to completion, which must succeed."""
+    done = subprocess.run(
+        [str(path), *arguments], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        ([], "(.venv/bin/idmint serve)"),
+        (
+            ["--port", "9000", "--scheme", "muid"],
+            "(.venv/bin/idmint serve --port 9000 --scheme muid)",
+        ),
+    ],
+)
+def test_scripts_run_says_what_it_starts(tmp_path: Path, arguments: list[str], said: str) -> None:
+    """The script as written, in a copy of the tree whose venv and installer are stand-ins."""
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "run", tmp_path / "scripts" / "run")
+    stand_ins = {
+        tmp_path / "scripts" / "bootstrap-venv": "#!/bin/sh\nexit 0\n",
+        tmp_path / ".venv" / "bin" / "idmint": '#!/bin/sh\necho "idmint $*"\n',
+    }
+    for path, text in stand_ins.items():
+        path.write_text(text)
+        path.chmod(0o755)
+    done = _run_script(tmp_path / "scripts" / "run", *arguments)
+    assert done.stderr == f"scripts/run: starting the ID server {said}\n"
+    assert done.stdout == " ".join(["idmint", "serve", *arguments]) + "\n"

@@ -54,33 +54,36 @@ def browser() -> Iterator[Any]:
         launched.close()
 
 
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    """A fresh tab (own sessionStorage); fails the test on any uncaught script error."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+@contextlib.contextmanager
+def opened_tab(browser: Any, width: int) -> Iterator[Any]:
+    """A fresh tab ``width`` px wide (own sessionStorage); fails the test on any
+    uncaught script error."""
+    context = browser.new_context(viewport={"width": width, "height": 900})
     context.set_default_timeout(TIMEOUT_MS)
-    tab = context.new_page()
+    opened = context.new_page()
     script_errors: list[str] = []
-    tab.on("pageerror", lambda error: script_errors.append(str(error)))
-    yield tab
-    context.close()
+    opened.on("pageerror", lambda error: script_errors.append(str(error)))
+    try:
+        yield opened
+    finally:
+        context.close()
     assert script_errors == []
 
 
 WIDTHS = {"desktop": 1280, "phone": 390}
 
 
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    with opened_tab(browser, WIDTHS["desktop"]) as opened:
+        yield opened
+
+
 @pytest.fixture(params=list(WIDTHS.values()), ids=list(WIDTHS))
 def tab(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
-    """A fresh tab as :func:`page` is, once 1280 and once 390 px wide."""
-    context = browser.new_context(viewport={"width": request.param, "height": 900})
-    context.set_default_timeout(TIMEOUT_MS)
-    opened = context.new_page()
-    script_errors: list[str] = []
-    opened.on("pageerror", lambda error: script_errors.append(str(error)))
-    yield opened
-    context.close()
-    assert script_errors == []
+    """A fresh tab, once 1280 and once 390 px wide."""
+    with opened_tab(browser, request.param) as opened:
+        yield opened
 
 
 def golden(name: str) -> list[dict[str, str]]:
@@ -519,12 +522,7 @@ def test_every_scheme_fits_and_reads_whole(
     browser: Any, scheme_servers: dict[str, str], scheme: str, width: int
 ) -> None:
     """Served, minted and decoded (and, on one server, every example): 1280 and 390 px wide."""
-    context = browser.new_context(viewport={"width": width, "height": 900})
-    context.set_default_timeout(TIMEOUT_MS)
-    tab = context.new_page()
-    script_errors: list[str] = []
-    tab.on("pageerror", lambda error: script_errors.append(str(error)))
-    try:
+    with opened_tab(browser, width) as tab:
         tab.goto(scheme_servers[scheme])
         sync_api.expect(tab.locator("#health")).to_have_text("healthy")
         sync_api.expect(tab.locator("#claims tbody tr")).to_have_count(2)
@@ -550,9 +548,6 @@ def test_every_scheme_fits_and_reads_whole(
             assert tab.locator("#decode-error").is_hidden()
             assert tab.input_value("#scheme-select") == example_scheme
             assert_page_is_whole(tab, [*shown, canonical])
-    finally:
-        context.close()
-    assert script_errors == []
 
 
 def node_bits_of(tab: Any) -> dict[str, int]:
