@@ -11,7 +11,8 @@
 # - python3-dev: Python's headers, which Debian's python3 lacks, for the compiled generator
 #   core the editable install builds (a venv of another Python brings its own headers);
 # - systemd, for systemd-analyze (the example unit in deploy/ is verified);
-# - openssl, which docs/server.md's TLS example makes its certificates with.
+# - openssl, which docs/server.md's TLS example makes its certificates with;
+# - fish, which runs `idmint completion fish` in the completion tests (3 MB).
 # - PostgreSQL (postgresql: server binaries in /usr/lib/postgresql/<version>/bin) for the
 #   storage and postgresql:// claims tests, and util-linux's setpriv, which runs it as an
 #   unprivileged user; redis-server for the redis:// claims tests.
@@ -44,6 +45,7 @@ readonly PACKAGES=(
     procps
     systemd
     openssl
+    fish
     postgresql
     util-linux
 )
@@ -132,7 +134,7 @@ fi
 # Check that what the test harness runs is now there.
 problems=()
 commands=(java etcd etcdctl redis-server)
-[ "${1:-all}" = coordinators ] || commands+=(wrk setpriv)
+[ "${1:-all}" = coordinators ] || commands+=(wrk setpriv fish)
 for command in "${commands[@]}"; do
     command -v "$command" >/dev/null 2>&1 || problems+=("command $command")
 done

@@ -13,8 +13,8 @@ import io
 import itertools
 import json
 import os
+import re
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -77,7 +77,7 @@ def run_main(
 ) -> Result:
     if stdin is not None:
         assert monkeypatch is not None
-        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
     status = cli.main(argv)
     captured = capsys.readouterr()
     return Result(status, captured.out, captured.err)
@@ -618,7 +618,7 @@ def test_integer_options_accept_leading_zeros(capsys: pytest.CaptureFixture[str]
 # -- bad input everywhere --------------------------------------------------------
 
 BAD_INVOCATIONS: list[tuple[list[str], str]] = [
-    ([], "required"),
+    (["claims"], "required"),
     (["bogus"], "invalid choice"),
     (["generate", "--count", "-1"], "--count"),
     (["generate", "--count", "many"], "not an integer"),
@@ -688,6 +688,109 @@ def test_bad_invocation_in_process(
     assert_usage_error(run_main(capsys, argv), fragment)
 
 
+def test_bare_idmint_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    """As ``idmint --help`` does, with status 0. (Once an error: COMMAND required.)"""
+    result = run_main(capsys, [])
+    assert (result.status, result.err) == (0, "")
+    assert result.out.startswith("usage: idmint")
+    listed = re.findall(r"^    (\w+)", result.out, re.MULTILINE)
+    assert listed == [
+        *("generate", "decode", "encode", "schemes", "completion", "serve", "claims"),
+        *("discovery", "fetch"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["generate", "--cnt", "3"], "idmint generate"),
+        (["claims", "list", "--bogus"], "idmint claims list"),
+        (["decode", "--scheme", "uid64", UID64, "--nodebits", "8"], "idmint decode"),
+    ],
+)
+def test_an_unknown_option_points_to_its_commands_help(
+    capsys: pytest.CaptureFixture[str], argv: list[str], command: str
+) -> None:
+    """The help that lists the options the command takes. (Once ``idmint --help``.)"""
+    result = run_main(capsys, argv)
+    assert_usage_error(result, "unrecognized arguments: ", f"(see {command} --help)")
+
+
+LONG = "y" * 100_000
+"""An input no message should repeat whole."""
+
+
+@pytest.mark.parametrize(
+    ("argv", "variables"),
+    [
+        (["decode", LONG], {}),
+        (["decode", "--scheme", "muid", LONG], {}),
+        (["decode", "--node-bits", LONG, UID64], {}),
+        (["generate", "--count", LONG], {}),
+        (["generate", "--scheme", LONG], {}),
+        (["generate", LONG], {}),
+        (["generate", "--coordinator", f"{LONG}://h/x"], {}),
+        (["generate", "--coordinator", f"static://?generator={LONG}"], {}),
+        (["fetch", "--server", LONG], {}),
+        (["fetch", "--server", "http://h:1", "--timeout", LONG], {}),
+        (["discovery", "register", "--coordinator", "zk://h:1/d", "--service", LONG], {}),
+        (
+            [
+                "discovery",
+                "register",
+                *("--coordinator", "zk://h:1/d", "--service", "s"),
+                "--metadata",
+                LONG,
+            ],
+            {},
+        ),
+        ([LONG], {}),
+        (["serve"], {"IDMINT_PORT": LONG}),
+        (["serve"], {"IDMINT_SCHEME": LONG}),
+    ],
+    ids=lambda value: "" if isinstance(value, dict) else " ".join(value)[:40],
+)
+def test_an_error_quotes_at_most_300_characters_of_its_input(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    variables: dict[str, str],
+) -> None:
+    """Whichever layer echoes it. (Once: the 100,000 characters, whole.)"""
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    result = run_main(capsys, argv)
+    assert_usage_error(result, "y" * 300 + "' (the first 300 of 100,00")
+    assert "y" * 301 not in result.err
+    assert len(result.err) < 1000, result.err
+
+
+def test_binary_on_stdin_is_quoted_escaped_whatever_the_locale() -> None:
+    """Bytes that are not UTF-8 and a terminal's escape sequences, under a locale that
+    decodes strictly: one line, what a terminal would act on escaped, at most 300
+    characters. (Once a UnicodeDecodeError's traceback, or all of it echoed back.)"""
+    every_byte = bytes(byte for byte in range(256) if byte not in b"\n\r")
+    line = b"\x7fELF\x02\x01\xff\xfe\x1b[2J\x1b]0;owned\x07" + every_byte * 40
+    done = subprocess.run(
+        [sys.executable, "-m", "idmint", "decode", "-"],
+        input=line + b"\n",
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8:strict"},
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    [shown] = done.stderr.decode().splitlines()
+    assert shown.isprintable(), shown
+    assert shown.startswith(
+        "idmint: error: stdin line 1: invalid ID: '\\x7fELF\\x02\\x01\\xff\\xfe"
+        "\\x1b[2J\\x1b]0;owned\\x07\\x00\\x01"
+    ), shown
+    read = line.decode("utf-8", "surrogateescape").strip()
+    assert f"' (the first 300 of {len(read):,} characters) has the shape of no scheme" in shown
+    assert len(shown) < 1500
+
+
 def test_bad_invocations_installed() -> None:
     # One process per invocation, started together to keep the suite quick.
     launchers = list(LAUNCHERS.values())
@@ -728,6 +831,27 @@ def test_every_option_of_every_command_says_what_it_is_for() -> None:
     assert bare == []
 
 
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_claims_list_of_a_pool_nobody_holds_says_which_pool_it_read(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, output: str
+) -> None:
+    """A misspelt root reads as an empty pool: the list says which pool it read, on
+    stderr, and still exits 0. (Once an empty table and nothing else.)"""
+    from idmint import new_generator
+
+    with new_generator("uid64", coordinator=f"local://{tmp_path}/ids"):
+        held = run_main(capsys, ["claims", "list", "--coordinator", f"local://{tmp_path}/ids"])
+        assert (held.status, held.err) == (0, "")
+        misspelt = f"local://{tmp_path}/idz"
+        empty = run_main(capsys, ["claims", "list", "--coordinator", misspelt, "--format", output])
+    assert empty.status == 0
+    assert len(empty.lines()) == (1 if output == "text" else 0)  # the header alone
+    assert empty.err == (
+        f"idmint: nothing holds an identity in {misspelt}: no process claims there now, or "
+        "the URL names another pool than your generators' (its root, table or prefix)\n"
+    )
+
+
 def test_claims_list_shows_this_hosts_pool_by_default(
     capsys: pytest.CaptureFixture[str], host_lock_directory: Path
 ) -> None:
@@ -750,41 +874,6 @@ def test_claims_list_shows_this_hosts_pool_by_default(
         assert header.split()[:3] == ["SPACE", "CLUSTER", "ID"]
         ours = [line.split() for line in lines if line.split()[3].endswith(f":{os.getpid()}")]
         assert sorted((line[0], int(line[2])) for line in ours) == sorted(mine)
-
-
-@pytest.mark.parametrize(
-    ("arguments", "said"),
-    [
-        ([], "(.venv/bin/idmint serve)"),
-        (
-            ["--port", "9000", "--scheme", "muid"],
-            "(.venv/bin/idmint serve --port 9000 --scheme muid)",
-        ),
-    ],
-)
-def test_scripts_run_says_what_it_starts(tmp_path: Path, arguments: list[str], said: str) -> None:
-    """The script as written, in a copy of the tree whose venv and installer are stand-ins."""
-    root = Path(__file__).resolve().parents[1]
-    (tmp_path / "scripts").mkdir()
-    (tmp_path / ".venv" / "bin").mkdir(parents=True)
-    shutil.copy(root / "scripts" / "run", tmp_path / "scripts" / "run")
-    stand_ins = {
-        tmp_path / "scripts" / "bootstrap-venv": "#!/bin/sh\nexit 0\n",
-        tmp_path / ".venv" / "bin" / "idmint": '#!/bin/sh\necho "idmint $*"\n',
-    }
-    for path, text in stand_ins.items():
-        path.write_text(text)
-        path.chmod(0o755)
-    done = subprocess.run(
-        [str(tmp_path / "scripts" / "run"), *arguments],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stderr == f"scripts/run: starting the ID server {said}\n"
-    assert done.stdout == " ".join(["idmint", "serve", *arguments]) + "\n"
 
 
 def test_schemes_lists_every_scheme(capsys: pytest.CaptureFixture[str]) -> None:

@@ -32,6 +32,11 @@ COMMANDS = {
     "encode": ["encode", "--scheme", "uid64", "--timestamp-ms", "1700000000000"],
     "completion": ["completion", "bash"],
     "claims-list": ["claims", "list"],
+    # argparse ignores a failed write of its help (once: status 0, or a traceback).
+    "help": ["--help"],
+    "generate-help": ["generate", "--help"],
+    "version": ["--version"],
+    "bare": [],
 }
 STDOUT = {"full": "> /dev/full", "closed": ">&-"}
 

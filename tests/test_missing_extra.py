@@ -1,10 +1,10 @@
 """A missing optional dependency says the exact line that installs it.
 
-Each case runs in a fresh interpreter in which the dependency cannot be imported (a
-finder placed first on ``sys.meta_path`` refuses it, as if it were not installed),
-so nothing is uninstalled. The install line printed must run this interpreter's pip
-on this source tree, editable (the test environment is an editable install, as
-``scripts/bootstrap-venv`` makes it), with the right extra.
+Each case runs in a fresh interpreter in which the dependency cannot be imported
+(:func:`tests.installed.run_without`), so nothing is uninstalled. The install line
+printed must run this interpreter's pip on this source tree, editable (the test
+environment is an editable install, as ``scripts/bootstrap-venv`` makes it), with
+the right extra.
 """
 
 from __future__ import annotations
@@ -12,31 +12,19 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+import tomllib
 from tests.cli_process import assert_one_error_line
+from tests.installed import modules_outside, run_without
+from tests.servers.ports import free_port
 
 from idmint.errors import ConfigurationError, MissingExtra, needs_extra
 
 ROOT = Path(__file__).resolve().parents[1]
-
-BLOCK = textwrap.dedent(
-    """
-    import sys
-
-    class NotInstalled:
-        def find_spec(self, name, path=None, target=None):
-            if name.partition(".")[0] == {module!r}:
-                raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
-            return None
-
-    sys.meta_path.insert(0, NotInstalled())
-    """
-)
 
 CLI = "from idmint.cli import main; sys.exit(main({argv!r}))"
 IMPORT = textwrap.dedent(
@@ -50,17 +38,6 @@ IMPORT = textwrap.dedent(
         sys.exit(3)
     """
 )
-
-
-def run_without(module: str, code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", BLOCK.format(module=module) + code],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def assert_install_line(message: str, extra: str, cwd: Path) -> None:
@@ -93,7 +70,7 @@ def test_cli_names_the_install_line_of_a_missing_extra(
     module: str, extra: str, argv: list[str], where: str, tmp_path: Path
 ) -> None:
     cwd = ROOT if where == "root" else tmp_path
-    done = run_without(module, CLI.format(argv=argv), cwd)
+    done = run_without({module}, CLI.format(argv=argv), cwd)
     line = assert_one_error_line(done.stderr)
     assert done.returncode == 2, done.stderr
     assert f"needs the {extra} extra ({module} is not installed)" in line
@@ -111,7 +88,7 @@ def test_cli_names_the_install_line_of_a_missing_extra(
 def test_importing_a_face_without_its_extra_names_the_install_line(
     target: str, module: str, extra: str
 ) -> None:
-    done = run_without(module, IMPORT.format(target=target), ROOT)
+    done = run_without({module}, IMPORT.format(target=target), ROOT)
     assert done.returncode == 3, done.stderr
     assert f"{target} needs the {extra} extra ({module} is not installed)" in done.stderr
     assert_install_line(done.stderr.strip(), extra, ROOT)
@@ -119,7 +96,7 @@ def test_importing_a_face_without_its_extra_names_the_install_line(
 
 def test_the_install_line_names_the_source_tree_as_dot_from_its_root() -> None:
     argv = ["claims", "list", "--coordinator", "zk://127.0.0.1:1/idmint"]
-    done = run_without("kazoo", CLI.format(argv=argv), ROOT)
+    done = run_without({"kazoo"}, CLI.format(argv=argv), ROOT)
     assert done.stderr.endswith(" -m pip install -e '.[zookeeper]'\n"), done.stderr
 
 
@@ -140,3 +117,37 @@ def test_missing_extra_is_both_a_configuration_error_and_an_import_error() -> No
     assert error.name == "kazoo"
     assert error.extra == "zookeeper"
     assert str(error).endswith(error.install)
+
+
+def extra_requirements(*extras: str) -> list[str]:
+    """What pyproject.toml's extras require (the source, not the installed metadata)."""
+    optional = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return [text for extra in extras for text in optional["optional-dependencies"][extra]]
+
+
+ASYNC_ENGINE = textwrap.dedent(
+    """
+    import asyncio
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    async def connect():
+        async with create_async_engine({url!r}).connect():
+            pass
+
+    try:
+        asyncio.run(connect())
+    except Exception as error:
+        print(type(error).__name__, error, file=sys.stderr)
+    """
+)
+
+
+def test_the_sqlalchemy_extra_carries_what_async_sessions_need() -> None:
+    """docs/storage.md's async example after ``pip install 'idmint[sqlalchemy]'`` and a
+    driver: the engine gets as far as the database (here: nothing listens). (Once:
+    "the greenlet library is required to use this function".)"""
+    with_driver = [*extra_requirements("sqlalchemy"), "psycopg[binary]"]
+    url = f"postgresql+psycopg://nobody@127.0.0.1:{free_port()}/none"
+    done = run_without(modules_outside(with_driver), ASYNC_ENGINE.format(url=url), ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith("OperationalError "), done.stderr

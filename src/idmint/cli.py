@@ -24,11 +24,13 @@ it is waiting for (``idmint: waiting up to 10 s for ZooKeeper at ...``).
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import inspect
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -37,10 +39,21 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TextIO
 
-from idmint.errors import EXIT_RUNTIME, EXIT_USAGE, IdmintError, IdmintWarning, InvalidId
+from idmint.errors import (
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    QUOTED_LENGTH,
+    IdmintError,
+    IdmintWarning,
+    InvalidId,
+    printable,
+    quoted,
+)
 from idmint.schemes import SCHEMES, Field, IdValue, iso_ms, parse_id, scheme_type
 
 if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
     from idmint.generate.core import IdBatch
 
 __all__ = ["EXIT_OUTPUT", "EXIT_RUNTIME", "EXIT_USAGE", "exit_status", "main"]
@@ -98,6 +111,35 @@ class _Parser(argparse.ArgumentParser):
         # argparse prints the usage block as well; we promise one line.
         raise UsageError(f"{message} (see {self.prog} --help)")
 
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # argparse's own message repeats the value whole.
+        if action.choices is not None and value not in action.choices:
+            choices = ", ".join(map(str, action.choices))
+            raise argparse.ArgumentError(
+                action, f"invalid choice: {quoted(str(value))} (choose from {choices})"
+            )
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        # argparse ignores a failed write; help and --version that cannot reach
+        # stdout are the CLI's status 74, as any output is.
+        if file is None or file is sys.stdout:
+            out = _Output(sys.stdout)
+            out.write(message)
+            out.flush()
+        else:
+            super()._print_message(message, file)
+
+
+def _chosen(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the command ``args`` ran (``idmint claims list``'s), whose help
+    describes the options it takes."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            child = action.choices.get(str(getattr(args, action.dest, None)))
+            if child is not None:
+                return _chosen(child, args)
+    return parser
+
 
 def _integer(text: str) -> int:
     """Decimal (leading zeros allowed), or hex with 0x: medallions are often written in hex."""
@@ -107,13 +149,13 @@ def _integer(text: str) -> int:
             return int(cleaned, 16)
         return int(cleaned, 10)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        raise argparse.ArgumentTypeError(f"{quoted(text)} is not an integer") from None
 
 
 def _positive_count(text: str) -> int:
     value = _integer(text)
     if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0 (0 means until interrupted)")
+        raise argparse.ArgumentTypeError(f"{quoted(text)} must be >= 0 (0 means until interrupted)")
     return value
 
 
@@ -164,6 +206,14 @@ def _add_id_commands(commands: Any, *, generator_options: bool = True) -> None:
         "where the identity comes from: a free one on this host (default, local://), "
         "static://?generator=G (configured, held on this host), or a pool it is claimed "
         "from, released on exit",
+    )
+    generate.add_argument(
+        "--generators",
+        type=_integer,
+        default=1,
+        metavar="K",
+        help="mint with K generators (1..64), each with an identity of its own: K times the "
+        "rate of one; the IDs then come a tick's worth from each in turn",
     )
     names = (
         _add_scheme_flags(generate.add_argument_group("scheme options"), _generator_options())
@@ -562,11 +612,12 @@ def _add_decode_encode(commands: Any) -> None:
         "completion",
         _cmd_completion,
         help="print a shell completion script",
-        description="Print a completion script for bash or zsh, e.g. "
-        "`idmint completion bash > ~/.local/share/bash-completion/completions/idmint`, or "
-        "`source <(idmint completion zsh)` in ~/.zshrc.",
+        description="Print a completion script for bash, zsh or fish, e.g. "
+        "`idmint completion bash > ~/.local/share/bash-completion/completions/idmint`, "
+        "`source <(idmint completion zsh)` in ~/.zshrc, or "
+        "`idmint completion fish > ~/.config/fish/completions/idmint.fish`.",
     )
-    completion.add_argument("shell", choices=["bash", "zsh"], help="the shell")
+    completion.add_argument("shell", choices=["bash", "zsh", "fish"], help="the shell")
 
 
 def _node_bits_help() -> str:
@@ -595,7 +646,7 @@ class _VersionAction(argparse.Action):
         )
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
-        sys.stdout.write(_version() + "\n")
+        parser._print_message(_version() + "\n", sys.stdout)
         parser.exit()
 
 
@@ -620,7 +671,10 @@ def _cmd_generate(args: argparse.Namespace, out: _Output) -> int:
     # Whether each applies to the scheme is the factory's to say, as for every caller.
     options = {name: getattr(args, name) for name in args.generator_options}
     render = _renderer(args.format)
-    with new_generator(args.scheme, coordinator=_coordinator(args), **options) as generator:
+    coordinator = _coordinator(args)
+    with new_generator(
+        args.scheme, coordinator, generators=args.generators, **options
+    ) as generator:
         # One tick's worth per batch keeps each write small and frequent.
         chunk = min(generator.ids_per_tick, 4096)
         return _write_ids(out, args.count, chunk, lambda take: render(generator.batch(take)))
@@ -690,9 +744,12 @@ def _decode_inputs(arguments: Sequence[str]) -> Iterator[tuple[str, str]]:
     """``(where, text)`` of each ID to decode: ``where`` names a line of stdin."""
     for argument in arguments:
         if argument == "-":
-            for number, line in enumerate(sys.stdin, start=1):
-                if line.strip():
-                    yield f"stdin line {number}: ", line.strip()
+            # Bytes that are not UTF-8 are kept (surrogateescape) for the error to
+            # show, whatever the locale would make of them.
+            for number, raw in enumerate(sys.stdin.buffer, start=1):
+                line = raw.decode("utf-8", "surrogateescape").strip()
+                if line:
+                    yield f"stdin line {number}: ", line
         else:
             yield "", argument
 
@@ -800,6 +857,13 @@ def _cmd_claims_list(args: argparse.Namespace, out: _Output) -> int:
 
     with connect(_coordinator(args) or DEFAULT_COORDINATOR) as coordinator:
         rows = coordinator.list_claims()
+    if not rows:
+        # An empty pool and a misspelt one look alike: say which pool was read.
+        _print_line(
+            f"idmint: nothing holds an identity in {coordinator.url}: no process claims "
+            "there now, or the URL names another pool than your generators' (its root, "
+            "table or prefix)"
+        )
     if args.format == "json":
         for row in rows:
             out.write(json.dumps(row.to_json()) + "\n")
@@ -823,7 +887,7 @@ def _cmd_discovery_register(args: argparse.Namespace, out: _Output) -> int:
     for item in args.metadata:
         key, equals, value = item.partition("=")
         if not equals or not key:
-            raise UsageError(f"--metadata wants K=V, got {item!r}")
+            raise UsageError(f"--metadata wants K=V, got {quoted(item)}")
         metadata[key] = value
     with (
         Discovery(args.coordinator) as discovery,
@@ -876,32 +940,59 @@ def _cmd_completion(args: argparse.Namespace, out: _Output) -> int:
     return 0
 
 
-def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
-    """A bash completion function for ``parser``'s commands, options and choices.
+class _Place(NamedTuple):
+    """What can follow a command (``""``, ``"generate"``, ``"claims list"``)."""
 
-    Written from the parser itself, so it cannot drift from the commands;
-    zsh runs it through bashcompinit.
-    """
-    cases: list[str] = []
+    commands: dict[str, str]
+    """Its commands, with their help."""
+    options: list[argparse.Action]
+    values: list[str]
+    """The values its positional arguments take (``completion``'s shells)."""
+
+
+def _places(parser: argparse.ArgumentParser) -> dict[str, _Place]:
+    """Every command of ``parser``, by its path, with what can follow it."""
+    places: dict[str, _Place] = {}
 
     def walk(current: argparse.ArgumentParser, path: str) -> None:
-        words: list[str] = []
+        place = places[path] = _Place({}, [], [])
         for action in current._actions:
             if isinstance(action, argparse._SubParsersAction):
+                helps = {choice.dest: choice.help or "" for choice in action._choices_actions}
                 for name, child in action.choices.items():
-                    words.append(name)
+                    place.commands[name] = helps.get(name, "")
                     walk(child, f"{path} {name}".strip())
-            else:
-                words += action.option_strings
-                if action.choices and not action.option_strings:  # a positional's values
-                    words += [str(choice) for choice in action.choices]
-                if action.choices and action.option_strings:
-                    for option in action.option_strings:
-                        choices = " ".join(str(choice) for choice in action.choices)
-                        cases.append(f'    "{path}|{option}") words="{choices}" ;;')
-        cases.append(f'    "{path}|") words="{" ".join(words)}" ;;')
+            elif action.option_strings:
+                place.options.append(action)
+            elif action.choices:
+                place.values.extend(str(choice) for choice in action.choices)
 
     walk(parser, "")
+    return places
+
+
+def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
+    """A completion script for ``parser``'s commands, options and choices.
+
+    Written from the parser itself, so it cannot drift from the commands: a
+    bash completion function (zsh runs it through bashcompinit), or fish's
+    ``complete`` lines.
+    """
+    places = _places(parser)
+    if shell == "fish":
+        return _fish_script(places)
+    cases: list[str] = []
+    for path, place in places.items():
+        words = [*place.commands, *place.values]
+        for action in place.options:
+            words += action.option_strings
+            if action.choices:
+                choices = " ".join(str(choice) for choice in action.choices)
+                cases += [
+                    f'    "{path}|{option}") words="{choices}" ;;'
+                    for option in action.option_strings
+                ]
+        cases.append(f'    "{path}|") words="{" ".join(words)}" ;;')
     body = "\n".join(cases)
     script = f"""# idmint completion for {shell} (made by `idmint completion {shell}`)
 _idmint() {{
@@ -929,6 +1020,66 @@ _idmint_words() {{
     return script + "complete -F _idmint idmint\n"
 
 
+_FILE_METAVARS = frozenset({"F", "FILE", "DIR", "PATH"})
+"""Option values that name files, which fish then offers."""
+
+
+def _fish_script(places: dict[str, _Place]) -> str:
+    """fish's ``complete`` lines: each under a condition on the command being completed
+    (``__idmint_at 'claims list'``), which reads the command line's words as bash's does."""
+    commands = "\n".join(
+        f"        case {_fish_quoted(path)}\n            printf '%s\\n' {' '.join(place.commands)}"
+        for path, place in places.items()
+        if place.commands
+    )
+    lines = [
+        "# idmint completion for fish (made by `idmint completion fish`): save it as",
+        "# ~/.config/fish/completions/idmint.fish",
+        "function __idmint_commands --description 'the commands that follow idmint $argv'",
+        '    switch "$argv[1]"',
+        commands,
+        "    end",
+        "end",
+        "function __idmint_at --description 'whether idmint $argv is the command being completed'",
+        "    set -l words (commandline -opc)",
+        "    set -e words[1]",
+        "    set -l path ''",
+        "    for word in $words",
+        '        if contains -- $word (__idmint_commands "$path")',
+        '            set path (string trim -- "$path $word")',
+        "        end",
+        "    end",
+        '    test "$path" = "$argv[1]"',
+        "end",
+        "complete -c idmint -f",
+    ]
+    for path, place in places.items():
+        at = f'-n "__idmint_at {_fish_quoted(path)}"'
+        for name, about in place.commands.items():
+            lines.append(f"complete -c idmint {at} -a {name} -d {_fish_quoted(about)}")
+        if place.values:
+            lines.append(f"complete -c idmint {at} -a {_fish_quoted(' '.join(place.values))}")
+        for action in place.options:
+            flags = " ".join(
+                f"-l {option[2:]}" if option.startswith("--") else f"-s {option[1:]}"
+                for option in action.option_strings
+            )
+            if action.choices:
+                takes = f" -x -a {_fish_quoted(' '.join(map(str, action.choices)))}"
+            elif action.nargs == 0:
+                takes = ""
+            else:
+                takes = " -r -F" if action.metavar in _FILE_METAVARS else " -x"
+            about = action.help if action.help and action.help != argparse.SUPPRESS else ""
+            lines.append(f"complete -c idmint {at} {flags}{takes} -d {_fish_quoted(about)}")
+    return "\n".join(lines) + "\n"
+
+
+def _fish_quoted(text: str) -> str:
+    """``text`` in single quotes as fish reads them."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 # -- entry point --------------------------------------------------------------------
 
 
@@ -937,10 +1088,41 @@ def _print_error(message: str) -> None:
 
 
 def _print_line(message: str) -> None:
-    """One line on stderr (a message's line breaks become spaces)."""
+    """One line on stderr: a message's line breaks become spaces, and input it echoes
+    is shown as :func:`idmint.errors.quoted` shows it (see :func:`_shown`)."""
     with contextlib.suppress(OSError, ValueError, AttributeError):  # stderr closed too
-        sys.stderr.write(" ".join(message.split()) + "\n")
+        words = (_shown(found) for found in _WORD.finditer(message))
+        sys.stderr.write(" ".join(words) + "\n")
         sys.stderr.flush()
+
+
+_WORD = re.compile(
+    r"""([(\[]*)('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")([)\],.:;]*)(?=\s|$)|\S+""", re.DOTALL
+)
+"""A word of a message: a string literal (with what may enclose or follow it in a
+sentence), spaces and all, or anything up to a space."""
+
+
+def _shown(word: re.Match[str]) -> str:
+    """A word of a message as the CLI prints it, for input a layer echoed without
+    :func:`idmint.errors.quoted` (a URL's parts, a path, argparse's words): a
+    string literal (``repr()``'s) of more than ``QUOTED_LENGTH`` characters quoted
+    again, so at most that many of it; any other word with what a terminal would
+    act on escaped and cut after ``QUOTED_LENGTH`` characters."""
+    before, literal, after = word.groups()
+    if literal is not None:
+        with contextlib.suppress(ValueError, SyntaxError, MemoryError, RecursionError):
+            value = ast.literal_eval(literal)
+            if isinstance(value, str):
+                # One short enough stays as written: quoted() shows a byte as \xff,
+                # which would read back as the character U+00FF.
+                if len(value) <= QUOTED_LENGTH:
+                    return printable(word.group())
+                return f"{before}{quoted(value)}{after}"
+    text = printable(word.group())
+    if len(text) <= QUOTED_LENGTH:
+        return text
+    return f"{text[:QUOTED_LENGTH]} (the first {QUOTED_LENGTH} of {len(text):,} characters)"
 
 
 class _WaitingNotice(logging.Handler):
@@ -1033,11 +1215,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not logging.getLogger().handlers:
         logging.getLogger().addHandler(logging.NullHandler())
     warnings.showwarning = _show_warning
-    parser = _build_parser(_command_in(sys.argv[1:] if argv is None else argv))
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    parser = _build_parser(_command_in(arguments))
     out = _Output(sys.stdout)
     previous: dict[int, Any] = {}
     try:
-        args = parser.parse_args(argv)
+        if not arguments:  # bare `idmint`: the commands, as --help lists them
+            parser.print_help()
+            return 0
+        args, unknown = parser.parse_known_args(arguments)
+        if unknown:
+            # argparse names the top command; the one run says what it takes.
+            _chosen(parser, args).error(f"unrecognized arguments: {quoted(' '.join(unknown))}")
         keeps_a_log = getattr(args, "keeps_a_log", False)
         if sys.stdout is None and not keeps_a_log:
             out.write("")  # fails now: nothing is claimed or fetched only to be thrown away

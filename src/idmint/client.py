@@ -87,6 +87,7 @@ from idmint.errors import (
     IdmintError,
     NoServerAnswered,
     ServerRefused,
+    quoted,
     reason_of,
 )
 from idmint.schemes import SCHEMES, IdValue, a_scheme
@@ -152,13 +153,13 @@ def _server(url: str) -> _Server:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as error:
-        raise ConfigurationError(f"ID server URL {url!r}: {error}") from None
+        raise ConfigurationError(f"ID server URL {quoted(url)}: {error}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigurationError(
-            f"ID server URL {url!r} is not http://host:port (or https://host:port)"
+            f"ID server URL {quoted(url)} is not http://host:port (or https://host:port)"
         )
     if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
-        raise ConfigurationError(f"ID server URL {url!r}: give only scheme, host and port")
+        raise ConfigurationError(f"ID server URL {quoted(url)}: give only scheme, host and port")
     tls = parts.scheme == "https"
     return _Server(
         url=f"{parts.scheme}://{parts.netloc}",
@@ -421,7 +422,7 @@ class _Core:
             raise _Answer(0, f"not an /v1/ids answer ({error})") from None
         if self.scheme is None:
             if scheme not in SCHEMES:
-                raise _Answer(0, f"unknown scheme {scheme!r}")
+                raise _Answer(0, f"unknown scheme {quoted(scheme)}")
             if SCHEMES[scheme].needs_node_bits and self.node_bits is None:
                 raise ConfigurationError(
                     f"{server.url} serves {scheme} IDs; give node_bits (their node width)"

@@ -37,8 +37,9 @@ Warnings (something works, at a cost worth knowing) derive from
 keeps its high-water marks where a reboot loses them.
 
 Messages say what was wrong and what was expected, so the CLI can print
-``str(error)`` as its one line on stderr. Each class carries the CLI's exit
-status for it (``exit_status``, sysexits where one fits), so every face
+``str(error)`` as its one line on stderr; input they echo is shown by
+:func:`quoted` (escaped, and at most ``QUOTED_LENGTH`` characters of it). Each
+class carries the CLI's exit status for it (``exit_status``, sysexits where one fits), so every face
 reports a kind of trouble the same way.
 
 An error crosses a process boundary (pickle, or the JSON of
@@ -74,6 +75,8 @@ __all__ = [
     "VolatileMarks",
     "error_from_json",
     "error_to_json",
+    "printable",
+    "quoted",
     "reason_of",
 ]
 
@@ -187,6 +190,40 @@ def install_line(extra: str) -> str:
         *(["-e"] if editable else []),
     ]
     return shlex.join([*words, f"{target}[{extra}]"])
+
+
+QUOTED_LENGTH = 300
+"""The most characters of an input a message shows: enough to recognise it, while a
+100,000-character argument or a binary file on stdin cannot flood a terminal or a log."""
+
+
+def quoted(text: str) -> str:
+    """``text`` as a message shows input: quoted and escaped as ``repr()`` does (a
+    byte that was not UTF-8, decoded with ``surrogateescape``, as the byte:
+    ``\\xff``), at most :data:`QUOTED_LENGTH` characters of it, the length said
+    when it is cut."""
+    shown = text[:QUOTED_LENGTH]
+    quote = '"' if "'" in shown and '"' not in shown else "'"
+    body = "".join("\\" + char if char in (quote, "\\") else printable(char) for char in shown)
+    if len(text) <= QUOTED_LENGTH:
+        return f"{quote}{body}{quote}"
+    return f"{quote}{body}{quote} (the first {QUOTED_LENGTH} of {len(text):,} characters)"
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on or cannot show escaped
+    as ``repr()`` escapes it (``\\x1b``, ``\\n``, ``\\u200b``; a ``surrogateescape``
+    byte as ``\\xff``)."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _escaped(char) for char in text)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte surrogateescape could not decode
+        return f"\\x{code - 0xDC00:02x}"
+    return repr(char)[1:-1]
 
 
 def reason_of(error: BaseException) -> str:

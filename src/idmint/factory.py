@@ -17,13 +17,23 @@ Where the identity comes from, in order:
 
 muid needs none (its medallion is random per generator), nor short60 with
 ``random=True`` (9 random bits instead of a node ID).
+
+A generator that holds its claim and is dropped without ``close()`` is
+released when Python collects it, as an unclosed file is closed: a
+``ResourceWarning`` names it, and a thread of this module releases the claim
+(see :class:`_Fence`; docs/generators.md says why then rather than at exit).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import queue
 import threading
-from collections.abc import Callable, Collection, Iterator, Mapping
-from typing import Any, TypeVar
+import warnings
+import weakref
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from typing import Any, Literal, TypeVar, overload
 
 from idmint.coordinate import DEFAULT_COORDINATOR, CoordinatorUrl, connect
 from idmint.coordinate.base import Claim, Coordinator
@@ -31,6 +41,7 @@ from idmint.coordinate.spaces import Space
 from idmint.errors import ConfigurationError
 from idmint.generate.core import COMMON_OPTIONS, TickGenerator
 from idmint.generate.generators import GENERATORS
+from idmint.generate.group import GeneratorGroup
 from idmint.schemes import SCHEMES, a_scheme
 
 __all__ = [
@@ -42,6 +53,8 @@ __all__ = [
     "new_generator",
     "new_generators",
 ]
+
+log = logging.getLogger(__name__)
 
 GeneratorClass = type[TickGenerator[Any]]
 FactT = TypeVar("FactT")
@@ -82,9 +95,21 @@ def _generator_class(scheme: str) -> GeneratorClass:
         raise ConfigurationError(f"no generator mints {scheme} IDs") from None
 
 
+@overload
 def new_generator(
-    scheme: str, coordinator: UrlLike | None = None, **options: Any
-) -> TickGenerator[Any]:
+    scheme: str, coordinator: UrlLike | None = None, *, generators: Literal[1] = 1, **options: Any
+) -> TickGenerator[Any]: ...
+
+
+@overload
+def new_generator(
+    scheme: str, coordinator: UrlLike | None = None, *, generators: int, **options: Any
+) -> TickGenerator[Any] | GeneratorGroup[Any]: ...
+
+
+def new_generator(
+    scheme: str, coordinator: UrlLike | None = None, *, generators: int = 1, **options: Any
+) -> TickGenerator[Any] | GeneratorGroup[Any]:
     """A generator for ``scheme``; options that are ``None`` are left at their defaults.
 
     ``coordinator`` is a URL (see :mod:`idmint.coordinate`), as text or parsed;
@@ -94,8 +119,13 @@ def new_generator(
     interpreter exit does it too. Options that do not apply to the scheme raise
     ``ConfigurationError`` rather than being ignored: ``--generator 5`` on muid
     is a mistake to point out.
+
+    ``generators=K`` (more than 1): K generators, each with an identity of its
+    own (see :func:`new_generators`), minting as one
+    (:class:`~idmint.generate.group.GeneratorGroup`): K times the rate of one.
     """
-    return new_generators(scheme, 1, coordinator, **options)[0]
+    made = new_generators(scheme, generators, coordinator, **options)
+    return made[0] if generators == 1 else GeneratorGroup(made)
 
 
 def coordinator_for(scheme: str, coordinator: UrlLike | None = None, **options: Any) -> str | None:
@@ -169,7 +199,9 @@ def new_generators(
                     space=_space(generator_class),
                     identity=generator_class.checked_identity(nth, named),
                 )
-            made.append(_on_claim(generator_class, claim, given, claim.close, close_source))
+            made.append(
+                _on_claim(generator_class, claim, given, claim.close, close_source, owned=True)
+            )
     except BaseException:
         for generator in made:
             generator.close()
@@ -335,13 +367,121 @@ def _on_claim(
     claim: Claim,
     given: dict[str, Any],
     *closers: Callable[[], None],
+    owned: bool = False,
 ) -> TickGenerator[Any]:
-    """``generator_class`` on ``claim``; closing the generator calls ``closers``."""
+    """``generator_class`` on ``claim``; closing the generator calls ``closers``.
+    ``owned``: the claim is the generator's alone, released if it is dropped."""
     try:
         generator: TickGenerator[Any] = generator_class(claim=claim, **given)
     except BaseException:
         for close in closers:
             close()
         raise
+    if owned:
+        # First: a close() that fails half-way must not leave the rest to the finalizer.
+        generator.close_with(_release_when_dropped(generator, claim, closers))
     generator.close_with(*closers)
     return generator
+
+
+# -- generators dropped without close() ---------------------------------------------------
+
+
+class _Fence:
+    """What a claim fences in place of the generator that owns it, which it must not
+    keep alive: the generator while it lives; once it was collected, nothing to
+    fence, and the claim's ceiling as its newest tick (it issued nothing above the
+    ceiling it was granted), so the final mark never goes below an ID it issued."""
+
+    __slots__ = ("_claim", "_generator")
+
+    def __init__(self, generator: TickGenerator[Any], claim: Claim) -> None:
+        self._generator = weakref.ref(generator)
+        self._claim = claim
+
+    def _fence(self) -> None:
+        generator = self._generator()
+        if generator is not None:
+            generator._fence()
+
+    def _highest_tick(self) -> int:
+        generator = self._generator()
+        if generator is not None:
+            return generator._highest_tick()
+        grant = self._claim.last_grant
+        return grant.ceiling_ms if grant is not None else -1
+
+
+def _release_when_dropped(
+    generator: TickGenerator[Any], claim: Claim, closers: Sequence[Callable[[], None]]
+) -> Callable[[], None]:
+    """Release ``claim`` (``closers``) if ``generator`` is collected without ``close()``;
+    what ``close()`` calls to say it was not.
+
+    The claim holds what it fences strongly; here it holds a :class:`_Fence`
+    instead, so that a dropped generator can be collected at all.
+    """
+    claim.detach(generator)
+    claim.attach(_Fence(generator, claim))
+    dropped = weakref.finalize(
+        generator, _dropped, f"{generator!r} ({claim.description})", os.getpid(), tuple(closers)
+    )
+    dropped.atexit = False  # at exit the claims are released anyway, nothing was dropped
+    _Releaser.start()
+
+    def closed() -> None:
+        dropped.detach()
+
+    return closed
+
+
+def _dropped(name: str, owner: int, closers: tuple[Callable[[], None], ...]) -> None:
+    """A finalizer: runs wherever the collector does, so it only hands the release on
+    (``SimpleQueue.put`` may be called from one), then warns."""
+    if os.getpid() != owner:
+        return  # a fork child: the claim was the parent's, and was dropped at the fork
+    _Releaser.releases.put(closers)
+    warnings.warn(
+        f"unclosed generator {name}: it was dropped without close(), so its claim is "
+        "released now; close() it, or use it in a with block",
+        ResourceWarning,
+        stacklevel=2,
+    )
+
+
+class _Releaser:
+    """The thread that releases the claims of dropped generators, one per process."""
+
+    releases: queue.SimpleQueue[tuple[Callable[[], None], ...]] = queue.SimpleQueue()
+    _pid = 0
+    _lock = threading.Lock()
+
+    @classmethod
+    def start(cls) -> None:
+        # Started with the first claimed generator, not by a finalizer: starting a
+        # thread takes locks the collector may have interrupted.
+        with cls._lock:
+            if cls._pid == os.getpid():
+                return
+            threading.Thread(target=cls._run, name="idmint-release-dropped", daemon=True).start()
+            cls._pid = os.getpid()
+
+    @classmethod
+    def _run(cls) -> None:
+        while True:
+            for close in cls.releases.get():
+                try:
+                    close()
+                except Exception as error:  # the others are released all the same
+                    log.warning("releasing a dropped generator's claim failed: %s", error)
+
+    @classmethod
+    def _after_fork_in_child(cls) -> None:
+        # The parent's thread did not survive the fork, and its queue is the parent's.
+        cls.releases = queue.SimpleQueue()
+        cls._pid = 0
+        cls._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_Releaser._after_fork_in_child)

@@ -10,15 +10,19 @@ test_fault.py.
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import contextlib
 import io
 import json
 import re
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,7 @@ from tests.server.server_helpers import (
     parse_metrics,
     running_server,
 )
+from tests.servers import wait_until
 from tests.servers.ports import free_port
 
 from idmint.schemes import parse_id
@@ -253,7 +258,9 @@ def test_a_bad_variable_is_named(variable: str, value: str, message: str) -> Non
         text=True,
         timeout=60,
         check=False,
-        env={**_environment_without_idmint(), variable: value},
+        # A port of its own (a token file is read once the port is taken), unless
+        # the port is the variable under test.
+        env={**_environment_without_idmint(), "IDMINT_PORT": "0", variable: value},
     )
     assert completed.returncode == 2, completed.stderr
     assert completed.stderr.splitlines() == [completed.stderr.strip()], completed.stderr
@@ -444,6 +451,135 @@ def test_the_containerfile_runs_idmint_serve_with_known_settings() -> None:
     assert "USER 10001" in text  # not root
 
 
+def _image_extras() -> list[str]:
+    """The extras the Containerfile installs (``pip install ".[server,...]"``)."""
+    found = re.findall(r'"\.\[([a-z,]+)\]"', (DEPLOY / "Containerfile").read_text())
+    assert len(found) == 1, found
+    return found[0].split(",")
+
+
+DRIVERS = {"zk": "zk", "etcd": "etcd", "postgresql": "postgres", "redis": "redis"}
+"""The coordinator URL schemes of the drivers that need an extra, and their test backends."""
+
+
+def _schemes_named_for_containers() -> set[str]:
+    """The coordinator schemes deploy/ (manifests, image, entrypoint) and docs/server.md
+    name."""
+    texts = [path.read_text() for path in sorted(DEPLOY.rglob("*")) if path.is_file()]
+    texts.append((DEPLOY.parent / "docs" / "server.md").read_text())
+    return {scheme for text in texts for scheme in re.findall(r"\b([a-z]+)://", text)}
+
+
+RUN_CLI = "from idmint.cli import main; sys.exit(main({argv!r}))"
+
+
+def test_the_image_installs_every_driver_its_manifests_and_docs_name(
+    request: pytest.FixtureRequest,
+) -> None:
+    """With only what the Containerfile installs, ``idmint`` claims and mints through
+    each driver deploy/ and docs/server.md name, on a real server. (Once the image had
+    ``.[server,zookeeper,etcd]``: the Deployment's postgresql:// pods crash-looped.)"""
+    from tests.installed import modules_outside, run_without
+    from tests.integration.claims_helpers import make_backend
+    from tests.test_missing_extra import extra_requirements
+
+    named = _schemes_named_for_containers() & set(DRIVERS)
+    assert named == set(DRIVERS), named  # the manifests and docs name each of them
+    lacking = modules_outside(extra_requirements(*_image_extras()))
+    for scheme in sorted(named):
+        url = make_backend(DRIVERS[scheme], request).url(ttl=2)
+        argv = ["generate", "--coordinator", url, "--count", "2"]
+        done = run_without(lacking, RUN_CLI.format(argv=argv), DEPLOY.parent)
+        assert done.returncode == 0, f"{scheme}: {done.stderr}"
+        assert len(set(done.stdout.split())) == 2
+    served = run_without(lacking, "import uvicorn", DEPLOY.parent)
+    assert served.returncode == 0, served.stderr
+
+
+def _health(**variables: str) -> subprocess.CompletedProcess[str]:
+    """deploy/container-healthcheck with ``variables`` as its only IDMINT_* settings."""
+    return subprocess.run(
+        [sys.executable, str(DEPLOY / "container-healthcheck")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env={**_environment_without_idmint(), **variables},
+    )
+
+
+def test_the_image_checks_its_health_on_readyz() -> None:
+    """The HEALTHCHECK runs the check, which is 0 for a ready server (plain or TLS) and
+    1, with one line, for one not ready or not there."""
+    text = (DEPLOY / "Containerfile").read_text()
+    assert "COPY deploy/container-healthcheck /opt/idmint/bin/container-healthcheck\n" in text
+    assert re.search(
+        r"^HEALTHCHECK .*\\\n\s+CMD \[\"/opt/idmint/bin/container-healthcheck\"\]$", text, re.M
+    ), text
+    with running_server() as server:
+        assert _health(IDMINT_PORT=str(server.port)).returncode == 0
+        assert _health(IDMINT_PORT=str(server.port), IDMINT_HOST="0.0.0.0").returncode == 0
+    port = str(free_port())
+    gone = _health(IDMINT_PORT=port)
+    assert gone.returncode == 1
+    assert gone.stderr.startswith(f"container-healthcheck: http://127.0.0.1:{port}/readyz: ")
+    with _answering(503) as busy:
+        refused = _health(IDMINT_PORT=str(busy))
+    assert (refused.returncode, refused.stderr) == (
+        1,
+        f"container-healthcheck: http://127.0.0.1:{busy}/readyz answered 503\n",
+    )
+
+
+def test_the_image_checks_the_health_of_a_tls_server(tmp_path: Path) -> None:
+    """Over https (the server's certificate is for another name: not checked), and
+    under mutual TLS with the client certificate of ``idmint fetch``'s variables."""
+    import trustme
+
+    ca = trustme.CA()
+    files = {}
+    for name, pair in (("server", ca.issue_cert("ids.example")), ("client", ca.issue_cert("c"))):
+        files[name] = tmp_path / f"{name}.pem"
+        pair.private_key_and_cert_chain_pem.write_to_path(files[name])
+    ca.cert_pem.write_to_path(tmp_path / "ca.pem")
+    tls = ("--tls-cert", str(files["server"]))
+    with running_server(*tls) as server:
+        assert server.url.startswith("https://")
+        port = str(server.port)
+        assert _health(IDMINT_PORT=port, IDMINT_TLS_CERT=str(files["server"])).returncode == 0
+        assert _health(IDMINT_PORT=port).returncode == 1  # plain http to an https port
+    with running_server(*tls, "--tls-client-ca", str(tmp_path / "ca.pem")) as server:
+        port, cert = str(server.port), str(files["server"])
+        assert _health(IDMINT_PORT=port, IDMINT_TLS_CERT=cert).returncode == 1
+        shown = _health(
+            IDMINT_PORT=port, IDMINT_TLS_CERT=cert, IDMINT_FETCH_TLS_CERT=str(files["client"])
+        )
+        assert shown.returncode == 0, shown.stderr
+
+
+@contextlib.contextmanager
+def _answering(status: int) -> Iterator[int]:
+    """An HTTP server on a free port answering every GET with ``status``; its port."""
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    with ThreadingHTTPServer((LOOPBACK, 0), Answer) as httpd:
+        thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield httpd.server_address[1]
+        finally:
+            httpd.shutdown()
+            thread.join()
+
+
 def _entrypoint(*args: str, coordinator: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run deploy/container-entrypoint with this venv's ``idmint`` first on PATH."""
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
@@ -498,3 +634,71 @@ def test_the_systemd_unit_is_valid(tmp_path: Path) -> None:
     )
     assert completed.returncode == 0, completed.stderr
     assert (completed.stdout + completed.stderr).strip() == ""
+
+
+# -- ports -----------------------------------------------------------------------------
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def _server_launches(tree: ast.Module) -> Iterator[ast.AST]:
+    """Where a test starts ``idmint serve``: a command line ``... -m idmint serve ...``,
+    ``run_idmint("serve", ...)``, ``CliProcess("serve", ...)`` or ``main(["serve", ...])``."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.List, ast.Tuple)):
+            words = [str(_constant(element)) for element in node.elts]
+            if " -m idmint serve " in f" {' '.join(words)} ":
+                yield node
+        elif isinstance(node, ast.Call) and node.args:
+            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            first = node.args[0]
+            if name in ("run_idmint", "CliProcess") and _constant(first) == "serve":
+                yield node
+            command = first.elts[0] if isinstance(first, ast.List) and first.elts else None
+            if name == "main" and command is not None and _constant(command) == "serve":
+                yield node
+
+
+def _replaces_serve(test: ast.FunctionDef) -> bool:
+    """Whether the test takes the ``no_server`` fixture (as an argument or a mark)."""
+    marks = " ".join(map(ast.unparse, test.decorator_list))
+    return "no_server" in [a.arg for a in test.args.args] or "no_server" in marks
+
+
+def _constant(node: ast.AST) -> object:
+    return node.value if isinstance(node, ast.Constant) else None
+
+
+def test_every_server_a_test_starts_names_its_port() -> None:
+    """``--port 0`` (or a free port, or ``IDMINT_PORT``), ``--help``, or ``serve`` itself
+    replaced (``no_server``): never the default 8000, which ``scripts/run`` may be
+    serving on while the tests run. (Once test_a_bad_variable_is_named failed so:
+    "cannot listen on 127.0.0.1:8000: Address already in use".)"""
+    unnamed = []
+    for path in sorted(TESTS.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+        for launch in _server_launches(tree):
+            words = {_constant(node) for node in ast.walk(launch)}
+            around = next(
+                (f for f in functions if f.lineno <= launch.lineno <= (f.end_lineno or 0)), None
+            )
+            context = ast.get_source_segment(path.read_text(), around) if around else ""
+            if words & {"--port", "--help"} or "IDMINT_PORT" in (context or ""):
+                continue
+            if around is not None and _replaces_serve(around):
+                continue
+            unnamed.append(f"{path.relative_to(TESTS.parent)}:{launch.lineno}")
+    assert unnamed == [], unnamed
+
+
+def test_a_single_server_says_what_sighup_re_read_even_when_nothing() -> None:
+    """With no token file and no TLS a SIGHUP re-reads nothing, and says so: silence
+    looked like a signal unheard. (Once nothing was logged; ``--workers`` said
+    "N workers re-read their credentials".)"""
+    with running_server() as server:
+        server.send_signal(signal.SIGHUP)
+        said = "credentials: none to re-read (no token file, no TLS certificate)"
+        wait_until(lambda: said in server.stderr_text(), timeout=30, description="the line")
+        with server.client() as api:
+            assert api.get("/v1/id").status_code == 200  # and it still serves

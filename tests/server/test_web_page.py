@@ -54,17 +54,36 @@ def browser() -> Iterator[Any]:
         launched.close()
 
 
+@contextlib.contextmanager
+def opened_tab(browser: Any, width: int) -> Iterator[Any]:
+    """A fresh tab ``width`` px wide (own sessionStorage); fails the test on any
+    uncaught script error."""
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    context.set_default_timeout(TIMEOUT_MS)
+    opened = context.new_page()
+    script_errors: list[str] = []
+    opened.on("pageerror", lambda error: script_errors.append(str(error)))
+    try:
+        yield opened
+    finally:
+        context.close()
+    assert script_errors == []
+
+
+WIDTHS = {"desktop": 1280, "phone": 390}
+
+
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
-    """A fresh tab (own sessionStorage); fails the test on any uncaught script error."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(TIMEOUT_MS)
-    tab = context.new_page()
-    script_errors: list[str] = []
-    tab.on("pageerror", lambda error: script_errors.append(str(error)))
-    yield tab
-    context.close()
-    assert script_errors == []
+    with opened_tab(browser, WIDTHS["desktop"]) as opened:
+        yield opened
+
+
+@pytest.fixture(params=list(WIDTHS.values()), ids=list(WIDTHS))
+def tab(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A fresh tab, once 1280 and once 390 px wide."""
+    with opened_tab(browser, request.param) as opened:
+        yield opened
 
 
 def golden(name: str) -> list[dict[str, str]]:
@@ -461,7 +480,6 @@ def test_deep_link_decodes_and_decoding_updates_the_address(page: Any, server_ur
 
 # -- every scheme, wide and narrow -------------------------------------------------------------
 
-WIDTHS = {"desktop": 1280, "phone": 390}
 SCHEMES = ["uid64", "uid64-v1", "elastic64", "muid", "short60"]
 
 LAYOUT_PROBLEMS = (Path(__file__).with_name("layout_problems.js")).read_text()
@@ -504,12 +522,7 @@ def test_every_scheme_fits_and_reads_whole(
     browser: Any, scheme_servers: dict[str, str], scheme: str, width: int
 ) -> None:
     """Served, minted and decoded (and, on one server, every example): 1280 and 390 px wide."""
-    context = browser.new_context(viewport={"width": width, "height": 900})
-    context.set_default_timeout(TIMEOUT_MS)
-    tab = context.new_page()
-    script_errors: list[str] = []
-    tab.on("pageerror", lambda error: script_errors.append(str(error)))
-    try:
+    with opened_tab(browser, width) as tab:
         tab.goto(scheme_servers[scheme])
         sync_api.expect(tab.locator("#health")).to_have_text("healthy")
         sync_api.expect(tab.locator("#claims tbody tr")).to_have_count(2)
@@ -535,9 +548,6 @@ def test_every_scheme_fits_and_reads_whole(
             assert tab.locator("#decode-error").is_hidden()
             assert tab.input_value("#scheme-select") == example_scheme
             assert_page_is_whole(tab, [*shown, canonical])
-    finally:
-        context.close()
-    assert script_errors == []
 
 
 def node_bits_of(tab: Any) -> dict[str, int]:
@@ -570,3 +580,102 @@ def pump_until(page: Any, predicate: Callable[[], bool], description: str) -> No
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out waiting for {description}")
         page.wait_for_timeout(10)
+
+
+# -- what a newcomer tripped on (issue 35), wide and narrow ---------------------------------------
+
+
+def test_each_bit_field_says_what_it_means_at_every_width(tab: Any, server_url: str) -> None:
+    """The legend's Meaning column stays at 390 px: without it uid64's bit-reversed
+    timestamp field seemed to contradict timestamp_ms. (Once hidden below 560 px.)"""
+    text = "aa83952c79bf88d5"  # spread: the timestamp's bits are reversed
+    value = Uid64(text)
+    tab.goto(f"{server_url}?id={text}&scheme=uid64")
+    wait_for_result(tab, text)
+    sync_api.expect(tab.locator("#legend thead th").nth(3)).to_be_visible()
+    for row in tab.locator("#legend tbody tr").all():
+        sync_api.expect(row.locator("td.about")).to_be_visible()
+    timestamp = tab.locator('#legend tr[data-field="timestamp"] td.about')
+    sync_api.expect(timestamp).to_have_text(f"bit-reversed: {value.timestamp_ms} ms")
+    sync_api.expect(tab.locator('#fields tr[data-field="mode"] td.about')).to_be_visible()
+    assert_page_is_whole(tab, [text])
+
+
+def test_saving_a_token_asks_again_for_what_it_was_refused(
+    tab: Any, start_idmint_server: Callable[..., str], tmp_path: Path
+) -> None:
+    """A decode refused for want of the token is decoded once the token is saved.
+    (Once the 401 stayed under the decoder.)"""
+    token_file = tmp_path / "token"
+    token_file.write_text("t0ken\n")
+    url = start_idmint_server("--token-file", str(token_file))
+    text = "aa83952c79bf88d5"
+    tab.goto(f"{url}?id={text}")
+    sync_api.expect(tab.locator("#decode-error")).to_contain_text("HTTP 401")
+    tab.click("#mint-button")
+    sync_api.expect(tab.locator("#mint-error")).to_contain_text("HTTP 401")
+    tab.fill("#token-input", "t0ken")
+    tab.press("#token-input", "Enter")
+    wait_for_result(tab, text)
+    sync_api.expect(tab.locator("#decode-error")).to_be_hidden()
+    sync_api.expect(tab.locator("#mint-error")).to_be_hidden()
+    assert shown_fields(tab) == expected_fields(text)
+
+
+def test_a_failed_mint_leaves_no_earlier_ids_under_its_error(tab: Any, server_url: str) -> None:
+    """(Once the IDs of the mint before stayed listed under the error.)"""
+    tab.goto(server_url)
+    mint(tab, 3)
+    tab.fill("#mint-count", "0")
+    tab.click("#mint-button")
+    sync_api.expect(tab.locator("#mint-error")).to_contain_text("HTTP 422")
+    sync_api.expect(tab.locator("#minted button")).to_have_count(0)
+    sync_api.expect(tab.locator("#mint-summary")).to_have_text("")
+    assert_page_is_whole(tab, [])
+
+
+def test_an_empty_count_asks_how_many_and_mints_nothing(tab: Any, server_url: str) -> None:
+    """(Once it minted 1.)"""
+    tab.goto(server_url)
+    sync_api.expect(tab.locator("#mint-count")).to_have_attribute("max", "10000")
+    asked: list[str] = []
+    tab.on("request", lambda request: asked.append(request.url))
+    tab.fill("#mint-count", "")
+    tab.click("#mint-button")
+    sync_api.expect(tab.locator("#mint-error")).to_contain_text(
+        "Give how many IDs to mint: 1 to 10000."
+    )
+    sync_api.expect(tab.locator("#minted button")).to_have_count(0)
+    assert tab.evaluate("document.activeElement.id") == "mint-count"
+    assert not [url for url in asked if "/v1/ids" in url]
+
+
+def test_the_count_box_takes_the_servers_own_limit(
+    tab: Any, server_url: str, start_idmint_server: Callable[..., str]
+) -> None:
+    """The server's --max-count, read from /openapi.json: 10,000 by default, where the
+    box stopped at 1,000; and a server's smaller limit."""
+    tab.goto(server_url)
+    sync_api.expect(tab.locator("#mint-count")).to_have_attribute("max", "10000")
+    mint(tab, 1000)  # the old box's limit: fine
+    tab.fill("#mint-count", "10000")
+    assert tab.evaluate("document.getElementById('mint-count').checkValidity()")
+    small = start_idmint_server("--max-count", "50")
+    tab.goto(small)
+    sync_api.expect(tab.locator("#mint-count")).to_have_attribute("max", "50")
+    tab.fill("#mint-count", "51")
+    assert not tab.evaluate("document.getElementById('mint-count').checkValidity()")
+
+
+def test_an_unknown_scheme_in_the_address_is_said(tab: Any, server_url: str) -> None:
+    """``?scheme=bogus`` is an error, not a guess. (Once it was ignored and the ID
+    decoded as whatever it looked like.)"""
+    asked: list[str] = []
+    tab.on("request", lambda request: asked.append(request.url))
+    tab.goto(f"{server_url}?id=aa83952c79bf88d5&scheme=bogus")
+    error = tab.locator("#decode-error")
+    sync_api.expect(error).to_contain_text("unknown scheme")
+    sync_api.expect(error).to_contain_text("“bogus”; choose one of uid64, uid64-v1, elastic64")
+    assert tab.locator("#decode-result").is_hidden()
+    assert not [url for url in asked if "/v1/decode" in url]
+    assert_page_is_whole(tab, [])

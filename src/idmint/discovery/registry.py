@@ -42,7 +42,7 @@ from idmint.coordinate import CoordinatorUrl, connect, driver
 from idmint.coordinate.zookeeper import ZooKeeperCoordinator
 from idmint.coordinate.zookeeper_groups import NodeIdClaim
 from idmint.coordinate.zookeeper_session import kazoo_module, translate_error
-from idmint.errors import ConfigurationError, CoordinationError
+from idmint.errors import ConfigurationError, CoordinationError, quoted
 from idmint.factory import generator_on
 
 __all__ = ["Discovery", "Endpoint", "Instance", "Registration", "Watch"]
@@ -56,7 +56,7 @@ NO_KEY = "_"
 def _check_name(kind: str, name: str) -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigurationError(
-            f"{kind} {name!r} is not a valid name: use letters, digits, '.', '_' and '-' "
+            f"{kind} {quoted(name)} is not a valid name: use letters, digits, '.', '_' and '-' "
             "(starting with a letter or digit, at most 128 characters)"
         )
     return name

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from idmint.errors import InvalidId
+from idmint.errors import InvalidId, quoted
 from idmint.schemes._base import (
     Field,
     IdValue,
@@ -68,7 +68,7 @@ def scheme_type(name: str) -> type[IdValue]:
     except KeyError:
         raise InvalidId(
             None,
-            f"unknown scheme {name!r}; expected one of {', '.join(SCHEMES)}",
+            f"unknown scheme {quoted(name)}; expected one of {', '.join(SCHEMES)}",
             problem="scheme",
         ) from None
 
@@ -98,7 +98,7 @@ def guess_scheme(text: str, *, node_bits: int | None = None) -> str:
             return "short60"
         raise InvalidId(
             None,
-            f"{candidate!r} could be a short60 ID, but has {len(candidate)} characters where "
+            f"{quoted(candidate)} could be a short60 ID, but has {len(candidate)} characters where "
             f"every short60 minted since 2020 has {_SHORT60_FULL_LENGTH}; name the scheme if "
             "it is one",
             problem="ambiguous",
@@ -111,13 +111,13 @@ def guess_scheme(text: str, *, node_bits: int | None = None) -> str:
             readings.append("short60")
         raise InvalidId(
             None,
-            f"cannot tell the scheme of {candidate!r}: it could be {' or '.join(readings)}; "
+            f"cannot tell the scheme of {quoted(candidate)}: it could be {' or '.join(readings)}; "
             "name the scheme",
             problem="ambiguous",
         )
     raise InvalidId(
         None,
-        f"{candidate!r} has the shape of no scheme: expected 16 or 32 hex digits, "
+        f"{quoted(candidate)} has the shape of no scheme: expected 16 or 32 hex digits, "
         "a short60 string of up to 10 base-64 characters, or decimal digits",
         problem="format",
     )

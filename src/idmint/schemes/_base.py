@@ -23,7 +23,7 @@ from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-from idmint.errors import InvalidId
+from idmint.errors import InvalidId, quoted
 
 UNIX_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 # datetime cannot go past year 9999; IDs whose time would land later are refused
@@ -388,7 +388,7 @@ def int_from_hex(scheme: str, text: str, length: int, what: str = "hex digits") 
     if len(text) != length:
         raise InvalidId(
             scheme,
-            f"expected {length} {what}, got {len(text)} characters: {text!r}",
+            f"expected {length} {what}, got {len(text)} characters: {quoted(text)}",
             problem="length",
         )
     check_characters(scheme, text, _HEX_DIGITS, "a hex digit 0-9 or a-f")
@@ -401,7 +401,8 @@ def check_characters(scheme: str, text: str, allowed: Container[str], expected: 
         if char not in allowed:
             raise InvalidId(
                 scheme,
-                f"bad character {char!r} at position {position} of {text!r}; expected {expected}",
+                f"bad character {char!r} at position {position} of {quoted(text)}; "
+                f"expected {expected}",
                 problem="character",
             )
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from idmint.errors import InvalidId
+from idmint.errors import InvalidId, quoted
 from idmint.schemes._base import (
     LAST_DATETIME_MS,
     Field,
@@ -133,7 +133,7 @@ class Elastic64(IdValue):
             raise InvalidId(
                 cls.scheme,
                 f"expected 1 to {cls.text_length} decimal digits, got {len(stripped)} "
-                f"characters: {text!r}",
+                f"characters: {quoted(text)}",
                 problem="length",
             )
         check_characters(cls.scheme, stripped, _DECIMAL_DIGITS, "a decimal digit")

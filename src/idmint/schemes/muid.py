@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from idmint.errors import InvalidId
+from idmint.errors import InvalidId, quoted
 from idmint.schemes._base import Field, IdValue, int_from_hex
 
 TIMESTAMP_BITS: Final = 56  # microseconds until the year 4253
@@ -83,7 +83,7 @@ class Muid(IdValue):
                 raise InvalidId(
                     cls.scheme,
                     f"dashed form must have groups of 14-13-5 hex digits, got "
-                    f"{'-'.join(str(n) for n in lengths)} in {stripped!r}",
+                    f"{'-'.join(str(n) for n in lengths)} in {quoted(stripped)}",
                     problem="length",
                 )
             # Check characters where the user typed them, dashes included.

@@ -27,7 +27,7 @@ from base64 import urlsafe_b64encode
 from collections.abc import Sequence
 from typing import Final
 
-from idmint.errors import InvalidId
+from idmint.errors import InvalidId, quoted
 from idmint.schemes._base import Field, IdValue, check_characters
 
 EPOCH_MS: Final = 1_519_862_400_000  # 2018-03-01T00:00:00Z, uexky's epoch
@@ -154,7 +154,8 @@ class Short60(IdValue):
         if not 1 <= len(stripped) <= MAX_DISPLAY_LENGTH:
             raise InvalidId(
                 cls.scheme,
-                f"expected 1 to {MAX_DISPLAY_LENGTH} characters, got {len(stripped)}: {text!r}",
+                f"expected 1 to {MAX_DISPLAY_LENGTH} characters, got {len(stripped)}: "
+                f"{quoted(text)}",
                 problem="length",
             )
         check_characters(cls.scheme, stripped, _DIGIT_VALUES, "A-Z, a-z, 0-9, '-' or '_'")

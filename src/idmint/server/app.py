@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from idmint.errors import GeneratorError, IdmintError, InvalidId
+from idmint.errors import GeneratorError, IdmintError, InvalidId, quoted
 from idmint.schemes import SCHEMES, parse_id
 from idmint.server import openapi
 from idmint.server.config import ServerConfig, given_config
@@ -315,7 +315,9 @@ class IdServer:
             )
         _check_body(scope)
         if route is None:
-            raise HttpError(404, "not found", f"no route {scope['path']!r}; see /openapi.json")
+            raise HttpError(
+                404, "not found", f"no route {quoted(scope['path'])}; see /openapi.json"
+            )
         if route.guarded and self.credentials.tokens is not None:
             self._check_token(scope)
         return route
@@ -365,7 +367,9 @@ class IdServer:
         limit = self.config.max_count
         if not (raw.isascii() and raw.isdigit()) or len(raw) > 9:
             raise HttpError(
-                422, "invalid count", f"count must be a whole number 1..{limit}, got {given!r}"
+                422,
+                "invalid count",
+                f"count must be a whole number 1..{limit}, got {quoted(given)}",
             )
         count = int(raw)
         if not 1 <= count <= limit:
@@ -393,7 +397,9 @@ class IdServer:
         scheme = query.get("scheme", [None])[-1]
         if scheme is not None and scheme not in SCHEMES:
             raise HttpError(
-                422, "invalid scheme", f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}"
+                422,
+                "invalid scheme",
+                f"scheme must be one of {', '.join(SCHEMES)}, got {quoted(scheme)}",
             )
         node_bits_text = query.get("node_bits", [None])[-1]
         node_bits = None
@@ -405,7 +411,9 @@ class IdServer:
                 and 8 <= int(node_bits_text) <= 16
             ):
                 raise HttpError(
-                    422, "invalid node_bits", f"node_bits must be 8..16, got {node_bits_text!r}"
+                    422,
+                    "invalid node_bits",
+                    f"node_bits must be 8..16, got {quoted(node_bits_text)}",
                 )
             node_bits = int(node_bits_text)
         try:

@@ -28,7 +28,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from idmint.errors import ConfigurationError
+from idmint.errors import ConfigurationError, quoted
 from idmint.factory import MAX_GENERATORS
 from idmint.schemes import SCHEMES
 from idmint.server.limits import REQUEST_TIMEOUT_S, WORKER_TIMEOUT_S, RequestLimits
@@ -60,7 +60,7 @@ def _text(value: str) -> str:
 def _whole_number(value: str) -> int:
     cleaned = value.strip().replace("_", "")
     if not (cleaned.isascii() and cleaned.isdigit()):
-        raise ValueError(f"{value!r} is not a whole number")
+        raise ValueError(f"{quoted(value)} is not a whole number")
     return int(cleaned)
 
 
@@ -68,7 +68,7 @@ def _seconds(value: str) -> float:
     try:
         return float(value)
     except ValueError:
-        raise ValueError(f"{value!r} is not a number of seconds") from None
+        raise ValueError(f"{quoted(value)} is not a number of seconds") from None
 
 
 def _boolean(value: str) -> bool:
@@ -77,7 +77,9 @@ def _boolean(value: str) -> bool:
         return True
     if lowered in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"{value!r} is not a yes/no value; use 1/0, true/false, yes/no or on/off")
+    raise ValueError(
+        f"{quoted(value)} is not a yes/no value; use 1/0, true/false, yes/no or on/off"
+    )
 
 
 def _word(value: str) -> str:
@@ -105,7 +107,7 @@ def parse_workers(value: str) -> int:
     try:
         return _whole_number(value)
     except ValueError:
-        raise ValueError(f"{value!r} is not a whole number or auto") from None
+        raise ValueError(f"{quoted(value)} is not a whole number or auto") from None
 
 
 # -- checking values -----------------------------------------------------------------------------

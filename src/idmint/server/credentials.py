@@ -377,6 +377,9 @@ class Credentials:
                     self._warn_if_expiring()
             if loaded:
                 log.info("credentials re-read: %s", "; ".join(loaded))
+            elif self.config.token_file is None and self.context is None:
+                # Said all the same: a SIGHUP that seems to do nothing looks unheard.
+                log.info("credentials: none to re-read (no token file, no TLS certificate)")
 
     def _failed(self, what: str, error: ConfigurationError, kept: str) -> None:
         self._count(what, "failed")

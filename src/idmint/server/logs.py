@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import TextIO
 
-from idmint.errors import ConfigurationError
+from idmint.errors import ConfigurationError, quoted
 from idmint.waiting import waiting_log
 
 __all__ = [
@@ -92,7 +92,7 @@ class JsonFormatter(logging.Formatter):
 def _level(name: str) -> int:
     if name.lower() not in LOG_LEVELS:
         raise ConfigurationError(
-            f"unknown log level {name!r}; expected one of {', '.join(LOG_LEVELS)}"
+            f"unknown log level {quoted(name)}; expected one of {', '.join(LOG_LEVELS)}"
         )
     return logging.getLevelName(name.upper())  # type: ignore[no-any-return]
 
@@ -117,7 +117,7 @@ def server_logging(
     numeric = _level(level)
     if format not in LOG_FORMATS:
         raise ConfigurationError(
-            f"unknown log format {format!r}; expected one of {', '.join(LOG_FORMATS)}"
+            f"unknown log format {quoted(format)}; expected one of {', '.join(LOG_FORMATS)}"
         )
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(JsonFormatter(worker) if format == "json" else TextFormatter(worker))

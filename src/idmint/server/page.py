@@ -6,6 +6,7 @@ import hashlib
 import re
 from importlib import resources
 
+from idmint.errors import quoted
 from idmint.server.routes import HttpError, Response, Scope
 
 __all__ = ["PageFiles"]
@@ -32,7 +33,7 @@ class PageFiles:
         """The file ``name``, with its ETag; 304 when the browser's copy is current."""
         suffix = name[name.rfind(".") :] if "." in name else ""
         if not _NAME.fullmatch(name) or suffix not in _TYPES:
-            raise HttpError(404, "not found", f"no static file {name!r}")
+            raise HttpError(404, "not found", f"no static file {quoted(name)}")
         kept = self._files.get(name)
         if kept is None:
             try:
@@ -40,7 +41,7 @@ class PageFiles:
                     resources.files("idmint.server").joinpath("static").joinpath(name).read_bytes()
                 )
             except (FileNotFoundError, IsADirectoryError):
-                raise HttpError(404, "not found", f"no static file {name!r}") from None
+                raise HttpError(404, "not found", f"no static file {quoted(name)}") from None
             etag = b'"' + hashlib.sha256(data).hexdigest()[:32].encode() + b'"'
             kept = self._files[name] = (data, etag)
         data, etag = kept

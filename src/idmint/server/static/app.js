@@ -167,6 +167,7 @@
     const status = error instanceof ApiError && error.status ? ` (HTTP ${error.status})` : "";
     box.append(el("strong", { class: "error-title" }, title), el("span", { class: "muted" }, status));
     box.append(el("p", { class: "error-detail" }, error.detail || error.message));
+    box.dataset.status = error instanceof ApiError ? String(error.status) : "";
     if (error instanceof ApiError && error.status === 401) {
       box.append(el("p", { class: "hint" }, "Enter the server’s token under “Access token” at the top."));
     }
@@ -388,7 +389,17 @@
     if (!text) return false;
     idInput.value = text;
     const scheme = params.get("scheme") || "";
-    if ([...schemeSelect.options].some((option) => option.value === scheme)) schemeSelect.value = scheme;
+    const known = [...schemeSelect.options].map((option) => option.value).filter(Boolean);
+    if (scheme && !known.includes(scheme)) {
+      // Decoding as another scheme than the address names would show a wrong answer.
+      showError(
+        $("decode-error"),
+        new ApiError(0, "unknown scheme", `The address asks for scheme “${scheme}”; choose one of ${known.join(", ")}.`),
+      );
+      decoded = true;
+      return true;
+    }
+    schemeSelect.value = scheme;
     const nodeBits = params.get("node_bits");
     if (nodeBits) nodeBitsInput.value = nodeBits;
     syncNodeBits();
@@ -550,11 +561,25 @@
     }
   }
 
+  /** What a failed mint leaves: its error, and no IDs of an earlier mint under it. */
+  function mintFailed(error) {
+    showError($("mint-error"), error);
+    $("minted").replaceChildren();
+    $("mint-summary").textContent = "";
+  }
+
   async function mint() {
     const countInput = $("mint-count");
-    const count = countInput.value.trim() || "1";
-    const errorBox = $("mint-error");
+    const count = countInput.value.trim();
     const ticket = mints.start();
+    if (!count) {
+      $("mint-button").disabled = false;
+      const most = countInput.max ? ` to ${countInput.max}` : " or more";
+      mintFailed(new ApiError(0, "how many?", `Give how many IDs to mint: 1${most}.`));
+      countInput.focus();
+      return;
+    }
+    const errorBox = $("mint-error");
     $("mint-button").disabled = true;
     try {
       const data = await api(`v1/ids?count=${encodeURIComponent(count)}`, ticket.signal);
@@ -575,7 +600,7 @@
       markSelectedMinted();
     } catch (error) {
       if (!ticket.current()) return;
-      showError(errorBox, error);
+      mintFailed(error);
       if (error instanceof ApiError && error.status === 503) refreshHealth();
     } finally {
       if (ticket.current()) $("mint-button").disabled = false;
@@ -596,6 +621,18 @@
       if (top < 0 || top > window.innerHeight * 0.6) card.scrollIntoView({ block: "start" });
     });
   });
+
+  /** The largest count this server gives at once, from its API description. */
+  async function learnMaxCount() {
+    try {
+      const described = await api("openapi.json");
+      const count = described.paths["/v1/ids"].get.parameters.find((p) => p.name === "count");
+      const most = Number(count.schema.maximum);
+      if (Number.isInteger(most) && most > 0) $("mint-count").max = String(most);
+    } catch {
+      // keep the page's own limit; the server says so if a count is too large
+    }
+  }
 
   // -- server state ---------------------------------------------------------------------------
   function showServerScheme(scheme) {
@@ -763,7 +800,7 @@
     $("token-input").value = "";
     showTokenState();
     $("token-panel").open = false;
-    refreshServer();
+    tokenChanged();
   });
   $("token-clear").addEventListener("click", () => {
     try {
@@ -773,12 +810,22 @@
     }
     $("token-input").value = "";
     showTokenState();
-    refreshServer();
+    tokenChanged();
   });
+
+  /** Another token: the server's panel again, and a decode shown is asked again (its
+   * answer, a 401 say, was the old token's); a mint's 401 no longer holds. */
+  function tokenChanged() {
+    refreshServer();
+    if (decoded && idInput.value.trim() && !$("decode-error").hidden) decode();
+    const mintError = $("mint-error");
+    if (!mintError.hidden && mintError.dataset.status === "401") showError(mintError, null);
+  }
 
   // -- start ---------------------------------------------------------------------------------
   syncNodeBits();
   showTokenState();
   decodeFromAddress();
   refreshServer();
+  learnMaxCount();
 })();
