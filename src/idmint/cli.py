@@ -857,25 +857,29 @@ def _cmd_claims_list(args: argparse.Namespace, out: _Output) -> int:
 
     with connect(_coordinator(args) or DEFAULT_COORDINATOR) as coordinator:
         rows = coordinator.list_claims()
+    if args.format == "json":
+        for row in rows:
+            out.write(json.dumps(row.to_json()) + "\n")
+    else:
+        # One pool holds several spaces (uid64 generator IDs, node IDs): each row names its own.
+        out.write(
+            f"{'SPACE':9} {'CLUSTER':>7} {'ID':>5}  {'HOLDER':30} {'SINCE':24} HIGH-WATER MARK\n"
+        )
+        for row in rows:
+            since = iso_ms(row.since_ms) if row.since_ms is not None else "-"
+            mark = iso_ms(row.high_water_mark_ms) if row.high_water_mark_ms is not None else "-"
+            out.write(
+                f"{row.space:9} {row.cluster:>7} {row.generator:>5}  {row.holder:30} {since:24} "
+                f"{mark}\n"
+            )
     if not rows:
-        # An empty pool and a misspelt one look alike: say which pool was read.
+        # An empty pool and a misspelt one look alike: say which pool was read, once the
+        # (empty) answer is out; an answer that could not be written is the one error.
+        out.flush()
         _print_line(
             f"idmint: nothing holds an identity in {coordinator.url}: no process claims "
             "there now, or the URL names another pool than your generators' (its root, "
             "table or prefix)"
-        )
-    if args.format == "json":
-        for row in rows:
-            out.write(json.dumps(row.to_json()) + "\n")
-        return 0
-    # One pool holds several spaces (uid64 generator IDs, node IDs): each row names its own.
-    out.write(f"{'SPACE':9} {'CLUSTER':>7} {'ID':>5}  {'HOLDER':30} {'SINCE':24} HIGH-WATER MARK\n")
-    for row in rows:
-        since = iso_ms(row.since_ms) if row.since_ms is not None else "-"
-        mark = iso_ms(row.high_water_mark_ms) if row.high_water_mark_ms is not None else "-"
-        out.write(
-            f"{row.space:9} {row.cluster:>7} {row.generator:>5}  {row.holder:30} {since:24} "
-            f"{mark}\n"
         )
     return 0
 

@@ -16,6 +16,7 @@ import pytest
 from idmint import new_generator
 from idmint.clock import OffsetClock
 from idmint.coordinate import CoordinatorUrl
+from idmint.coordinate.spaces import GENERATOR
 from idmint.testing import CHECKS, contract_tests
 from idmint.testing.adapters import MemoryHooks
 
@@ -86,11 +87,11 @@ def test_a_tick_above_the_claims_ceiling_waits_for_the_store_to_record_it() -> N
         assert claim is not None
         generator.batch(200)
         identity = {"generator": generator.generator, "cluster": generator.cluster}
-        before = MemoryHooks().read_mark(claim.coordinator, "generator", identity)
+        before = MemoryHooks().read_mark(claim.coordinator, GENERATOR, identity)
         assert before is not None
         clock.offset_ns += 600 * 1_000_000_000
         value = generator.generate()
-        mark = MemoryHooks().read_mark(claim.coordinator, "generator", identity)
+        mark = MemoryHooks().read_mark(claim.coordinator, GENERATOR, identity)
         assert mark is not None
         assert value.timestamp_ms > before.ceiling_ms  # the scenario: a tick above the mark
         assert value.timestamp_ms <= mark.ceiling_ms, "issued above the recorded mark"
