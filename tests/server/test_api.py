@@ -48,6 +48,7 @@ from tests.server.server_helpers import (
 )
 from tests.servers.zookeeper import ZooKeeperEnsemble
 
+from idmint.generate import Uid64Generator
 from idmint.schemes import SCHEMES, IdValue, Uid64, parse_id
 
 DEFAULT_MAX_COUNT = 10_000
@@ -426,6 +427,10 @@ DOCUMENTED_METRICS = (
     "idmint_clock_waits_total",
     "idmint_clock_steps_back_total",
     "idmint_claim_usable",
+    "idmint_exhausted_ticks_total",
+    "idmint_pool_size",
+    "idmint_pool_free_identities",
+    "idmint_time_bits_remaining_seconds",
     "idmint_http_requests_total",
     "idmint_http_request_duration_seconds",
     "process_cpu_seconds_total",
@@ -478,6 +483,8 @@ def check_metrics_move(api: httpx.Client) -> None:
     assert moved("idmint_ids_served_total") == 7 + 5_000
     assert moved("idmint_ids_issued_total", **generator) >= 7 + 5_000
     assert moved("idmint_clock_waits_total", **generator) >= 1
+    # 5,000 IDs in one batch run out of many ms of 64: each waited on at its cap.
+    assert moved("idmint_exhausted_ticks_total", **generator) >= 5_000 // 64 // 2
     assert moved("idmint_http_requests_total", route="/v1/id", code="200") == 7
     assert moved("idmint_http_requests_total", route="/v1/ids", code="200") == 1
     assert moved("idmint_http_requests_total", route="/v1/ids", code="422") == 1
@@ -541,6 +548,22 @@ def test_metrics_labels_have_no_spaces_and_name_the_generator(metrics_server: Id
     # Its generator ID is claimed on this host, so its claim is counted.
     for name in CLAIM_METRICS:
         assert metric_labels(samples, name) == [{"slot": "0"}], name
+
+
+def test_lifetime_and_capacity_metrics(metrics_server: IdmintServer) -> None:
+    """The time left in each scheme's time field, and the pool the claim saw."""
+    with metrics_server.client() as http:
+        samples = scrape(http)
+    left = metric(samples, "idmint_time_bits_remaining_seconds", scheme="uid64")
+    assert left == pytest.approx(2**42 / 1000 - time.time(), abs=86_400)
+    assert metric_labels(samples, "idmint_time_bits_remaining_seconds") == [
+        {"scheme": name} for name in SCHEMES
+    ]
+    # This host's pool of uid64 generator IDs: all its scheme can hold, this server's held.
+    pool = {"slot": "0", "space": "generator", "cluster": "0"}
+    size = len(Uid64Generator.identity_pool())
+    assert metric(samples, "idmint_pool_size", **pool) == size
+    assert 0 <= metric(samples, "idmint_pool_free_identities", **pool) < size
 
 
 def test_metrics_build_info_and_process(metrics_server: IdmintServer) -> None:

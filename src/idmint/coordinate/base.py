@@ -79,8 +79,10 @@ __all__ = [
     "DriverClaim",
     "Grant",
     "HighWaterMark",
+    "PoolView",
     "holder_description",
     "holder_of",
+    "pool_view",
 ]
 
 log = logging.getLogger("idmint.coordinate")
@@ -174,6 +176,40 @@ class ClaimInfo:
             "high_water_mark_ms": self.high_water_mark_ms,
             "state": self.state,
         }
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """What a claimant saw of its pool at its last look: its size and how much is free."""
+
+    space: str
+    cluster: int
+    size: int
+    """How many identities the pool holds (the URL's ``generators=`` within the space)."""
+    free: int
+    """How many of them no claim held."""
+    seen_ms: int
+    """When it looked (ms since 1970-01-01 UTC)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def pool_view(
+    rows: Sequence[ClaimInfo], space: Space, cluster: int, pool: range, now_ms: int
+) -> PoolView:
+    """The view of ``pool`` (of ``space``, in ``cluster``) that ``list_claims()`` rows give."""
+    held = {
+        row.generator
+        for row in rows
+        if row.space == space.name and row.cluster == cluster and row.generator in pool
+    }
+    return PoolView(space.name, cluster, len(pool), len(pool) - len(held), now_ms)
+
+
+POOL_LOOK_EVERY_S = 60.0
+"""How often a claim looks at its pool again while it holds its identity (besides
+each claim), so that its view follows the fleet."""
 
 
 def holder_description() -> str:
@@ -271,6 +307,10 @@ class Claim:
         self._settling: tuple[int, int] | None = None
         """(floor_ms, until_mono_ns) while a claim waits out a predecessor it cannot
         rule out (see :meth:`_settle_past_floor`); None once settled."""
+        self.pool_seen: PoolView | None = None
+        """What the claim saw of its pool at its last look (None: not looked yet, or the
+        driver cannot say): the server's ``idmint_pool_*`` gauges."""
+        self._pool_looked_mono = 0.0
 
     # -- what generators use ------------------------------------------------------
     @property
@@ -607,6 +647,7 @@ class Claim:
             self._renewed(grant, *recorded)
         elif not self._renew_once():
             raise ClaimLost(f"{self.description}: the new claim vanished before it could be used")
+        self._look_at_pool_now()
         if previous is None:
             log.info("%s: claimed %s", self.description, self._identity_text(identity))
         else:
@@ -715,6 +756,8 @@ class Claim:
                     if self._renew_once():
                         self._failure = None
                         self._maintain()
+                        if time.monotonic() - self._pool_looked_mono >= POOL_LOOK_EVERY_S:
+                            self._look_at_pool_now()
                     else:
                         self._lose("the coordinator no longer has our claim")
                         self._wake.set()
@@ -749,7 +792,19 @@ class Claim:
         log.debug("%s: claiming an identity again (%s)", self.description, self._problem)
         self._claim_and_record()
 
+    def _look_at_pool_now(self) -> None:
+        """Refresh :attr:`pool_seen`, best effort: a view is no reason to fail a claim."""
+        self._pool_looked_mono = time.monotonic()
+        try:
+            self.pool_seen = self._look_at_pool()
+        except Exception as error:
+            log.debug("%s: could not look at the pool: %s", self.description, error)
+
     # -- driver hooks ----------------------------------------------------------------
+    def _look_at_pool(self) -> PoolView | None:
+        """The pool as it stands now (None: this claim cannot say)."""
+        return None
+
     def _acquire(self) -> tuple[Mapping[str, int], int]:
         """Claim a free identity; return it and its floor (predecessor's ceiling)."""
         raise NotImplementedError
@@ -867,6 +922,20 @@ class DriverClaim(Claim, Generic[SourceT]):
     def _nothing_free(self) -> Exception:
         """The error for a claimant that found nothing free within its patience."""
         return self._pool_exhausted(f"cluster {self.cluster}", self.where)
+
+    def _look_at_pool(self) -> PoolView | None:
+        """The pool of the identity held, from the coordinator's ``list_claims()`` (one
+        read a claim, and one a :data:`POOL_LOOK_EVERY_S`): every driver lists its
+        claims, so every driver reports its pool. A driver that counts its pool more
+        cheaply as it claims may override it."""
+        source = self.coordinator
+        identity = self.identity
+        if not isinstance(source, Coordinator) or identity is None or self._fixed is not None:
+            return None
+        cluster, _ = self.space.numbered(identity)
+        pool = range(self.options.pool.start, min(self.options.pool.stop, self.space.size))
+        rows = source.list_claims()
+        return pool_view(rows, self.space, cluster, pool, self.clock.time_ns() // 1_000_000)
 
     def _release(self, final_ceiling_ms: int | None) -> None:
         """Record the final high-water mark where the claim still can, then let go."""

@@ -236,6 +236,23 @@ def claims_list_shows_holder_since_and_mark(trial: Trial) -> None:
     assert max(_timestamps(minted)) <= row.high_water_mark_ms <= listed_at + ttl_ms
 
 
+@check("claimed")
+def claims_see_their_pool_fill(trial: Trial) -> None:
+    """Each claim's view of its pool (``pool_seen``, the ``idmint_pool_*`` gauges) has
+    one free identity fewer than the claim before it saw."""
+    ids = trial.ids(4)
+    url = trial.pool(generators=span(ids))
+    seen = []
+    for _ in range(3):
+        claim = trial.generator(url).claim
+        assert claim is not None
+        view = claim.pool_seen
+        assert view is not None, "the claim says nothing of its pool (Claim.pool_seen)"
+        assert (view.space, view.size) == (GENERATOR.name, len(ids)), view
+        seen.append(view.free)
+    assert seen == [3, 2, 1], f"free identities seen by three claims in turn: {seen}"
+
+
 # -- failures: pool, coordinator, configuration ----------------------------------------------
 
 
@@ -744,6 +761,7 @@ CHECKS: tuple[Check, ...] = (
     generators_option_limits_the_pool,
     close_releases_the_claim,
     claims_list_shows_holder_since_and_mark,
+    claims_see_their_pool_fill,
     pool_exhausted_after_claim_timeout,
     a_claimant_waiting_for_its_range_does_not_hold_up_others,
     a_failed_claim_leaves_nothing_running,
