@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -416,6 +417,43 @@ def test_a_request_body_is_413(api: httpx.Client) -> None:
     # An explicitly empty body is no body.
     empty = api.request("GET", "/v1/id", headers={"Content-Length": "0"})
     assert empty.status_code == 200
+
+
+# -- whois -----------------------------------------------------------------------------------
+
+
+def test_whois_names_the_server_process_that_minted_an_id(metrics_server: IdmintServer) -> None:
+    with metrics_server.client() as http:
+        minted = Uid64(http.get("/v1/id").text)
+        response = http.get(f"/v1/whois/{minted}")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == JSON
+    holder = response.json()
+    assert {"host", "pid", "started", "first_ms", "last_ms", "pod"} <= set(holder)
+    assert (holder["host"], holder["pid"]) == (socket.gethostname(), metrics_server.pid)
+    assert holder["first_ms"] <= minted.timestamp_ms <= holder["ceiling_ms"]
+    assert holder["started"] <= holder["first_ms"] <= holder["last_ms"]
+
+
+def test_whois_of_an_id_nobody_recorded_is_a_json_404(metrics_server: IdmintServer) -> None:
+    with metrics_server.client() as http:
+        held = Uid64(http.get("/v1/id").text)
+        # The identity the server holds, at a time long before anyone held it.
+        before = Uid64.build(timestamp_ms=1_000, sequence=0, generator=held.generator, cluster=0)
+        body = assert_json_error(http.get(f"/v1/whois/{before}"), 404)
+    assert body["error"] == "not recorded"
+    assert str(before) in body["detail"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/whois/not-an-id", "/v1/whois/%00%ff", "/v1/whois/" + "9" * 65, "/v1/whois/"],
+)
+def test_whois_of_hostile_input_is_a_json_422(metrics_server: IdmintServer, path: str) -> None:
+    """Like /v1/decode: whatever the path holds, a JSON error naming the ID as invalid."""
+    with metrics_server.client() as http:
+        body = assert_json_error(http.get(path), 422)
+    assert body["error"] == "invalid ID", body
 
 
 # -- metrics ---------------------------------------------------------------------------------

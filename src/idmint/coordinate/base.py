@@ -79,6 +79,7 @@ __all__ = [
     "DriverClaim",
     "Grant",
     "HighWaterMark",
+    "Holder",
     "PoolView",
     "holder_description",
     "holder_of",
@@ -112,6 +113,91 @@ class Grant:
     """Nothing may be issued once the monotonic clock passes this."""
 
 
+HISTORY_KEPT = 16
+"""How many earlier holders of an identity its mark remembers (besides the current one)."""
+HISTORY_KEPT_MS = 30 * 86_400_000
+"""How long after its last renewal an earlier holder stays in the history (30 days)."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who held an identity, and when: what ``idmint whois`` answers.
+
+    The current holder's record is rewritten with every mark it writes (its
+    ``last_ms`` and ``ceiling_ms`` move with its renewals, and its release), so
+    the history costs no write of its own; a new holder copies its predecessor's
+    record and theirs into its own marks, pruned to :data:`HISTORY_KEPT` and
+    :data:`HISTORY_KEPT_MS`.
+    """
+
+    host: str
+    pid: int
+    started: int
+    """When the holding process started (ms since 1970-01-01 UTC; 0: unknown)."""
+    first_ms: int
+    """When the claim was made (ms since 1970-01-01 UTC)."""
+    last_ms: int
+    """Its last renewal, or its release (ms since 1970-01-01 UTC)."""
+    pod: str | None = None
+    """The Kubernetes pod it ran in, where the environment names one (``POD_NAME``)."""
+    floor_ms: int = -1
+    """The timestamps of the IDs it may have minted are above this (its predecessor's
+    ceiling) ..."""
+    ceiling_ms: int = -1
+    """... and at most this (the last ceiling it recorded)."""
+
+    def covers(self, timestamp_ms: int) -> bool:
+        """Whether an ID minted at ``timestamp_ms`` with its identity can be this holder's:
+        above its floor and its claim (its generators start at their clock, which
+        starts no earlier than its claim) and at most its ceiling."""
+        return max(self.floor_ms, self.first_ms - 1) < timestamp_ms <= self.ceiling_ms
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> Holder | None:
+        """A record as a mark stores it; None if it is not one (anyone may write a store)."""
+        if not isinstance(data, Mapping):
+            return None
+        try:
+            pod = data.get("pod")
+            return cls(
+                host=str(data["host"]),
+                pid=int(data["pid"]),
+                started=int(data.get("started", 0)),
+                first_ms=int(data["first_ms"]),
+                last_ms=int(data["last_ms"]),
+                pod=None if pod is None else str(pod),
+                floor_ms=int(data.get("floor_ms", -1)),
+                ceiling_ms=int(data.get("ceiling_ms", -1)),
+            )
+        except (KeyError, ValueError, TypeError):
+            return None
+
+
+def holders_from_json(data: object) -> tuple[Holder, ...]:
+    """The readable records of a stored list of holders (none if it is not a list)."""
+    if not isinstance(data, list):
+        return ()
+    return tuple(found for item in data if (found := Holder.from_json(item)) is not None)
+
+
+def holders_text(holders: Sequence[Holder]) -> str:
+    """Holders as a store with a column for them keeps them (JSON)."""
+    return json.dumps([held.to_json() for held in holders])
+
+
+def holders_of_text(text: str | bytes | None) -> tuple[Holder, ...]:
+    """Holders from :func:`holders_text`'s JSON (none if there is none or it is unreadable)."""
+    if not text:
+        return ()
+    try:
+        return holders_from_json(json.loads(text))
+    except ValueError:
+        return ()
+
+
 @dataclass(frozen=True)
 class HighWaterMark:
     """What a holder records about an identity, kept after the claim ends."""
@@ -120,6 +206,9 @@ class HighWaterMark:
     renewed_ms: int = 0
     released_ms: int | None = None
     holder: str = ""
+    holders: tuple[Holder, ...] = ()
+    """Who held the identity, newest first: the holder that wrote the mark, then the
+    ones before it (see :class:`Holder`)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -131,7 +220,12 @@ class HighWaterMark:
             renewed_ms=int(data.get("renewed_ms", 0)),
             released_ms=(None if data.get("released_ms") is None else int(data["released_ms"])),
             holder=str(data.get("holder", "")),
+            holders=holders_from_json(data.get("holders")),
         )
+
+    def holder_at(self, timestamp_ms: int) -> Holder | None:
+        """The holder whose claim covers ``timestamp_ms``, if the mark remembers one."""
+        return next((found for found in self.holders if found.covers(timestamp_ms)), None)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> HighWaterMark:
@@ -176,6 +270,45 @@ class ClaimInfo:
             "high_water_mark_ms": self.high_water_mark_ms,
             "state": self.state,
         }
+
+
+def _process_started_ms() -> int:
+    """When this process started (ms since 1970-01-01 UTC), from ``/proc``; 0 if unknown."""
+    try:
+        with open("/proc/self/stat") as stat:
+            text = stat.read()
+        with open("/proc/stat") as system:
+            boot_s = next(float(line.split()[1]) for line in system if line.startswith("btime "))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return 0
+    # The command name (field 2) is in parentheses and may hold spaces: split after it.
+    start_ticks = int(text[text.rfind(")") + 2 :].split()[19])
+    return round((boot_s + start_ticks / os.sysconf("SC_CLK_TCK")) * 1000)
+
+
+_started: tuple[int, int] | None = None
+"""(pid, start ms) of this process, read once per process (a fork child reads its own)."""
+
+
+def process_started_ms() -> int:
+    """When this process started (ms since 1970-01-01 UTC; 0: unknown)."""
+    global _started
+    pid = os.getpid()
+    if _started is None or _started[0] != pid:
+        _started = (pid, _process_started_ms())
+    return _started[1]
+
+
+def pod_name() -> str | None:
+    """The Kubernetes pod this process runs in: ``POD_NAME`` (set it from the downward
+    API's ``metadata.name``), else ``HOSTNAME`` inside Kubernetes (a pod's host name is
+    its name); None outside Kubernetes."""
+    named = os.environ.get("POD_NAME")
+    if named:
+        return named
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return os.environ.get("HOSTNAME") or socket.gethostname()
+    return None
 
 
 @dataclass(frozen=True)
@@ -307,6 +440,10 @@ class Claim:
         self._settling: tuple[int, int] | None = None
         """(floor_ms, until_mono_ns) while a claim waits out a predecessor it cannot
         rule out (see :meth:`_settle_past_floor`); None once settled."""
+        self._predecessor: HighWaterMark | None = None
+        """The mark the identity held had when this claim took it (see :meth:`_took`)."""
+        self._taken_ms = 0
+        """When this claim took the identity it holds (ms since 1970-01-01 UTC)."""
         self.pool_seen: PoolView | None = None
         """What the claim saw of its pool at its last look (None: not looked yet, or the
         driver cannot say): the server's ``idmint_pool_*`` gauges."""
@@ -610,15 +747,38 @@ class Claim:
             "Widen generators=LO-HI, or see who holds them with `idmint claims list`"
         )
 
+    def _took(self, mark: HighWaterMark | None) -> None:
+        """A driver's call as it takes an identity (before it writes the first mark): the
+        mark the identity had then, whose history this claim's marks carry on."""
+        self._predecessor = mark
+        self._taken_ms = self.clock.time_ns() // 1_000_000
+
     def _mark(self, ceiling_ms: int, *, released: bool = False) -> HighWaterMark:
         """The high-water mark this holder records: ``ceiling_ms``, renewed now (and
-        released now, for the final one)."""
+        released now, for the final one), with who holds the identity and who held it."""
         now_ms = self.clock.time_ns() // 1_000_000
+        before = self._predecessor
+        current = Holder(
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started=process_started_ms(),
+            first_ms=self._taken_ms or now_ms,
+            last_ms=now_ms,
+            pod=pod_name(),
+            floor_ms=before.ceiling_ms if before is not None else -1,
+            ceiling_ms=ceiling_ms,
+        )
+        earlier = [
+            held
+            for held in (before.holders if before is not None else ())
+            if held.last_ms >= now_ms - HISTORY_KEPT_MS
+        ]
         return HighWaterMark(
             ceiling_ms=ceiling_ms,
             renewed_ms=now_ms,
             released_ms=now_ms if released else None,
             holder=holder_description(),
+            holders=(current, *earlier[:HISTORY_KEPT]),
         )
 
     def _maintain(self) -> None:
@@ -1101,6 +1261,12 @@ class Coordinator:
 
     def list_claims(self) -> Sequence[ClaimInfo]:
         raise NotImplementedError
+
+    def read_mark(self, space: Space, identity: Mapping[str, int]) -> HighWaterMark | None:
+        """The high-water mark the store holds for ``identity`` of ``space`` (None: none),
+        with who held the identity (:attr:`HighWaterMark.holders`): what ``idmint whois``
+        reads. A driver that keeps no marks (``static://``) raises ``ConfigurationError``."""
+        raise ConfigurationError(f"{self.url} keeps no record of who held an identity")
 
     def close(self) -> None:
         raise NotImplementedError

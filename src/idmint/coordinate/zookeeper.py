@@ -270,6 +270,11 @@ class ZooKeeperCoordinator(ZooKeeperAccess, Coordinator):
         # whose width follows the fleet; the narrowest width's pool does not limit them.
         return (self.groups, NodeIdClaim) if space.width is not None else (self, ZooKeeperClaim)
 
+    def read_mark(self, space: Space, identity: Mapping[str, int]) -> HighWaterMark | None:
+        path = self.mark_path(space, identity)
+        with self.short_session() as client, translated(f"reading the mark {path}"):
+            return read_mark(client, path)[0]
+
     def list_claims(self) -> list[ClaimInfo]:
         kazoo = kazoo_module()
         rows: list[ClaimInfo] = []
@@ -501,7 +506,8 @@ class ZooKeeperClaim(ZooKeeperSessionClaim["ZooKeeperCoordinator"]):
         # claim node and writes the mark only if the mark is still the one read.
         sent_mono = self.clock.monotonic_ns()
         ceiling = self._first_ceiling(mark.ceiling_ms if mark is not None else -1)
-        first = HighWaterMark(ceiling_ms=ceiling, renewed_ms=now_ms, holder=holder_description())
+        self._took(mark)
+        first = self._mark(ceiling)
         first_data = json.dumps(first.to_json()).encode()
         transaction = client.transaction()
         lock_path = f"{self.coordinator.root}/queue/{LOCK_TICKET}"

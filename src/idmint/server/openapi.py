@@ -225,6 +225,23 @@ def decode_parameters(config: ServerConfig) -> list[dict[str, Any]]:
     ]
 
 
+HOLDER = {
+    "type": "object",
+    "description": "Who held the ID's identity when it was minted (idmint whois)",
+    "properties": {
+        "host": {"type": "string"},
+        "pid": {"type": "integer"},
+        "started": {"type": "integer", "description": "process start, ms since 1970 (0: unknown)"},
+        "first_ms": {"type": "integer", "description": "when the claim was made"},
+        "last_ms": {"type": "integer", "description": "its last renewal or its release"},
+        "pod": {"type": ["string", "null"], "description": "the Kubernetes pod"},
+        "floor_ms": {"type": "integer"},
+        "ceiling_ms": {"type": "integer"},
+    },
+    "required": ["host", "pid", "started", "first_ms", "last_ms", "pod"],
+}
+
+
 def path_parameters(name: str) -> Callable[[ServerConfig], list[dict[str, Any]]]:
     """A path's one parameter, a string."""
     return lambda config: [

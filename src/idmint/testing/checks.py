@@ -480,7 +480,7 @@ def a_successor_with_a_clock_far_behind_refuses(trial: Trial) -> None:
     assert took < limit, f"refused after {took:.1f} s: not within its hold-off and wait timeout"
 
 
-@check("claimed", needs=("read_mark",))
+@check("claimed")
 def release_records_the_newest_timestamp(trial: Trial) -> None:
     """Releasing records a final high-water mark at or above every timestamp used."""
     url = trial.pool(generators=span(trial.ids(1)))
@@ -547,13 +547,13 @@ def _expiry_makes_a_new_claim(trial: Trial, size: int) -> None:
     assert set(trial.claims(url)) == {generator.generator}
 
 
-@check("claimed", needs=("expire", "read_mark"))
+@check("claimed", needs=("expire",))
 def an_expired_claim_comes_back_above_its_mark(trial: Trial) -> None:
     """An expired claim's only ID comes back once held off, above the mark it left."""
     _expiry_makes_a_new_claim(trial, 1)
 
 
-@check("claimed", needs=("expire", "read_mark"))
+@check("claimed", needs=("expire",))
 def an_expired_claim_moves_to_a_free_id(trial: Trial) -> None:
     """An expired claim moves to the pool's other ID, which is free at once."""
     _expiry_makes_a_new_claim(trial, 2)
@@ -747,7 +747,7 @@ def a_long_outage_fences_then_resumes(trial: Trial) -> None:
     _outage(trial, "long")
 
 
-@check("claimed", needs=("stop_server", "start_server", "expire", "read_mark"))
+@check("claimed", needs=("stop_server", "start_server", "expire"))
 def an_outage_that_loses_the_session_fences_then_claims_again(trial: Trial) -> None:
     """Down, and the session lost as it comes back: a new claim above the old mark."""
     _outage(trial, "session-lost")
