@@ -5,9 +5,10 @@ request atomic under one lock, as a database's statement is. Everything a
 store of leases must do is here and nothing else: the five requests of
 :class:`~idmint.coordinate.leases.LeaseStore` (look, take, renew, release,
 read_mark), a :class:`~idmint.coordinate.leases.LeaseCoordinator` whose options
-are :class:`~idmint.coordinate.leases.LeaseOptions` as they are, and a test adapter. The claim (its floor, settling after a forget,
-fencing, renewing) is :class:`~idmint.coordinate.leases.LeaseClaim`'s, the
-spaces :mod:`idmint.coordinate.spaces`'. Registered by a package of its own
+are :class:`~idmint.coordinate.leases.LeaseOptions` as they are, and a test
+adapter. The claim (its floor, settling after a forget, fencing, renewing) is
+:class:`~idmint.coordinate.leases.LeaseClaim`'s, the spaces
+:mod:`idmint.coordinate.spaces`'. Registered by a package of its own
 (:data:`REGISTERED`), it passes the contract kit (``test_toy_driver.py``).
 """
 

@@ -10,6 +10,7 @@ reconnect to a restarted server (5 s).
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import threading
@@ -32,7 +33,7 @@ from idmint.errors import (
     IdentityInUse,
     PoolExhausted,
 )
-from idmint.factory import new_generator
+from idmint.factory import new_generator, who_minted
 from idmint.schemes import Uid64
 from idmint.testing.kit import Check, Skipped, Trial, check
 from idmint.testing.minting import Minter, RenewalWatch, minting, wait_for, wait_for_new_claim
@@ -251,6 +252,35 @@ def claims_see_their_pool_fill(trial: Trial) -> None:
         assert (view.space, view.size) == (GENERATOR.name, len(ids)), view
         seen.append(view.free)
     assert seen == [3, 2, 1], f"free identities seen by three claims in turn: {seen}"
+
+
+@check("claimed")
+def each_holder_of_an_identity_is_recorded(trial: Trial) -> None:
+    """Two holders of one identity in turn: each one's IDs name it (``idmint whois``,
+    :meth:`Coordinator.read_mark`'s ``holders``), with this process, its claim's first
+    and last timestamps around them; a time before both names nobody."""
+    url = trial.pool(generators=span(trial.ids(1)))
+    started_ms = _now_ms()
+    minted = []
+    for _ in range(2):
+        generator = trial.generator(url)
+        minted.append(generator.generate())
+        generator.close()  # the next claim takes the same identity, after its hold-off
+    first, second = (who_minted(value, url) for value in minted)
+    for holder, value in ((first, minted[0]), (second, minted[1])):
+        assert holder is not None, f"no holder recorded for {value} at {url.redacted()}"
+        assert (holder.host, holder.pid) == (socket.gethostname(), os.getpid()), holder
+        assert started_ms <= holder.first_ms <= value.timestamp_ms <= holder.last_ms, holder
+    assert first is not None
+    assert second is not None
+    assert first.last_ms <= second.first_ms, (first, second)
+    before = Uid64.build(
+        timestamp_ms=started_ms - 60_000,
+        sequence=0,
+        generator=minted[0].generator,
+        cluster=minted[0].cluster,
+    )
+    assert who_minted(before, url) is None, "a holder named for a time nobody held it"
 
 
 # -- failures: pool, coordinator, configuration ----------------------------------------------
@@ -762,6 +792,7 @@ CHECKS: tuple[Check, ...] = (
     close_releases_the_claim,
     claims_list_shows_holder_since_and_mark,
     claims_see_their_pool_fill,
+    each_holder_of_an_identity_is_recorded,
     pool_exhausted_after_claim_timeout,
     a_claimant_waiting_for_its_range_does_not_hold_up_others,
     a_failed_claim_leaves_nothing_running,
