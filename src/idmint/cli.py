@@ -899,6 +899,8 @@ def _cmd_whois(args: argparse.Namespace, out: _Output) -> int:
 
 def _cmd_claims_list(args: argparse.Namespace, out: _Output) -> int:
     from idmint.coordinate import DEFAULT_COORDINATOR, connect
+    from idmint.coordinate.base import pool_view
+    from idmint.coordinate.spaces import Space
 
     with connect(_coordinator(args) or DEFAULT_COORDINATOR) as coordinator:
         rows = coordinator.list_claims()
@@ -921,6 +923,16 @@ def _cmd_claims_list(args: argparse.Namespace, out: _Output) -> int:
         out.write(
             f"{row.space:9} {row.cluster:>7} {row.generator:>5}  {row.holder:30} {since:24} "
             f"{mark}\n"
+        )
+    # How full each pool listed is: what the idmint_pool_* gauges say of a claim's.
+    for space_name, cluster in dict.fromkeys((row.space, row.cluster) for row in rows):
+        space = Space.of(space_name)
+        wanted = coordinator.options.pool
+        pool = range(wanted.start, min(wanted.stop, space.size))
+        seen = pool_view(rows, space, cluster, pool, 0)
+        out.write(
+            f"# {space_name} cluster {cluster}: {seen.size - seen.free} of {seen.size} held, "
+            f"{seen.free} free ({seen.free * 100 // max(seen.size, 1)} %)\n"
         )
     return 0
 
@@ -974,9 +986,14 @@ def _cmd_discovery_list(args: argparse.Namespace, out: _Output) -> int:
 
 def _cmd_schemes(args: argparse.Namespace, out: _Output) -> int:
     options = _generator_options()
+    now_s = time.time()
     for name, id_type in SCHEMES.items():
         flags = " ".join(_flag(option.name) for option in options if option.scheme == name)
-        out.write(f"{name:10} {id_type.summary} (generate: {flags or '-'})\n")
+        years = id_type.time_left_s(now_s) / (365.25 * 86_400)
+        out.write(
+            f"{name:10} {id_type.summary}; time runs out in {years:.0f} years "
+            f"(generate: {flags or '-'})\n"
+        )
     return 0
 
 
