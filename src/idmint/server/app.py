@@ -414,6 +414,7 @@ class IdServer:
             # The one the claims came from, named even when it is the default;
             # shown on the page too, so never with its password.
             "coordinator": self.issuer.coordinator,
+            "time_runs_out_ms": round(SCHEMES[self.config.scheme].time_runs_out_s() * 1000),
         }
         if self.siblings is None:
             body["claims"] = self.issuer.claim_rows()

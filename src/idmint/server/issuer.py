@@ -157,6 +157,8 @@ class Issuer:
                     coordinator=claim.description,
                     problem=None if usable else problem,
                 )
+                if claim.pool_seen is not None:
+                    row["pool"] = claim.pool_seen.to_json()
             rows.append(row)
         return rows
 

@@ -163,6 +163,17 @@ def _claims_schema() -> dict[str, Any]:
             "high_water_mark_ms": {"type": ["integer", "null"]},
             "coordinator": {"type": "string"},
             "problem": {"type": ["string", "null"]},
+            "pool": {
+                "type": "object",
+                "description": "the pool the claim is in, at its last look",
+                "properties": {
+                    "space": {"type": "string"},
+                    "cluster": {"type": "integer"},
+                    "size": {"type": "integer"},
+                    "free": {"type": "integer"},
+                    "seen_ms": {"type": "integer"},
+                },
+            },
         },
     }
     return {
@@ -171,6 +182,10 @@ def _claims_schema() -> dict[str, Any]:
         "properties": {
             "scheme": {"type": "string", "enum": list(SCHEMES)},
             "coordinator": {"type": ["string", "null"]},
+            "time_runs_out_ms": {
+                "type": "integer",
+                "description": "when the scheme's time field runs out (ms since 1970)",
+            },
             "claims": {"type": "array", "items": claim},
         },
     }
