@@ -929,7 +929,8 @@ def _cmd_claims_list(args: argparse.Namespace, out: _Output) -> int:
         space = Space.of(space_name)
         wanted = coordinator.options.pool
         pool = range(wanted.start, min(wanted.stop, space.size))
-        seen = pool_view(rows, space, cluster, pool, 0)
+        held = ((row.cluster, row.generator) for row in rows if row.space == space_name)
+        seen = pool_view(held, space, cluster, pool, 0)
         out.write(
             f"# {space_name} cluster {cluster}: {seen.size - seen.free} of {seen.size} held, "
             f"{seen.free} free ({seen.free * 100 // max(seen.size, 1)} %)\n"

@@ -52,7 +52,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -329,15 +329,12 @@ class PoolView:
 
 
 def pool_view(
-    rows: Sequence[ClaimInfo], space: Space, cluster: int, pool: range, now_ms: int
+    held: Iterable[tuple[int, int]], space: Space, cluster: int, pool: range, now_ms: int
 ) -> PoolView:
-    """The view of ``pool`` (of ``space``, in ``cluster``) that ``list_claims()`` rows give."""
-    held = {
-        row.generator
-        for row in rows
-        if row.space == space.name and row.cluster == cluster and row.generator in pool
-    }
-    return PoolView(space.name, cluster, len(pool), len(pool) - len(held), now_ms)
+    """The view of ``pool`` (of ``space``, in ``cluster``) given the ``(cluster, number)``
+    of the identities held in the space (:meth:`Coordinator.held`)."""
+    taken = {number for in_cluster, number in held if in_cluster == cluster and number in pool}
+    return PoolView(space.name, cluster, len(pool), len(pool) - len(taken), now_ms)
 
 
 POOL_LOOK_EVERY_S = 60.0
@@ -807,7 +804,6 @@ class Claim:
             self._renewed(grant, *recorded)
         elif not self._renew_once():
             raise ClaimLost(f"{self.description}: the new claim vanished before it could be used")
-        self._look_at_pool_now()
         if previous is None:
             log.info("%s: claimed %s", self.description, self._identity_text(identity))
         else:
@@ -899,6 +895,8 @@ class Claim:
             log.info("%s: %s resumed", self.description, self._identity_text())
 
     def _renewal_loop(self) -> None:
+        # The pool as this claim found it: read here, not on the claim's way to its first ID.
+        self._look_at_pool_now()
         retry_soon = False
         while not self._closing:
             if not retry_soon:
@@ -912,6 +910,7 @@ class Claim:
                 # CLAIMING here means a new claim after a loss failed: try again.
                 if state in (ClaimState.LOST, ClaimState.CLAIMING):
                     self._reclaim()
+                    self._look_at_pool_now()
                 elif state in (ClaimState.ACTIVE, ClaimState.SUSPENDED):
                     if self._renew_once():
                         self._failure = None
@@ -1084,18 +1083,18 @@ class DriverClaim(Claim, Generic[SourceT]):
         return self._pool_exhausted(f"cluster {self.cluster}", self.where)
 
     def _look_at_pool(self) -> PoolView | None:
-        """The pool of the identity held, from the coordinator's ``list_claims()`` (one
-        read a claim, and one a :data:`POOL_LOOK_EVERY_S`): every driver lists its
-        claims, so every driver reports its pool. A driver that counts its pool more
-        cheaply as it claims may override it."""
+        """The pool of the identity held, from the coordinator's :meth:`Coordinator.held`
+        (one read after each claim, in the renewal thread, and one a
+        :data:`POOL_LOOK_EVERY_S`): every driver lists its claims, so every driver
+        reports its pool."""
         source = self.coordinator
         identity = self.identity
         if not isinstance(source, Coordinator) or identity is None or self._fixed is not None:
             return None
         cluster, _ = self.space.numbered(identity)
         pool = range(self.options.pool.start, min(self.options.pool.stop, self.space.size))
-        rows = source.list_claims()
-        return pool_view(rows, self.space, cluster, pool, self.clock.time_ns() // 1_000_000)
+        now_ms = self.clock.time_ns() // 1_000_000
+        return pool_view(source.held(self.space), self.space, cluster, pool, now_ms)
 
     def _release(self, final_ceiling_ms: int | None) -> None:
         """Record the final high-water mark where the claim still can, then let go."""
@@ -1261,6 +1260,14 @@ class Coordinator:
 
     def list_claims(self) -> Sequence[ClaimInfo]:
         raise NotImplementedError
+
+    def held(self, space: Space) -> set[tuple[int, int]]:
+        """The ``(cluster, number)`` of every identity of ``space`` a claim holds now: what a
+        claim's pool view counts. By default from :meth:`list_claims`; a driver whose
+        listing reads more than the keys (the holders, the marks) answers it cheaper."""
+        return {
+            (row.cluster, row.generator) for row in self.list_claims() if row.space == space.name
+        }
 
     def read_mark(self, space: Space, identity: Mapping[str, int]) -> HighWaterMark | None:
         """The high-water mark the store holds for ``identity`` of ``space`` (None: none),

@@ -724,6 +724,10 @@ class EtcdCoordinator(Coordinator):
         found = self.read_marks(space).get(space.numbered(identity))
         return None if found is None else found[0]
 
+    def held(self, space: Space) -> set[tuple[int, int]]:
+        keys = self.gateway.get_prefix(f"{self.space_prefix(space)}/pool/", keys_only=True)
+        return {pair for key, _, _ in keys if (pair := _pair(key)) is not None}
+
     def list_claims(self) -> list[ClaimInfo]:
         rows: list[ClaimInfo] = []
         for space in SPACES:

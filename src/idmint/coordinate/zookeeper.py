@@ -275,6 +275,19 @@ class ZooKeeperCoordinator(ZooKeeperAccess, Coordinator):
         with self.short_session() as client, translated(f"reading the mark {path}"):
             return read_mark(client, path)[0]
 
+    def held(self, space: Space) -> set[tuple[int, int]]:
+        if space.width is not None:
+            return super().held(space)  # the groups' nodes: list_nodes()
+        kazoo = kazoo_module()
+        base = self.space_root(space)
+        with self.short_session() as client, translated(f"listing claims under {base}"):
+            try:
+                names = client.get_children(f"{base}/pool")
+            except kazoo.exceptions.NoNodeError:
+                return set()
+            cluster = self._read_cluster(client) if space.clustered else 0
+        return {(cluster, int(name)) for name in names if name.isdigit()}
+
     def list_claims(self) -> list[ClaimInfo]:
         kazoo = kazoo_module()
         rows: list[ClaimInfo] = []

@@ -247,8 +247,14 @@ def claims_see_their_pool_fill(trial: Trial) -> None:
     for _ in range(3):
         claim = trial.generator(url).claim
         assert claim is not None
+        # Looked at by the claim's renewal thread once it has claimed.
+        wait_for(
+            lambda: claim.pool_seen is not None,  # noqa: B023 - called in this iteration only
+            timeout=claim.ttl_s + 5,
+            what="the claim's view of its pool (Claim.pool_seen)",
+        )
         view = claim.pool_seen
-        assert view is not None, "the claim says nothing of its pool (Claim.pool_seen)"
+        assert view is not None
         assert (view.space, view.size) == (GENERATOR.name, len(ids)), view
         seen.append(view.free)
     assert seen == [3, 2, 1], f"free identities seen by three claims in turn: {seen}"
