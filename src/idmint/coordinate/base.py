@@ -1083,18 +1083,21 @@ class DriverClaim(Claim, Generic[SourceT]):
         return self._pool_exhausted(f"cluster {self.cluster}", self.where)
 
     def _look_at_pool(self) -> PoolView | None:
-        """The pool of the identity held, from the coordinator's :meth:`Coordinator.held`
-        (one read after each claim, in the renewal thread, and one a
-        :data:`POOL_LOOK_EVERY_S`): every driver lists its claims, so every driver
-        reports its pool."""
-        source = self.coordinator
+        """The pool of the identity held, from :meth:`_held_now` (one read after each claim,
+        in the renewal thread, and one a :data:`POOL_LOOK_EVERY_S`)."""
         identity = self.identity
-        if not isinstance(source, Coordinator) or identity is None or self._fixed is not None:
+        held = None if identity is None or self._fixed is not None else self._held_now()
+        if identity is None or held is None:
             return None
         cluster, _ = self.space.numbered(identity)
         pool = range(self.options.pool.start, min(self.options.pool.stop, self.space.size))
-        now_ms = self.clock.time_ns() // 1_000_000
-        return pool_view(source.held(self.space), self.space, cluster, pool, now_ms)
+        return pool_view(held, self.space, cluster, pool, self.clock.time_ns() // 1_000_000)
+
+    def _held_now(self) -> set[tuple[int, int]] | None:
+        """The identities of the claim's space held now (:meth:`Coordinator.held`: every
+        driver lists its claims, so every driver reports its pool); None: cannot say."""
+        source = self.coordinator
+        return source.held(self.space) if isinstance(source, Coordinator) else None
 
     def _release(self, final_ceiling_ms: int | None) -> None:
         """Record the final high-water mark where the claim still can, then let go."""

@@ -515,6 +515,9 @@ class RedisCoordinator(LeaseCoordinator):
             rows += self.store.list_space(space)
         return rows
 
+    def held(self, space: Space) -> set[tuple[int, int]]:
+        return {(row.cluster, row.generator) for row in self.store.list_space(space)}
+
     def close(self) -> None:
         client_key, self._client_key = self._client_key, ""
         if client_key:

@@ -278,9 +278,15 @@ class ZooKeeperCoordinator(ZooKeeperAccess, Coordinator):
     def held(self, space: Space) -> set[tuple[int, int]]:
         if space.width is not None:
             return super().held(space)  # the groups' nodes: list_nodes()
+        with self.short_session() as client:
+            return self.held_through(client, space)
+
+    def held_through(self, client: Any, space: Space) -> set[tuple[int, int]]:
+        """:meth:`held` through ``client`` (a claim's own session): one read of the pool's
+        children, and of the cluster ID where the space has clusters."""
         kazoo = kazoo_module()
         base = self.space_root(space)
-        with self.short_session() as client, translated(f"listing claims under {base}"):
+        with translated(f"listing claims under {base}"):
             try:
                 names = client.get_children(f"{base}/pool")
             except kazoo.exceptions.NoNodeError:
@@ -341,6 +347,11 @@ class ZooKeeperClaim(ZooKeeperSessionClaim["ZooKeeperCoordinator"]):
     """One generator ID (or short60 node ID) of the pool, held through its own session."""
 
     look_every_s = 1.0
+
+    def _held_now(self) -> set[tuple[int, int]] | None:
+        # Through the claim's own session: no session of its own for a look.
+        client = self.client
+        return None if client is None else self.coordinator.held_through(client, self.space)
 
     def _begin(self) -> None:
         super()._begin()
