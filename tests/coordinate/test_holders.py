@@ -17,6 +17,7 @@ from idmint.coordinate import connect
 from idmint.coordinate.base import (
     HISTORY_KEPT,
     HISTORY_KEPT_MS,
+    POD_NAME_VARIABLE,
     HighWaterMark,
     Holder,
     pod_name,
@@ -80,13 +81,13 @@ def test_holders_older_than_the_kept_age_are_dropped() -> None:
 def test_a_pod_is_named_by_pod_name_or_inside_kubernetes_by_hostname(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv("POD_NAME", raising=False)
+    monkeypatch.delenv(POD_NAME_VARIABLE, raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     assert pod_name() is None
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     monkeypatch.setenv("HOSTNAME", "idmint-7d9f-x2x")
     assert pod_name() == "idmint-7d9f-x2x"
-    monkeypatch.setenv("POD_NAME", "idmint-0")
+    monkeypatch.setenv(POD_NAME_VARIABLE, "idmint-0")
     assert pod_name() == "idmint-0"
     clock = ManualClock(start_ns=1_800_000_000_000 * 1_000_000)
     mark = _claims_in_turn(

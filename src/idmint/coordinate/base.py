@@ -299,11 +299,14 @@ def process_started_ms() -> int:
     return _started[1]
 
 
+POD_NAME_VARIABLE = "POD_NAME"
+"""The variable that names the Kubernetes pod (from the downward API's ``metadata.name``)."""
+
+
 def pod_name() -> str | None:
-    """The Kubernetes pod this process runs in: ``POD_NAME`` (set it from the downward
-    API's ``metadata.name``), else ``HOSTNAME`` inside Kubernetes (a pod's host name is
-    its name); None outside Kubernetes."""
-    named = os.environ.get("POD_NAME")
+    """The Kubernetes pod this process runs in: :data:`POD_NAME_VARIABLE`, else
+    ``HOSTNAME`` inside Kubernetes (a pod's host name is its name); None outside."""
+    named = os.environ.get(POD_NAME_VARIABLE)
     if named:
         return named
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
