@@ -107,7 +107,14 @@ def test_a_store_s_garbage_in_the_holders_spares_the_mark() -> None:
     stored = {
         "ceiling_ms": 12345,
         "renewed_ms": 100,
-        "holders": [good, "junk", {"host": "x"}, {**good, "pid": "not a number"}, None],
+        "holders": [
+            good,
+            "junk",
+            {"host": "x"},
+            {**good, "pid": "not a number"},
+            {**good, "first_ms": 1e400},  # JSON's infinity: no int
+            None,
+        ],
     }
     mark = HighWaterMark.from_bytes(json.dumps(stored).encode())
     assert mark.ceiling_ms == 12345

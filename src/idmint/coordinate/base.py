@@ -172,7 +172,7 @@ class Holder:
                 floor_ms=int(data.get("floor_ms", -1)),
                 ceiling_ms=int(data.get("ceiling_ms", -1)),
             )
-        except (KeyError, ValueError, TypeError):
+        except (KeyError, ValueError, TypeError, OverflowError):
             return None
 
 

@@ -62,7 +62,7 @@ class Hooks:
     ) -> HighWaterMark | None:
         """The high-water mark the store holds for ``identity`` of ``space``, if any: by
         default the driver's own reading (:meth:`Coordinator.read_mark`)."""
-        return coordinator.read_mark(space, identity)
+        return coordinator.read_mark(Space.of(space), identity)
 
     def write_mark(
         self, coordinator: Coordinator, space: Space, identity: Identity, mark: HighWaterMark
