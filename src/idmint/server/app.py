@@ -143,6 +143,9 @@ class IdServer:
         self._registration: Any = None
         self._started = False
         self._start_lock = asyncio.Lock()
+        # One whois at a time: each connects to the coordinator, and a flood of them
+        # must not open a connection (a ZooKeeper session) each at once.
+        self._whois_turn = asyncio.Lock()
         self._issuing_watch: asyncio.Task[None] | None = None
         self._openapi = json.dumps(openapi.openapi_document(config, ROUTES)).encode()
         self._page = PageFiles()
@@ -394,7 +397,8 @@ class IdServer:
         value = _id_in_path(scope, _WHOIS_PREFIX, default_scheme=self.config.scheme)
         where = self.config.coordinator
         try:
-            holder = await asyncio.to_thread(who_minted, value, where)
+            async with self._whois_turn:
+                holder = await asyncio.to_thread(who_minted, value, where)
         except ConfigurationError as error:
             raise HttpError(404, "not recorded", str(error)) from None
         except CoordinationError as error:
