@@ -13,6 +13,8 @@
 # - systemd, for systemd-analyze (the example unit in deploy/ is verified);
 # - openssl, which docs/server.md's TLS example makes its certificates with;
 # - fish, which runs `idmint completion fish` in the completion tests (3 MB).
+# - prometheus, for promtool, which checks and unit-tests the example alert rules in deploy/
+#   (19 MB to download; its service is kept from starting, as below).
 # - PostgreSQL (postgresql: server binaries in /usr/lib/postgresql/<version>/bin) for the
 #   storage and postgresql:// claims tests, and util-linux's setpriv, which runs it as an
 #   unprivileged user; redis-server for the redis:// claims tests.
@@ -46,6 +48,7 @@ readonly PACKAGES=(
     systemd
     openssl
     fish
+    prometheus
     postgresql
     util-linux
 )
@@ -129,12 +132,15 @@ if [ -d /run/systemd/system ]; then
     if [[ " ${missing[*]} " == *" redis-server "* ]]; then
         "${SUDO[@]}" systemctl disable --now redis-server.service >/dev/null 2>&1 || true
     fi
+    if [[ " ${missing[*]} " == *" prometheus "* ]]; then
+        "${SUDO[@]}" systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+    fi
 fi
 
 # Check that what the test harness runs is now there.
 problems=()
 commands=(java etcd etcdctl redis-server)
-[ "${1:-all}" = coordinators ] || commands+=(wrk setpriv fish)
+[ "${1:-all}" = coordinators ] || commands+=(wrk setpriv fish promtool)
 for command in "${commands[@]}"; do
     command -v "$command" >/dev/null 2>&1 || problems+=("command $command")
 done

@@ -696,7 +696,7 @@ def test_bare_idmint_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> N
     listed = re.findall(r"^    (\w+)", result.out, re.MULTILINE)
     assert listed == [
         *("generate", "decode", "encode", "schemes", "completion", "serve", "claims"),
-        *("discovery", "fetch"),
+        *("whois", "discovery", "fetch"),
     ]
 
 
@@ -872,14 +872,24 @@ def test_claims_list_shows_this_hosts_pool_by_default(
         assert table.status == 0, table.err
         header, *lines = table.lines()
         assert header.split()[:3] == ["SPACE", "CLUSTER", "ID"]
-        ours = [line.split() for line in lines if line.split()[3].endswith(f":{os.getpid()}")]
+        held = [line for line in lines if not line.startswith("#")]
+        ours = [line.split() for line in held if line.split()[3].endswith(f":{os.getpid()}")]
         assert sorted((line[0], int(line[2])) for line in ours) == sorted(mine)
+        # Each pool listed, with how full it is.
+        generators = sum(line.split()[:2] == ["generator", "0"] for line in held)
+        assert (
+            f"# generator cluster 0: {generators} of 2048 held, {2048 - generators} free"
+            in "\n".join(lines)
+        )
 
 
 def test_schemes_lists_every_scheme(capsys: pytest.CaptureFixture[str]) -> None:
     result = run_main(capsys, ["schemes"])
     assert result.status == 0
     assert [line.split()[0] for line in result.lines()] == list(SCHEMES)
+    # uid64's 42 bits of ms since 1970 run out in 2109.
+    years = (2**42 / 1000 - time.time()) / (365.25 * 86_400)
+    assert f"time runs out in {years:.0f} years" in result.lines()[0]
 
 
 # -- endless generation: pipes and signals ---------------------------------------

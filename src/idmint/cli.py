@@ -7,7 +7,8 @@ idmint's errors the status is the error class's ``exit_status``):
 ====  =================================================================
 0     done (also when the reader of stdout went away: ``| head``)
 1     no ID could be issued: a claim lost, the pool exhausted, the
-      identity in use by another process, the clock far behind
+      identity in use by another process, the clock far behind;
+      (whois) no holder of the ID's identity is recorded for its time
 2     usage: a bad option, URL, scheme or ID
 69    the coordinator cannot be reached, or (fetch) no ID server gave IDs
       in time (EX_UNAVAILABLE)
@@ -435,6 +436,23 @@ def _add_fleet_commands(commands: Any, *, serve_options: bool = True) -> None:
     _add_coordinator(claims_list, "the pool to list: this host's (default, local://), or another")
     _add_format(claims_list, "a table or JSON lines")
 
+    whois = _command(
+        commands,
+        "whois",
+        _cmd_whois,
+        help="who minted an ID: the process that held its identity then",
+        description="Show the process (host, pid, its start, the claim's first and last "
+        "timestamp, the Kubernetes pod) whose claim of the ID's identity covers the ID's "
+        "time, as the coordinator recorded it. Exits 1 when none is recorded.",
+    )
+    _add_coordinator(whois, "where the identity was claimed: this host's pool (default)")
+    whois.add_argument(
+        "--scheme", choices=list(SCHEMES), help="the ID's scheme (default: guessed from the shape)"
+    )
+    whois.add_argument("--node-bits", type=_integer, help=_node_bits_help())
+    _add_format(whois, "one line of text or JSON")
+    whois.add_argument("id", metavar="ID", help="the ID")
+
     discovery_commands = _command_group(commands, "discovery", "service discovery in ZooKeeper")
     register = _command(
         discovery_commands,
@@ -852,8 +870,37 @@ def _coordinator(args: argparse.Namespace) -> str | None:
     return given or os.environ.get(COORDINATOR_VARIABLE, "").strip() or None
 
 
+def _cmd_whois(args: argparse.Namespace, out: _Output) -> int:
+    from idmint.coordinate import DEFAULT_COORDINATOR
+    from idmint.coordinate.base import HISTORY_KEPT, HISTORY_KEPT_MS
+    from idmint.factory import who_minted
+
+    value = parse_id(args.id, args.scheme, node_bits=args.node_bits)
+    where = _coordinator(args) or DEFAULT_COORDINATOR
+    holder = who_minted(value, where)
+    if holder is None:
+        _print_error(
+            f"no holder of the identity of {value} is recorded at {where} for "
+            f"{value.to_dict()['time']} (nothing claimed it there, or its record was "
+            f"pruned: it keeps {HISTORY_KEPT} earlier holders for "
+            f"{HISTORY_KEPT_MS // 86_400_000} days)"
+        )
+        return 1
+    if args.format == "json":
+        out.write(json.dumps(holder.to_json()) + "\n")
+        return 0
+    out.write(
+        f"host={holder.host} pid={holder.pid} "
+        f"started={iso_ms(holder.started) if holder.started else '-'} "
+        f"first={iso_ms(holder.first_ms)} last={iso_ms(holder.last_ms)} pod={holder.pod or '-'}\n"
+    )
+    return 0
+
+
 def _cmd_claims_list(args: argparse.Namespace, out: _Output) -> int:
     from idmint.coordinate import DEFAULT_COORDINATOR, connect
+    from idmint.coordinate.base import pool_view
+    from idmint.coordinate.spaces import Space
 
     with connect(_coordinator(args) or DEFAULT_COORDINATOR) as coordinator:
         rows = coordinator.list_claims()
@@ -871,6 +918,17 @@ def _cmd_claims_list(args: argparse.Namespace, out: _Output) -> int:
             out.write(
                 f"{row.space:9} {row.cluster:>7} {row.generator:>5}  {row.holder:30} {since:24} "
                 f"{mark}\n"
+            )
+        # How full each pool listed is: what the idmint_pool_* gauges say of a claim's.
+        for space_name, cluster in dict.fromkeys((row.space, row.cluster) for row in rows):
+            space = Space.of(space_name)
+            wanted = coordinator.options.pool
+            pool = range(wanted.start, min(wanted.stop, space.size))
+            held = ((row.cluster, row.generator) for row in rows if row.space == space_name)
+            seen = pool_view(held, space, cluster, pool, 0)
+            out.write(
+                f"# {space_name} cluster {cluster}: {seen.size - seen.free} of {seen.size} "
+                f"held, {seen.free} free ({seen.free * 100 // max(seen.size, 1)} %)\n"
             )
     if not rows:
         # An empty pool and a misspelt one look alike: say which pool was read, once the
@@ -933,9 +991,14 @@ def _cmd_discovery_list(args: argparse.Namespace, out: _Output) -> int:
 
 def _cmd_schemes(args: argparse.Namespace, out: _Output) -> int:
     options = _generator_options()
+    now_s = time.time()
     for name, id_type in SCHEMES.items():
         flags = " ".join(_flag(option.name) for option in options if option.scheme == name)
-        out.write(f"{name:10} {id_type.summary} (generate: {flags or '-'})\n")
+        years = id_type.time_left_s(now_s) / (365.25 * 86_400)
+        out.write(
+            f"{name:10} {id_type.summary}; time runs out in {years:.0f} years "
+            f"(generate: {flags or '-'})\n"
+        )
     return 0
 
 

@@ -26,6 +26,7 @@ released when Python collects it, as an unclosed file is closed: a
 
 from __future__ import annotations
 
+import datetime as _dt
 import logging
 import os
 import queue
@@ -36,13 +37,13 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
 from idmint.coordinate import DEFAULT_COORDINATOR, CoordinatorUrl, connect
-from idmint.coordinate.base import Claim, Coordinator
+from idmint.coordinate.base import Claim, Coordinator, Holder
 from idmint.coordinate.spaces import Space
 from idmint.errors import ConfigurationError
 from idmint.generate.core import COMMON_OPTIONS, TickGenerator
 from idmint.generate.generators import GENERATORS
 from idmint.generate.group import GeneratorGroup
-from idmint.schemes import SCHEMES, a_scheme
+from idmint.schemes import SCHEMES, IdValue, a_scheme
 
 __all__ = [
     "IDENTITY_OPTIONS",
@@ -52,6 +53,7 @@ __all__ = [
     "generator_on",
     "new_generator",
     "new_generators",
+    "who_minted",
 ]
 
 log = logging.getLogger(__name__)
@@ -238,6 +240,32 @@ def generator_on(claim: Claim, scheme: str, **options: Any) -> TickGenerator[Any
     if given.keys() & set(generator_class.identity_fields):
         raise ConfigurationError(f"the identity comes from {claim.description}, not from options")
     return _on_claim(generator_class, claim, given)
+
+
+_UNIX_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def who_minted(value: IdValue, coordinator: UrlLike | None = None) -> Holder | None:
+    """Who held the identity ``value`` carries when it was minted: the holder whose
+    claim covers its time, as ``coordinator`` (default: this host's pool) recorded it
+    beside the identity's mark; None if it recorded none that does (the history
+    keeps :data:`~idmint.coordinate.base.HISTORY_KEPT` holders for
+    :data:`~idmint.coordinate.base.HISTORY_KEPT_MS`). ``ConfigurationError`` for
+    a scheme whose IDs carry no claimed identity (muid) or a coordinator that keeps
+    no marks (``static://``)."""
+    generator_class = _generator_class(value.scheme)
+    if generator_class.space is None:
+        raise ConfigurationError(
+            f"{value.scheme} IDs carry no claimed identity: no coordinator records who made them"
+        )
+    space = _space(generator_class)
+    identity = {name: int(getattr(value, name)) for name in space.fields}
+    with connect(CoordinatorUrl.parse(coordinator or DEFAULT_COORDINATOR)) as connected:
+        mark = connected.read_mark(space, identity)
+    if mark is None:
+        return None
+    minted_ms = (value.time - _UNIX_EPOCH) // _dt.timedelta(milliseconds=1)
+    return mark.holder_at(minted_ms)
 
 
 def _given(options: Mapping[str, Any]) -> dict[str, Any]:

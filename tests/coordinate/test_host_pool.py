@@ -24,7 +24,7 @@ from tests.integration.claims_helpers import wait_for
 
 from idmint import ConfigurationError, IdentityInUse, PoolExhausted, new_generator
 from idmint.coordinate import ClaimState, connect
-from idmint.coordinate.hostpool import HostLocation
+from idmint.coordinate.hostpool import MARK_LIMIT_BYTES, HostLocation
 from idmint.errors import CoordinatorUnavailable, VolatileMarks
 
 NOBODY = 65534
@@ -133,7 +133,7 @@ def test_a_mark_far_ahead_of_the_clock_is_skipped_and_named(host_pool: HostLocat
 def test_a_mark_too_long_to_be_ours_counts_as_far_ahead(host_pool: HostLocation) -> None:
     _make_persistent(host_pool)
     path = _mark(host_pool, str(NOBODY), "0-0", 0)
-    path.write_bytes(b"{" + b" " * 10_000 + b"}")
+    path.write_bytes(b"{" + b" " * MARK_LIMIT_BYTES + b"}")
     with new_generator("uid64", coordinator="local://?generators=0-1") as generator:
         assert generator.generator == 1
 

@@ -237,3 +237,27 @@ def test_invalid_generator_options() -> None:
         Uid64V1Generator(1, mode="time-sequential")
     with pytest.raises(ConfigurationError, match="generator 64 is out of range"):
         Uid64V1Generator(64)
+
+
+def test_exhausted_ticks_count_each_tick_that_made_callers_wait_once() -> None:
+    clock = ManualClock()
+    generator = Uid64Generator(0, clock=clock, mode="time-sequential")
+    generator.batch(64)
+    assert generator.exhausted_ticks == 0  # used up, but nobody has waited yet
+    # However many callers find the tick used up, it is one tick at the cap.
+    assert [generator.generate_nowait() for _ in range(3)] == [None] * 3
+    assert generator.exhausted_ticks == 1
+    generator.generate()  # waits into the next ms
+    assert generator.exhausted_ticks == 1
+    generator.batch(64 * 5)  # the rest of this tick, four whole ones, one ID of a sixth
+    assert generator.exhausted_ticks == 6
+    assert generator.clock_waits == 6
+
+
+def test_a_tick_not_used_up_is_not_counted_as_exhausted() -> None:
+    clock = ManualClock()
+    generator = Uid64Generator(0, clock=clock, mode="time-sequential")
+    for _ in range(10):
+        generator.batch(63)
+        clock.advance_ns(MS)
+    assert generator.exhausted_ticks == 0

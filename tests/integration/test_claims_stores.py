@@ -426,10 +426,11 @@ def _sent_by_holders_of(commands: RedisCommands, key: str) -> list[str]:
 def test_redis_a_claim_costs_three_requests_and_a_renewal_one(
     redis: RedisServer, exit_stack: contextlib.ExitStack
 ) -> None:
-    """A new process's claim: a look at the server (INFO), the look, the take; then one
-    script per renewal, at most one per TTL/3 and still two before the deadline; one
-    to release. Nothing else: no HELLO, CLIENT SETINFO or SCRIPT LOAD, whose round
-    trips a fleet starting at once would wait for."""
+    """A new process's claim: a look at the server (INFO), the look, the take; then, in
+    the renewal thread, a look at how full the pool is (the ``idmint_pool_*`` gauges'),
+    and one script per renewal, at most one per TTL/3 and still two before the
+    deadline; one to release. Nothing else: no HELLO, CLIENT SETINFO or SCRIPT LOAD,
+    whose round trips a fleet starting at once would wait for."""
     backend = Backend("redis", redis)
     root = backend.new_root()
     # A server that has run the scripts (claim, renew, release), as a fleet's has.
@@ -447,14 +448,15 @@ def test_redis_a_claim_costs_three_requests_and_a_renewal_one(
     claim = generator.claim
     assert claim is not None
     key = f"{root}:generator"
-    assert _sent_by_holders_of(commands, key) == ["INFO", "EVALSHA", "EVALSHA"]
+    wait_for(lambda: claim.pool_seen is not None, timeout=TTL_S * 5, what="the pool's look")
+    assert _sent_by_holders_of(commands, key)[:4] == ["INFO", "EVALSHA", "EVALSHA", "EVALSHA"]
 
     assert claim.renew_every_s <= claim.ttl_s / 3
     assert 2 * claim.renew_every_s < claim.ttl_s - claim.margin_s
     renewed = claim.renewals
     wait_for(lambda: claim.renewals >= renewed + 2, timeout=TTL_S * 5, what="two renewals")
     generator.close()
-    after = _sent_by_holders_of(commands, key)[3:]
+    after = _sent_by_holders_of(commands, key)[4:]
     assert after == ["EVALSHA"] * (claim.renewals - renewed + 1)  # the renewals, the release
 
 

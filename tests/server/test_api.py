@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -48,6 +49,7 @@ from tests.server.server_helpers import (
 )
 from tests.servers.zookeeper import ZooKeeperEnsemble
 
+from idmint.generate import Uid64Generator
 from idmint.schemes import SCHEMES, IdValue, Uid64, parse_id
 
 DEFAULT_MAX_COUNT = 10_000
@@ -417,6 +419,43 @@ def test_a_request_body_is_413(api: httpx.Client) -> None:
     assert empty.status_code == 200
 
 
+# -- whois -----------------------------------------------------------------------------------
+
+
+def test_whois_names_the_server_process_that_minted_an_id(metrics_server: IdmintServer) -> None:
+    with metrics_server.client() as http:
+        minted = Uid64(http.get("/v1/id").text)
+        response = http.get(f"/v1/whois/{minted}")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == JSON
+    holder = response.json()
+    assert {"host", "pid", "started", "first_ms", "last_ms", "pod"} <= set(holder)
+    assert (holder["host"], holder["pid"]) == (socket.gethostname(), metrics_server.pid)
+    assert holder["first_ms"] <= minted.timestamp_ms <= holder["ceiling_ms"]
+    assert holder["started"] <= holder["first_ms"] <= holder["last_ms"]
+
+
+def test_whois_of_an_id_nobody_recorded_is_a_json_404(metrics_server: IdmintServer) -> None:
+    with metrics_server.client() as http:
+        held = Uid64(http.get("/v1/id").text)
+        # The identity the server holds, at a time long before anyone held it.
+        before = Uid64.build(timestamp_ms=1_000, sequence=0, generator=held.generator, cluster=0)
+        body = assert_json_error(http.get(f"/v1/whois/{before}"), 404)
+    assert body["error"] == "not recorded"
+    assert str(before) in body["detail"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/whois/not-an-id", "/v1/whois/%00%ff", "/v1/whois/" + "9" * 65, "/v1/whois/"],
+)
+def test_whois_of_hostile_input_is_a_json_422(metrics_server: IdmintServer, path: str) -> None:
+    """Like /v1/decode: whatever the path holds, a JSON error naming the ID as invalid."""
+    with metrics_server.client() as http:
+        body = assert_json_error(http.get(path), 422)
+    assert body["error"] == "invalid ID", body
+
+
 # -- metrics ---------------------------------------------------------------------------------
 
 DOCUMENTED_METRICS = (
@@ -426,6 +465,10 @@ DOCUMENTED_METRICS = (
     "idmint_clock_waits_total",
     "idmint_clock_steps_back_total",
     "idmint_claim_usable",
+    "idmint_exhausted_ticks_total",
+    "idmint_pool_size",
+    "idmint_pool_free_identities",
+    "idmint_time_bits_remaining_seconds",
     "idmint_http_requests_total",
     "idmint_http_request_duration_seconds",
     "process_cpu_seconds_total",
@@ -478,6 +521,8 @@ def check_metrics_move(api: httpx.Client) -> None:
     assert moved("idmint_ids_served_total") == 7 + 5_000
     assert moved("idmint_ids_issued_total", **generator) >= 7 + 5_000
     assert moved("idmint_clock_waits_total", **generator) >= 1
+    # 5,000 IDs in one batch run out of many ms of 64: each waited on at its cap.
+    assert moved("idmint_exhausted_ticks_total", **generator) >= 5_000 // 64 // 2
     assert moved("idmint_http_requests_total", route="/v1/id", code="200") == 7
     assert moved("idmint_http_requests_total", route="/v1/ids", code="200") == 1
     assert moved("idmint_http_requests_total", route="/v1/ids", code="422") == 1
@@ -541,6 +586,22 @@ def test_metrics_labels_have_no_spaces_and_name_the_generator(metrics_server: Id
     # Its generator ID is claimed on this host, so its claim is counted.
     for name in CLAIM_METRICS:
         assert metric_labels(samples, name) == [{"slot": "0"}], name
+
+
+def test_lifetime_and_capacity_metrics(metrics_server: IdmintServer) -> None:
+    """The time left in each scheme's time field, and the pool the claim saw."""
+    with metrics_server.client() as http:
+        samples = scrape(http)
+    left = metric(samples, "idmint_time_bits_remaining_seconds", scheme="uid64")
+    assert left == pytest.approx(2**42 / 1000 - time.time(), abs=86_400)
+    assert metric_labels(samples, "idmint_time_bits_remaining_seconds") == [
+        {"scheme": name} for name in SCHEMES
+    ]
+    # This host's pool of uid64 generator IDs: all its scheme can hold, this server's held.
+    pool = {"slot": "0", "space": "generator", "cluster": "0"}
+    size = len(Uid64Generator.identity_pool())
+    assert metric(samples, "idmint_pool_size", **pool) == size
+    assert 0 <= metric(samples, "idmint_pool_free_identities", **pool) < size
 
 
 def test_metrics_build_info_and_process(metrics_server: IdmintServer) -> None:

@@ -20,12 +20,16 @@ from tests.cli_process import assert_one_error_line, run_idmint
 from tests.server.server_helpers import running_server
 
 from idmint import ConfigurationError, new_generator
+from idmint.coordinate.base import POD_NAME_VARIABLE
 from idmint.coordinate.static import POD_INDEX_VARIABLE, pod_index
 from idmint.factory import new_generators
 from idmint.server.config import SERVE_SETTINGS
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
-READ_BY_IDMINT = {setting.variable for setting in SERVE_SETTINGS} | {POD_INDEX_VARIABLE}
+READ_BY_IDMINT = {setting.variable for setting in SERVE_SETTINGS} | {
+    POD_INDEX_VARIABLE,
+    POD_NAME_VARIABLE,
+}
 POD_INDEX_LABEL = "metadata.labels['apps.kubernetes.io/pod-index']"
 
 

@@ -209,6 +209,32 @@ def test_mint_then_decode_a_minted_id(page: Any, server_url: str) -> None:
     sync_api.expect(legend).to_have_text(str(value.sequence))
 
 
+def test_the_decoder_names_who_minted_an_id(page: Any, server_url: str) -> None:
+    page.goto(server_url)
+    [minted] = mint(page, 1)
+    page.locator(f'#minted button[data-id="{minted}"]').click()
+    wait_for_result(page, minted)
+    with urllib.request.urlopen(f"{server_url}v1/whois/{minted}") as answer:
+        holder = json.load(answer)
+    shown = page.locator("#result-holder")
+    sync_api.expect(shown).to_contain_text(f"Minted by {holder['host']} pid {holder['pid']}")
+    # An ID of a time before this server held its identity: nobody is recorded.
+    decode_text(page, "aa83952c79bf88d5", "uid64")
+    wait_for_result(page, "aa83952c79bf88d5")
+    sync_api.expect(shown).to_contain_text("no holder of the identity")
+
+
+def test_the_server_card_shows_lifetime_and_pool(page: Any, server_url: str) -> None:
+    page.goto(server_url)
+    sync_api.expect(page.locator("#lifetime")).to_contain_text(
+        "uid64 IDs can hold times up to 2109-05-15"
+    )
+    # The pool as the claim last saw it (its view may be refreshed at any minute).
+    sync_api.expect(page.locator("#claims tbody tr .pool")).to_have_text(
+        re.compile(r"pool: \d+ of 2048 free")
+    )
+
+
 def test_decode_a_pasted_muid(page: Any, server_url: str) -> None:
     row = golden("muid.csv")[0]
     dashed = Muid(row["hex"]).dashed

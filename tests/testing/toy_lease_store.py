@@ -2,12 +2,13 @@
 
 ``toylease://NAME?option=value``: a pool kept in this process's memory, each
 request atomic under one lock, as a database's statement is. Everything a
-store of leases must do is here and nothing else: the four requests of
-:class:`~idmint.coordinate.leases.LeaseStore` (look, take, renew, release), a
-coordinator whose options are :class:`~idmint.coordinate.leases.LeaseOptions`
-as they are, and a test adapter. The claim (its floor, settling after a forget,
-fencing, renewing) is :class:`~idmint.coordinate.leases.LeaseClaim`'s, the
-spaces :mod:`idmint.coordinate.spaces`'. Registered by a package of its own
+store of leases must do is here and nothing else: the five requests of
+:class:`~idmint.coordinate.leases.LeaseStore` (look, take, renew, release,
+read_mark), a :class:`~idmint.coordinate.leases.LeaseCoordinator` whose options
+are :class:`~idmint.coordinate.leases.LeaseOptions` as they are, and a test
+adapter. The claim (its floor, settling after a forget, fencing, renewing) is
+:class:`~idmint.coordinate.leases.LeaseClaim`'s, the spaces
+:mod:`idmint.coordinate.spaces`'. Registered by a package of its own
 (:data:`REGISTERED`), it passes the contract kit (``test_toy_driver.py``).
 """
 
@@ -20,8 +21,8 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from idmint.coordinate import ClaimInfo, Coordinator, CoordinatorUrl, HighWaterMark, leases
-from idmint.coordinate.spaces import SPACES, Identity, Space
+from idmint.coordinate import ClaimInfo, CoordinatorUrl, HighWaterMark, leases
+from idmint.coordinate.spaces import SPACES, Space
 from idmint.errors import ConfigurationError, CoordinatorUnavailable
 from idmint.testing.adapters import LeaseHooks
 
@@ -135,6 +136,11 @@ class ToyLeaseStore:
             if mark is not None:
                 self._mark(lease.space, key, mark)
 
+    def read_mark(self, space: Space, cluster: int, number: int) -> HighWaterMark | None:
+        with self.pool.request():
+            found = self.pool.marks.get((space.name, cluster, number))
+        return None if found is None else found[0]
+
     def _mark(self, space: Space, key: Key, mark: HighWaterMark) -> None:
         """Write ``mark``, stamped with the pool's incarnation (caller holds the lock)."""
         record = self.pool.records.get(space.name)
@@ -142,10 +148,10 @@ class ToyLeaseStore:
         self.pool.marks[key] = (mark, record.incarnation if record else None, version + 1)
 
 
-class ToyLeaseCoordinator(Coordinator):
+class ToyLeaseCoordinator(leases.LeaseCoordinator):
     """``toylease://NAME``: a pool of leases in this process."""
 
-    claim_type = leases.LeaseClaim
+    store: ToyLeaseStore
     options_type = leases.LeaseOptions
 
     def __init__(self, url: CoordinatorUrl) -> None:
@@ -189,13 +195,6 @@ class ToyLeaseHooks(LeaseHooks):
     """The toy store's test adapter: it reaches into the pool itself."""
 
     hosts_are_servers = False
-
-    def read_mark(
-        self, coordinator: Coordinator, space: Space, identity: Identity
-    ) -> HighWaterMark | None:
-        assert isinstance(coordinator, ToyLeaseCoordinator)
-        found = coordinator.store.pool.marks.get((space.name, *space.numbered(identity)))
-        return None if found is None else found[0]
 
     def forget(self, url: CoordinatorUrl) -> None:
         pool = _POOLS[url.hosts[0][0]]

@@ -52,7 +52,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -79,8 +79,11 @@ __all__ = [
     "DriverClaim",
     "Grant",
     "HighWaterMark",
+    "Holder",
+    "PoolView",
     "holder_description",
     "holder_of",
+    "pool_view",
 ]
 
 log = logging.getLogger("idmint.coordinate")
@@ -110,6 +113,91 @@ class Grant:
     """Nothing may be issued once the monotonic clock passes this."""
 
 
+HISTORY_KEPT = 16
+"""How many earlier holders of an identity its mark remembers (besides the current one)."""
+HISTORY_KEPT_MS = 30 * 86_400_000
+"""How long after its last renewal an earlier holder stays in the history (30 days)."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who held an identity, and when: what ``idmint whois`` answers.
+
+    The current holder's record is rewritten with every mark it writes (its
+    ``last_ms`` and ``ceiling_ms`` move with its renewals, and its release), so
+    the history costs no write of its own; a new holder copies its predecessor's
+    record and theirs into its own marks, pruned to :data:`HISTORY_KEPT` and
+    :data:`HISTORY_KEPT_MS`.
+    """
+
+    host: str
+    pid: int
+    started: int
+    """When the holding process started (ms since 1970-01-01 UTC; 0: unknown)."""
+    first_ms: int
+    """When the claim was made (ms since 1970-01-01 UTC)."""
+    last_ms: int
+    """Its last renewal, or its release (ms since 1970-01-01 UTC)."""
+    pod: str | None = None
+    """The Kubernetes pod it ran in, where the environment names one (``POD_NAME``)."""
+    floor_ms: int = -1
+    """The timestamps of the IDs it may have minted are above this (its predecessor's
+    ceiling) ..."""
+    ceiling_ms: int = -1
+    """... and at most this (the last ceiling it recorded)."""
+
+    def covers(self, timestamp_ms: int) -> bool:
+        """Whether an ID minted at ``timestamp_ms`` with its identity can be this holder's:
+        above its floor and its claim (its generators start at their clock, which
+        starts no earlier than its claim) and at most its ceiling."""
+        return max(self.floor_ms, self.first_ms - 1) < timestamp_ms <= self.ceiling_ms
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> Holder | None:
+        """A record as a mark stores it; None if it is not one (anyone may write a store)."""
+        if not isinstance(data, Mapping):
+            return None
+        try:
+            pod = data.get("pod")
+            return cls(
+                host=str(data["host"]),
+                pid=int(data["pid"]),
+                started=int(data.get("started", 0)),
+                first_ms=int(data["first_ms"]),
+                last_ms=int(data["last_ms"]),
+                pod=None if pod is None else str(pod),
+                floor_ms=int(data.get("floor_ms", -1)),
+                ceiling_ms=int(data.get("ceiling_ms", -1)),
+            )
+        except (KeyError, ValueError, TypeError, OverflowError):
+            return None
+
+
+def holders_from_json(data: object) -> tuple[Holder, ...]:
+    """The readable records of a stored list of holders (none if it is not a list)."""
+    if not isinstance(data, list):
+        return ()
+    return tuple(found for item in data if (found := Holder.from_json(item)) is not None)
+
+
+def holders_text(holders: Sequence[Holder]) -> str:
+    """Holders as a store with a column for them keeps them (JSON)."""
+    return json.dumps([held.to_json() for held in holders])
+
+
+def holders_of_text(text: str | bytes | None) -> tuple[Holder, ...]:
+    """Holders from :func:`holders_text`'s JSON (none if there is none or it is unreadable)."""
+    if not text:
+        return ()
+    try:
+        return holders_from_json(json.loads(text))
+    except ValueError:
+        return ()
+
+
 @dataclass(frozen=True)
 class HighWaterMark:
     """What a holder records about an identity, kept after the claim ends."""
@@ -118,6 +206,9 @@ class HighWaterMark:
     renewed_ms: int = 0
     released_ms: int | None = None
     holder: str = ""
+    holders: tuple[Holder, ...] = ()
+    """Who held the identity, newest first: the holder that wrote the mark, then the
+    ones before it (see :class:`Holder`)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -129,7 +220,12 @@ class HighWaterMark:
             renewed_ms=int(data.get("renewed_ms", 0)),
             released_ms=(None if data.get("released_ms") is None else int(data["released_ms"])),
             holder=str(data.get("holder", "")),
+            holders=holders_from_json(data.get("holders")),
         )
+
+    def holder_at(self, timestamp_ms: int) -> Holder | None:
+        """The holder whose claim covers ``timestamp_ms``, if the mark remembers one."""
+        return next((found for found in self.holders if found.covers(timestamp_ms)), None)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> HighWaterMark:
@@ -174,6 +270,79 @@ class ClaimInfo:
             "high_water_mark_ms": self.high_water_mark_ms,
             "state": self.state,
         }
+
+
+def _process_started_ms() -> int:
+    """When this process started (ms since 1970-01-01 UTC), from ``/proc``; 0 if unknown."""
+    try:
+        with open("/proc/self/stat") as stat:
+            text = stat.read()
+        with open("/proc/stat") as system:
+            boot_s = next(float(line.split()[1]) for line in system if line.startswith("btime "))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return 0
+    # The command name (field 2) is in parentheses and may hold spaces: split after it.
+    start_ticks = int(text[text.rfind(")") + 2 :].split()[19])
+    return round((boot_s + start_ticks / os.sysconf("SC_CLK_TCK")) * 1000)
+
+
+_started: tuple[int, int] | None = None
+"""(pid, start ms) of this process, read once per process (a fork child reads its own)."""
+
+
+def process_started_ms() -> int:
+    """When this process started (ms since 1970-01-01 UTC; 0: unknown)."""
+    global _started
+    pid = os.getpid()
+    if _started is None or _started[0] != pid:
+        _started = (pid, _process_started_ms())
+    return _started[1]
+
+
+POD_NAME_VARIABLE = "POD_NAME"
+"""The variable that names the Kubernetes pod (from the downward API's ``metadata.name``)."""
+
+
+def pod_name() -> str | None:
+    """The Kubernetes pod this process runs in: :data:`POD_NAME_VARIABLE`, else
+    ``HOSTNAME`` inside Kubernetes (a pod's host name is its name); None outside."""
+    named = os.environ.get(POD_NAME_VARIABLE)
+    if named:
+        return named
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return os.environ.get("HOSTNAME") or socket.gethostname()
+    return None
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """What a claimant saw of its pool at its last look: its size and how much is free."""
+
+    space: str
+    cluster: int
+    size: int
+    """How many identities the pool holds (the URL's ``generators=`` within the space)."""
+    free: int
+    """How many of them no claim held."""
+    seen_ms: int
+    """When it looked (ms since 1970-01-01 UTC)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def pool_view(
+    held: Iterable[tuple[int, int]], space: Space, cluster: int, pool: range, now_ms: int
+) -> PoolView:
+    """The view of ``pool`` (of ``space``, in ``cluster``) given the ``(cluster, number)``
+    of the identities held in the space (:meth:`Coordinator.held`)."""
+    taken = {number for in_cluster, number in held if in_cluster == cluster and number in pool}
+    return PoolView(space.name, cluster, len(pool), len(pool) - len(taken), now_ms)
+
+
+POOL_LOOK_EVERY_S = 60.0
+"""How often a claim looks at its pool again while it holds its identity (besides
+each claim), so that its view follows the fleet."""
 
 
 def holder_description() -> str:
@@ -271,6 +440,14 @@ class Claim:
         self._settling: tuple[int, int] | None = None
         """(floor_ms, until_mono_ns) while a claim waits out a predecessor it cannot
         rule out (see :meth:`_settle_past_floor`); None once settled."""
+        self._predecessor: HighWaterMark | None = None
+        """The mark the identity held had when this claim took it (see :meth:`_took`)."""
+        self._taken_ms = 0
+        """When this claim took the identity it holds (ms since 1970-01-01 UTC)."""
+        self.pool_seen: PoolView | None = None
+        """What the claim saw of its pool at its last look (None: not looked yet, or the
+        driver cannot say): the server's ``idmint_pool_*`` gauges."""
+        self._pool_looked_mono = 0.0
 
     # -- what generators use ------------------------------------------------------
     @property
@@ -570,15 +747,38 @@ class Claim:
             "Widen generators=LO-HI, or see who holds them with `idmint claims list`"
         )
 
+    def _took(self, mark: HighWaterMark | None) -> None:
+        """A driver's call as it takes an identity (before it writes the first mark): the
+        mark the identity had then, whose history this claim's marks carry on."""
+        self._predecessor = mark
+        self._taken_ms = self.clock.time_ns() // 1_000_000
+
     def _mark(self, ceiling_ms: int, *, released: bool = False) -> HighWaterMark:
         """The high-water mark this holder records: ``ceiling_ms``, renewed now (and
-        released now, for the final one)."""
+        released now, for the final one), with who holds the identity and who held it."""
         now_ms = self.clock.time_ns() // 1_000_000
+        before = self._predecessor
+        current = Holder(
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started=process_started_ms(),
+            first_ms=self._taken_ms or now_ms,
+            last_ms=now_ms,
+            pod=pod_name(),
+            floor_ms=before.ceiling_ms if before is not None else -1,
+            ceiling_ms=ceiling_ms,
+        )
+        earlier = [
+            held
+            for held in (before.holders if before is not None else ())
+            if held.last_ms >= now_ms - HISTORY_KEPT_MS
+        ]
         return HighWaterMark(
             ceiling_ms=ceiling_ms,
             renewed_ms=now_ms,
             released_ms=now_ms if released else None,
             holder=holder_description(),
+            holders=(current, *earlier[:HISTORY_KEPT]),
         )
 
     def _maintain(self) -> None:
@@ -698,6 +898,8 @@ class Claim:
             log.info("%s: %s resumed", self.description, self._identity_text())
 
     def _renewal_loop(self) -> None:
+        # The pool as this claim found it: read here, not on the claim's way to its first ID.
+        self._look_at_pool_now()
         retry_soon = False
         while not self._closing:
             if not retry_soon:
@@ -711,10 +913,13 @@ class Claim:
                 # CLAIMING here means a new claim after a loss failed: try again.
                 if state in (ClaimState.LOST, ClaimState.CLAIMING):
                     self._reclaim()
+                    self._look_at_pool_now()
                 elif state in (ClaimState.ACTIVE, ClaimState.SUSPENDED):
                     if self._renew_once():
                         self._failure = None
                         self._maintain()
+                        if time.monotonic() - self._pool_looked_mono >= POOL_LOOK_EVERY_S:
+                            self._look_at_pool_now()
                     else:
                         self._lose("the coordinator no longer has our claim")
                         self._wake.set()
@@ -749,7 +954,19 @@ class Claim:
         log.debug("%s: claiming an identity again (%s)", self.description, self._problem)
         self._claim_and_record()
 
+    def _look_at_pool_now(self) -> None:
+        """Refresh :attr:`pool_seen`, best effort: a view is no reason to fail a claim."""
+        self._pool_looked_mono = time.monotonic()
+        try:
+            self.pool_seen = self._look_at_pool()
+        except Exception as error:
+            log.debug("%s: could not look at the pool: %s", self.description, error)
+
     # -- driver hooks ----------------------------------------------------------------
+    def _look_at_pool(self) -> PoolView | None:
+        """The pool as it stands now (None: this claim cannot say)."""
+        return None
+
     def _acquire(self) -> tuple[Mapping[str, int], int]:
         """Claim a free identity; return it and its floor (predecessor's ceiling)."""
         raise NotImplementedError
@@ -867,6 +1084,23 @@ class DriverClaim(Claim, Generic[SourceT]):
     def _nothing_free(self) -> Exception:
         """The error for a claimant that found nothing free within its patience."""
         return self._pool_exhausted(f"cluster {self.cluster}", self.where)
+
+    def _look_at_pool(self) -> PoolView | None:
+        """The pool of the identity held, from :meth:`_held_now` (one read after each claim,
+        in the renewal thread, and one a :data:`POOL_LOOK_EVERY_S`)."""
+        identity = self.identity
+        held = None if identity is None or self._fixed is not None else self._held_now()
+        if identity is None or held is None:
+            return None
+        cluster, _ = self.space.numbered(identity)
+        pool = range(self.options.pool.start, min(self.options.pool.stop, self.space.size))
+        return pool_view(held, self.space, cluster, pool, self.clock.time_ns() // 1_000_000)
+
+    def _held_now(self) -> set[tuple[int, int]] | None:
+        """The identities of the claim's space held now (:meth:`Coordinator.held`: every
+        driver lists its claims, so every driver reports its pool); None: cannot say."""
+        source = self.coordinator
+        return source.held(self.space) if isinstance(source, Coordinator) else None
 
     def _release(self, final_ceiling_ms: int | None) -> None:
         """Record the final high-water mark where the claim still can, then let go."""
@@ -1032,6 +1266,20 @@ class Coordinator:
 
     def list_claims(self) -> Sequence[ClaimInfo]:
         raise NotImplementedError
+
+    def held(self, space: Space) -> set[tuple[int, int]]:
+        """The ``(cluster, number)`` of every identity of ``space`` a claim holds now: what a
+        claim's pool view counts. By default from :meth:`list_claims`; a driver whose
+        listing reads more than the keys (the holders, the marks) answers it cheaper."""
+        return {
+            (row.cluster, row.generator) for row in self.list_claims() if row.space == space.name
+        }
+
+    def read_mark(self, space: Space, identity: Mapping[str, int]) -> HighWaterMark | None:
+        """The high-water mark the store holds for ``identity`` of ``space`` (None: none),
+        with who held the identity (:attr:`HighWaterMark.holders`): what ``idmint whois``
+        reads. A driver that keeps no marks (``static://``) raises ``ConfigurationError``."""
+        raise ConfigurationError(f"{self.url} keeps no record of who held an identity")
 
     def close(self) -> None:
         raise NotImplementedError

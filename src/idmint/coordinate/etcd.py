@@ -506,7 +506,8 @@ class EtcdClaim(DriverClaim["EtcdCoordinator"]):
             {"holder": holder_description(), "since_ms": now_ms, "token": self._token}
         )
         ceiling = self._first_ceiling(mark.ceiling_ms if mark is not None else -1)
-        first = HighWaterMark(ceiling_ms=ceiling, renewed_ms=now_ms, holder=holder_description())
+        self._took(mark)
+        first = self._mark(ceiling)
         request = {
             "compare": [
                 {"target": "VERSION", "key": _b64(key), "result": "EQUAL", "version": 0},
@@ -718,6 +719,14 @@ class EtcdCoordinator(Coordinator):
             if pair is not None:
                 marks[pair] = (HighWaterMark.from_bytes(value), int(kv.get("mod_revision", 0)))
         return marks
+
+    def read_mark(self, space: Space, identity: Mapping[str, int]) -> HighWaterMark | None:
+        found = self.read_marks(space).get(space.numbered(identity))
+        return None if found is None else found[0]
+
+    def held(self, space: Space) -> set[tuple[int, int]]:
+        keys = self.gateway.get_prefix(f"{self.space_prefix(space)}/pool/", keys_only=True)
+        return {pair for key, _, _ in keys if (pair := _pair(key)) is not None}
 
     def list_claims(self) -> list[ClaimInfo]:
         rows: list[ClaimInfo] = []

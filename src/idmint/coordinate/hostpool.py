@@ -121,8 +121,9 @@ __all__ = [
     "write_atomically",
 ]
 
-MARK_LIMIT_BYTES = 4096
-"""A mark is a small JSON object; anything longer is not one of ours."""
+MARK_LIMIT_BYTES = 65536
+"""A mark is a small JSON object (with its history of holders, a few kB); anything
+longer is not one of ours."""
 HOLDS = "holds"
 """The lock files' directory in ``/var/lib/idmint``."""
 VOLATILE_PREFIX = "idmint-"
@@ -416,6 +417,7 @@ class HostPool:
             renewed_ms=newest_mark.renewed_ms,
             released_ms=None if None in releases else max(r for r in releases if r is not None),
             holder=newest_mark.holder,
+            holders=newest_mark.holders,
         )
         return combined, record
 

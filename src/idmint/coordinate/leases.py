@@ -70,7 +70,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar
 
-from idmint.coordinate.base import ClaimSource, DriverClaim, HighWaterMark, holder_description
+from idmint.coordinate.base import (
+    ClaimSource,
+    Coordinator,
+    DriverClaim,
+    HighWaterMark,
+    holder_description,
+)
 from idmint.coordinate.options import ClaimOptions, option, seconds, ttl
 from idmint.coordinate.spaces import Space
 from idmint.coordinate.url import CoordinatorUrl
@@ -87,6 +93,7 @@ __all__ = [
     "Free",
     "Lease",
     "LeaseClaim",
+    "LeaseCoordinator",
     "LeaseOptions",
     "LeaseStore",
     "Look",
@@ -337,6 +344,14 @@ class LeaseStore(Protocol):
         """End ``lease`` (if it still carries our token), writing ``mark`` if given."""
         ...
 
+    def read_mark(self, space: Space, cluster: int, number: int) -> HighWaterMark | None:
+        """The mark last written for identity ``number`` (of ``cluster``) of ``space``,
+        whole, its ``holders`` included (None if none was): one read, no lease touched.
+        What ``idmint whois`` and the contract kit read. Every mark :meth:`take`,
+        :meth:`renew` and :meth:`release` write must come back from it, and from
+        :meth:`look`'s ``Free.mark``, with its ``holders``."""
+        ...
+
 
 class LeaseSource(ClaimSource, Protocol):
     """A coordinator whose claims are leases in a store (PostgreSQL, Redis)."""
@@ -444,15 +459,14 @@ class LeaseClaim(DriverClaim[LeaseSource]):
                 forgotten_until = record.since_ms + self.max_ttl_ms + self.options.skew_ms
                 floor = max(free.mark.ceiling_ms if free.mark else -1, forgotten_until)
             ceiling = self._first_ceiling(floor)
+            self._took(free.mark)
             attempt = Take(
                 free=free,
                 token=self._token,
                 holder=holder_description(),
                 since_ms=now_ms,
                 ttl_ms=self.ttl_ms,
-                mark=HighWaterMark(
-                    ceiling_ms=ceiling, renewed_ms=now_ms, holder=holder_description()
-                ),
+                mark=self._mark(ceiling),
                 incarnation=look.incarnation,
                 stamp=record.incarnation,
                 record=record_update,
@@ -617,3 +631,15 @@ class SharedClients(Generic[ClientT]):
         for client in inherited:
             with contextlib.suppress(Exception):
                 self._forsake(client)
+
+
+class LeaseCoordinator(Coordinator):
+    """What a coordinator on a :class:`LeaseStore` shares: its claims are
+    :class:`LeaseClaim`, its marks are read through the store (``idmint whois``)."""
+
+    claim_type = LeaseClaim
+    store: LeaseStore
+    max_ttl_s: float
+
+    def read_mark(self, space: Space, identity: Mapping[str, int]) -> HighWaterMark | None:
+        return self.store.read_mark(space, *space.numbered(identity))

@@ -240,6 +240,7 @@ class LocalClaim(DriverClaim["LocalCoordinator"]):
                 continue
             self._hold, self._key = hold, key
             self._since_ms = now_ms
+            self._took(mark)
             # Whoever held the ID before us is gone, so on this host's clock
             # it minted nothing after this millisecond: start after it.
             floor = max(mark.ceiling_ms if mark is not None else -1, now_ms, self._young_floor_ms)
@@ -391,6 +392,9 @@ class LocalCoordinator(Coordinator):
     """A claim takes a free identity of its space from the pool, or exactly the one
     given: then if another process holds it, :class:`~idmint.errors.IdentityInUse`
     says which."""
+
+    def read_mark(self, space: Space, identity: Mapping[str, int]) -> HighWaterMark | None:
+        return self.pool.read_mark(space.name, lock_key(space, identity))[0]
 
     def list_claims(self) -> list[ClaimInfo]:
         rows: list[ClaimInfo] = []

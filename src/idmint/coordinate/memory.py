@@ -155,6 +155,7 @@ class MemoryClaim(DriverClaim["MemoryCoordinator"]):
                 assert self._claiming is not None
                 pool.holders[key] = (self._claiming, holder_description(), now_ms)
                 self._session, self._key, self._version = self._claiming, key, version
+                self._took(mark)
                 return self._identity(number, self.cluster), mark.ceiling_ms if mark else -1
         return None
 
@@ -278,9 +279,9 @@ class MemoryCoordinator(Coordinator):
             self.pool.reachable = True
             self.pool.changed.notify_all()
 
-    def mark(self, space: Space, identity: Mapping[str, int]) -> HighWaterMark | None:
-        """The high-water mark the "server" holds for an identity of ``space``, if any."""
+    def read_mark(self, space: Space, identity: Mapping[str, int]) -> HighWaterMark | None:
         with self.pool.lock:
+            self.pool.request()
             found = self.pool.marks.get((space.name, *space.numbered(identity)))
         return None if found is None else found[0]
 

@@ -75,12 +75,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote
 
-from idmint.coordinate.base import ClaimInfo, Coordinator, HighWaterMark
+from idmint.coordinate.base import (
+    ClaimInfo,
+    HighWaterMark,
+    holders_of_text,
+    holders_text,
+)
 from idmint.coordinate.leases import (
     STEP_BACK_SLACK_MS,
     Free,
     Lease,
-    LeaseClaim,
+    LeaseCoordinator,
     LeaseOptions,
     Look,
     PoolRecord,
@@ -156,11 +161,12 @@ _COLUMNS = """
     renewed_ms bigint,
     released_ms bigint,
     mark_holder text,
+    mark_holders text,
     incarnation text,
     written_xid bigint,
     PRIMARY KEY (space, cluster, id)
 """
-_ADDED_COLUMNS = ("written_xid bigint",)
+_ADDED_COLUMNS = ("written_xid bigint", "mark_holders text")
 """Columns an older idmint's table lacks, added when it is first used."""
 
 
@@ -415,12 +421,13 @@ class PostgresStore:
         query = f"""
             WITH srv AS (SELECT {_NOW} AS now, {INCARNATION_SQL} AS inc)
             (SELECT -1 AS id, srv.inc, r.incarnation, r.since_ms, r.lease_ms::bigint,
-                    NULL::bigint, NULL::text, r.xmin::text, {_INTACT.format(row="r")}
+                    NULL::bigint, NULL::text, NULL::text, r.xmin::text,
+                    {_INTACT.format(row="r")}
                FROM srv LEFT JOIN {self.qualified} r
                  ON r.space = %(space)s AND r.cluster = -1 AND r.id = -1)
             UNION ALL
             (SELECT g.id, NULL, c.incarnation, c.ceiling_ms, c.renewed_ms, c.released_ms,
-                    c.mark_holder, c.xmin::text, {_INTACT.format(row="c")}
+                    c.mark_holder, c.mark_holders, c.xmin::text, {_INTACT.format(row="c")}
                FROM srv CROSS JOIN (SELECT generate_series(%(start)s::int, %(hi)s::int)
                                     UNION ALL
                                     SELECT generate_series(%(lo)s::int, %(start)s::int - 1)
@@ -447,15 +454,14 @@ class PostgresStore:
             "looking for a free ID", lambda c: c.execute(query, parameters), _fetch_all
         )
         # The record's row (id -1) comes first: UNION ALL appends in order.
-        _, incarnation, record_incarnation, since, max_ttl, _, _, record_version, intact = rows[0]
+        first = rows[0]
+        incarnation, record_incarnation, since, max_ttl = first[1:5]
+        record_version, intact = first[8:10]
         record = PoolRecord.read(record_incarnation, since, max_ttl) if intact else None
         free = []
-        for number, _, stamp, ceiling, renewed, released, holder, version, vouched in rows[1:]:
-            mark = (
-                HighWaterMark(ceiling, renewed or 0, released, holder or "")
-                if ceiling is not None
-                else None
-            )
+        for row in rows[1:]:
+            number, _, stamp, ceiling, renewed, released, holder, holders, version, vouched = row
+            mark = _mark_of(ceiling, renewed, released, holder, holders)
             if mark is not None and not vouched:
                 # Written back by something else (a restore): the pool's memory is in
                 # doubt from now on, not only this identity's.
@@ -490,11 +496,11 @@ class PostgresStore:
             )
             INSERT INTO {self.qualified} AS c (space, cluster, id, token, holder, since_ms,
                 expires_ms, lease_ms, ceiling_ms, renewed_ms, released_ms, mark_holder,
-                incarnation, written_xid)
+                mark_holders, incarnation, written_xid)
             SELECT %(space)s, %(cluster)s::smallint, %(id)s::int, %(token)s::text,
                    %(holder)s::text, %(since)s::bigint, srv.now + %(ttl)s::int, %(ttl)s::int,
                    %(ceiling)s::bigint, %(renewed)s::bigint, NULL, %(holder)s::text,
-                   %(stamp)s::text, {WRITTEN_XID_SQL}
+                   %(holders)s::text, %(stamp)s::text, {WRITTEN_XID_SQL}
               FROM srv
              WHERE srv.inc = %(inc)s::text
                AND (NOT %(write_record)s::boolean OR EXISTS (SELECT 1 FROM rec)
@@ -506,7 +512,8 @@ class PostgresStore:
                    since_ms = excluded.since_ms, expires_ms = excluded.expires_ms,
                    lease_ms = excluded.lease_ms, ceiling_ms = excluded.ceiling_ms,
                    renewed_ms = excluded.renewed_ms, released_ms = NULL,
-                   mark_holder = excluded.mark_holder, incarnation = excluded.incarnation,
+                   mark_holder = excluded.mark_holder, mark_holders = excluded.mark_holders,
+                   incarnation = excluded.incarnation,
                    written_xid = excluded.written_xid
              WHERE c.token = excluded.token
                 OR ((c.token IS NULL OR {
@@ -525,6 +532,7 @@ class PostgresStore:
             "ttl": attempt.ttl_ms,
             "ceiling": attempt.mark.ceiling_ms,
             "renewed": attempt.mark.renewed_ms,
+            "holders": holders_text(attempt.mark.holders),
             "inc": attempt.incarnation,
             "stamp": attempt.stamp,
             "write_record": record is not None,
@@ -553,7 +561,8 @@ class PostgresStore:
             UPDATE {self.qualified}
                SET expires_ms = {_NOW} + %(ttl)s::int, lease_ms = %(ttl)s::int,
                    ceiling_ms = %(ceiling)s::bigint, renewed_ms = %(renewed)s::bigint,
-                   mark_holder = %(holder)s::text, incarnation = {self._stamp()},
+                   mark_holder = %(holder)s::text, mark_holders = %(holders)s::text,
+                   incarnation = {self._stamp()},
                    written_xid = {WRITTEN_XID_SQL}
              WHERE space = %(space)s AND cluster = %(cluster)s AND id = %(id)s
                AND token = %(token)s
@@ -564,6 +573,7 @@ class PostgresStore:
             "ceiling": mark.ceiling_ms,
             "renewed": mark.renewed_ms,
             "holder": mark.holder,
+            "holders": holders_text(mark.holders),
         }
         count: int = self._run(
             "renewing the claim", lambda c: c.execute(query, parameters), _row_count
@@ -576,6 +586,7 @@ class PostgresStore:
             ends += (
                 ", ceiling_ms = %(ceiling)s::bigint, renewed_ms = %(renewed)s::bigint,"
                 " released_ms = %(released)s::bigint, mark_holder = %(holder)s::text,"
+                " mark_holders = %(holders)s::text,"
                 f" incarnation = {self._stamp()}"
             )
         query = f"""
@@ -590,8 +601,22 @@ class PostgresStore:
                 renewed=mark.renewed_ms,
                 released=mark.released_ms,
                 holder=mark.holder,
+                holders=holders_text(mark.holders),
             )
         self._run("releasing the claim", lambda c: c.execute(query, parameters))
+
+    def read_mark(self, space: Space, cluster: int, number: int) -> HighWaterMark | None:
+        query = f"""
+            SELECT ceiling_ms, renewed_ms, released_ms, mark_holder, mark_holders
+              FROM {self.qualified}
+             WHERE space = %s AND cluster = %s AND id = %s AND ceiling_ms IS NOT NULL
+        """
+        row = self._run(
+            "reading a high-water mark",
+            lambda c: c.execute(query, (space.name, cluster, number)),
+            _fetch_one,
+        )
+        return None if row is None else _mark_of(*row)
 
     def list_claims(self) -> list[ClaimInfo]:
         query = f"""
@@ -621,10 +646,10 @@ class PostgresStore:
         )
 
 
-class PostgresCoordinator(Coordinator):
+class PostgresCoordinator(LeaseCoordinator):
     """A PostgreSQL table used as a pool of generator IDs (see the module docs)."""
 
-    claim_type = LeaseClaim
+    store: PostgresStore
     options_type = PostgresOptions
 
     def __init__(self, url: CoordinatorUrl) -> None:
@@ -658,6 +683,19 @@ class PostgresCoordinator(Coordinator):
         key, self._connection_key = self._connection_key, ""
         if key:
             _CONNECTIONS.give_back(key, _Connection.close)
+
+
+def _mark_of(
+    ceiling: int | None,
+    renewed: int | None,
+    released: int | None,
+    holder: str | None,
+    holders: str | None,
+) -> HighWaterMark | None:
+    """A mark from its columns (None where no mark was written)."""
+    if ceiling is None:
+        return None
+    return HighWaterMark(ceiling, renewed or 0, released, holder or "", holders_of_text(holders))
 
 
 def _lease_row(lease: Lease) -> dict[str, Any]:

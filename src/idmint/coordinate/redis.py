@@ -51,12 +51,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from idmint.coordinate.base import ClaimInfo, Coordinator, HighWaterMark, holder_of
+from idmint.coordinate.base import ClaimInfo, HighWaterMark, holder_of
 from idmint.coordinate.leases import (
     STEP_BACK_SLACK_MS,
     Free,
     Lease,
-    LeaseClaim,
+    LeaseCoordinator,
     LeaseOptions,
     Look,
     PoolRecord,
@@ -389,6 +389,15 @@ class RedisStore:
         arguments = [lease.cluster, lease.number, lease.token, generation, *args]
         return self._call(f"{doing} the claim", script, lease.space, arguments)
 
+    def read_mark(self, space: Space, cluster: int, number: int) -> HighWaterMark | None:
+        try:
+            raw = self.client.hget(self.key(space), f"mark:{cluster}:{number}")
+        except Exception as error:
+            raise _translate(error, f"reading a high-water mark at {self.description}") from error
+        if raw is None:
+            return None
+        return HighWaterMark.from_bytes(_text(raw).partition(" ")[2].encode())
+
     def list_space(self, space: Space) -> list[ClaimInfo]:
         now_ms, flat = self._call("listing the claims", _LIST_SCRIPT, space, [])
         fields = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
@@ -423,10 +432,10 @@ class RedisStore:
         return sorted(rows, key=lambda row: (row.cluster, row.generator))
 
 
-class RedisCoordinator(Coordinator):
+class RedisCoordinator(LeaseCoordinator):
     """A Redis server used as a pool of generator IDs (see the module docs)."""
 
-    claim_type = LeaseClaim
+    store: RedisStore
     options_type = RedisOptions
 
     def __init__(self, url: CoordinatorUrl) -> None:
@@ -505,6 +514,9 @@ class RedisCoordinator(Coordinator):
         for space in SPACES:
             rows += self.store.list_space(space)
         return rows
+
+    def held(self, space: Space) -> set[tuple[int, int]]:
+        return {(row.cluster, row.generator) for row in self.store.list_space(space)}
 
     def close(self) -> None:
         client_key, self._client_key = self._client_key, ""

@@ -270,6 +270,30 @@ class ZooKeeperCoordinator(ZooKeeperAccess, Coordinator):
         # whose width follows the fleet; the narrowest width's pool does not limit them.
         return (self.groups, NodeIdClaim) if space.width is not None else (self, ZooKeeperClaim)
 
+    def read_mark(self, space: Space, identity: Mapping[str, int]) -> HighWaterMark | None:
+        path = self.mark_path(space, identity)
+        with self.short_session() as client, translated(f"reading the mark {path}"):
+            return read_mark(client, path)[0]
+
+    def held(self, space: Space) -> set[tuple[int, int]]:
+        if space.width is not None:
+            return super().held(space)  # the groups' nodes: list_nodes()
+        with self.short_session() as client:
+            return self.held_through(client, space)
+
+    def held_through(self, client: Any, space: Space) -> set[tuple[int, int]]:
+        """:meth:`held` through ``client`` (a claim's own session): one read of the pool's
+        children, and of the cluster ID where the space has clusters."""
+        kazoo = kazoo_module()
+        base = self.space_root(space)
+        with translated(f"listing claims under {base}"):
+            try:
+                names = client.get_children(f"{base}/pool")
+            except kazoo.exceptions.NoNodeError:
+                return set()
+            cluster = self._read_cluster(client) if space.clustered else 0
+        return {(cluster, int(name)) for name in names if name.isdigit()}
+
     def list_claims(self) -> list[ClaimInfo]:
         kazoo = kazoo_module()
         rows: list[ClaimInfo] = []
@@ -323,6 +347,11 @@ class ZooKeeperClaim(ZooKeeperSessionClaim["ZooKeeperCoordinator"]):
     """One generator ID (or short60 node ID) of the pool, held through its own session."""
 
     look_every_s = 1.0
+
+    def _held_now(self) -> set[tuple[int, int]] | None:
+        # Through the claim's own session: no session of its own for a look.
+        client = self.client
+        return None if client is None else self.coordinator.held_through(client, self.space)
 
     def _begin(self) -> None:
         super()._begin()
@@ -501,7 +530,8 @@ class ZooKeeperClaim(ZooKeeperSessionClaim["ZooKeeperCoordinator"]):
         # claim node and writes the mark only if the mark is still the one read.
         sent_mono = self.clock.monotonic_ns()
         ceiling = self._first_ceiling(mark.ceiling_ms if mark is not None else -1)
-        first = HighWaterMark(ceiling_ms=ceiling, renewed_ms=now_ms, holder=holder_description())
+        self._took(mark)
+        first = self._mark(ceiling)
         first_data = json.dumps(first.to_json()).encode()
         transaction = client.transaction()
         lock_path = f"{self.coordinator.root}/queue/{LOCK_TICKET}"

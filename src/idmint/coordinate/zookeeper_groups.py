@@ -250,6 +250,7 @@ class NodeIdClaim(ZooKeeperSessionClaim[NodeGroups]):
             # we start after it, and say so in our znode for nodes that join
             # later at a wider width (see _departed_narrower_ceiling).
             mark, self._hwm_version = read_mark(client, self._hwm_path or "")
+            self._took(mark)
             after_ms = mark.ceiling_ms if mark is not None else -1
             self._after_ms = after_ms
             # Point 3 of the module docs: now that our znode exists, arm the

@@ -772,6 +772,7 @@ typedef struct {
     int kind;
     PyTypeObject *owner;           /* the generator class */
     Py_ssize_t run_offset, tick_offset, waits_offset, make_offset;
+    Py_ssize_t exhausted_offset, exhausted_tick_offset; /* exhausted_ticks, _exhausted_tick */
     PyTypeObject *id_type;         /* the value type */
     Py_ssize_t int_offset;         /* its _int slot */
     Py_ssize_t tag_offset;         /* the slot that takes the bits above tag_shift; -1 */
@@ -839,6 +840,37 @@ count_wait(HotPathObject *hp, PyObject *self)
         return -1;
     }
     slot_set(self, hp->waits_offset, more);
+    return 0;
+}
+
+/* The run's tick ran out of sequence numbers before the clock lets the next open (a
+ * wait at the cap): count it once in exhausted_ticks, however many callers wait for
+ * it, remembering it in _exhausted_tick, as the pure core's _take_locked does. */
+static int
+count_exhausted(HotPathObject *hp, PyObject *self, int64_t tick)
+{
+    PyObject *last = SLOT(self, hp->exhausted_tick_offset);
+    if (last != NULL) {
+        long long seen = PyLong_AsLongLong(last);
+        if (seen == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (seen == tick) {
+            return 0;
+        }
+    }
+    PyObject *count = SLOT(self, hp->exhausted_offset);
+    PyObject *more = count == NULL ? PyLong_FromLong(1) : PyNumber_Add(count, int_one);
+    if (more == NULL) {
+        return -1;
+    }
+    PyObject *tick_obj = PyLong_FromLongLong(tick);
+    if (tick_obj == NULL) {
+        Py_DECREF(more);
+        return -1;
+    }
+    slot_set(self, hp->exhausted_offset, more);
+    slot_set(self, hp->exhausted_tick_offset, tick_obj);
     return 0;
 }
 
@@ -1059,6 +1091,9 @@ hot_generate(HotPathObject *hp, PyObject *const *args, size_t nargsf, PyObject *
             return make_value(hp, value);
         }
         case WAIT: {
+            if (count_exhausted(hp, self, run->tick) < 0) {
+                return NULL;
+            }
             if (hp->kind == GENERATE_NOWAIT) {
                 Py_RETURN_NONE;
             }
@@ -1189,6 +1224,10 @@ hot_batch(HotPathObject *hp, PyObject *const *args, size_t nargsf, PyObject *kwn
             continue;
         }
         case WAIT: {
+            if (count_exhausted(hp, self, run->tick) < 0) {
+                Py_XDECREF(out);
+                return NULL;
+            }
             PyObject *clock = run->clock;
             Py_XINCREF(clock);
             int failed = wait_until(hp, self, clock, target, now, mono) < 0;
@@ -1291,16 +1330,16 @@ HotPath_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     static char *names[] = {"kind",       "owner",      "pure",       "run_slot",   "tick_slot",
                             "waits_slot", "make_slot",  "id_type",    "int_slot",   "tag_slot",
                             "tag_shift",  "maker",      "random_bits", "batch_type", "batch_slots",
-                            "mask",       "texts",      NULL};
+                            "mask",       "texts",      "exhausted_slots", NULL};
     const char *kind;
     PyObject *owner, *pure, *run_slot, *tick_slot, *waits_slot, *make_slot, *id_type, *int_slot,
-        *tag_slot, *maker, *batch_type, *batch_slots, *mask, *texts;
+        *tag_slot, *maker, *batch_type, *batch_slots, *mask, *texts, *exhausted_slots;
     int tag_shift, bits;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "$sO!OOOOOO!OOiOiOOOO:HotPath", names, &kind, &PyType_Type, &owner,
+            args, kwargs, "$sO!OOOOOO!OOiOiOOOOO:HotPath", names, &kind, &PyType_Type, &owner,
             &pure, &run_slot, &tick_slot, &waits_slot, &make_slot, &PyType_Type, &id_type,
             &int_slot, &tag_slot, &tag_shift, &maker, &bits, &batch_type, &batch_slots, &mask,
-            &texts)) {
+            &texts, &exhausted_slots)) {
         return NULL;
     }
     int which;
@@ -1325,7 +1364,7 @@ HotPath_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     if (which == TAKE) {
-        if (tick_slot != Py_None || waits_slot != Py_None || make_slot != Py_None ||
+        if (tick_slot != Py_None || waits_slot != Py_None || make_slot != Py_None || exhausted_slots != Py_None ||
             batch_type != Py_None || batch_slots != Py_None) {
             PyErr_SetString(PyExc_TypeError, "a take path has a run and values only");
             return NULL;
@@ -1334,6 +1373,10 @@ HotPath_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     else if (!PyType_Check(batch_type) || !PyTuple_Check(batch_slots) ||
              PyTuple_GET_SIZE(batch_slots) != 4) {
         PyErr_SetString(PyExc_TypeError, "batch_type, and batch_slots: _ints, _make, _mask, _texts");
+        return NULL;
+    }
+    else if (!PyTuple_Check(exhausted_slots) || PyTuple_GET_SIZE(exhausted_slots) != 2) {
+        PyErr_SetString(PyExc_TypeError, "exhausted_slots: exhausted_ticks, _exhausted_tick");
         return NULL;
     }
     PyTypeObject *owner_type = (PyTypeObject *)owner, *value_type = (PyTypeObject *)id_type;
@@ -1361,6 +1404,10 @@ HotPath_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     else if ((self->run_offset = slot_offset(run_slot, owner_type, "run_slot")) < 0 ||
         (self->tick_offset = slot_offset(tick_slot, owner_type, "tick_slot")) < 0 ||
         (self->waits_offset = slot_offset(waits_slot, owner_type, "waits_slot")) < 0 ||
+        (self->exhausted_offset = slot_offset(PyTuple_GET_ITEM(exhausted_slots, 0), owner_type,
+                                              "exhausted_ticks")) < 0 ||
+        (self->exhausted_tick_offset = slot_offset(PyTuple_GET_ITEM(exhausted_slots, 1),
+                                                   owner_type, "_exhausted_tick")) < 0 ||
         (self->make_offset = slot_offset(make_slot, owner_type, "make_slot")) < 0 ||
         (self->int_offset = slot_offset(int_slot, value_type, "int_slot")) < 0 ||
         optional_offset(tag_slot, value_type, "tag_slot", &self->tag_offset) < 0 ||

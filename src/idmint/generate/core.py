@@ -437,6 +437,7 @@ class TickGenerator(Generic[IdT]):
         "_closers",
         "_compiled",
         "_epoch",
+        "_exhausted_tick",
         "_floor_fresh",
         "_layout",
         "_limit",
@@ -456,6 +457,7 @@ class TickGenerator(Generic[IdT]):
         "_wasted",
         "clock_steps_back",
         "clock_waits",
+        "exhausted_ticks",
     )
 
     id_type: ClassVar[type[IdValue]]
@@ -570,6 +572,10 @@ class TickGenerator(Generic[IdT]):
         """Times a caller had to wait for the clock (tick used up or clock behind)."""
         self.clock_steps_back = 0
         """Times the clock was seen behind the newest tick handed out."""
+        self.exhausted_ticks = 0
+        """Ticks whose sequence numbers ran out before the clock let the next one open:
+        each made its callers wait at the scheme's cap (counted once per tick)."""
+        self._exhausted_tick = -1  # the newest tick counted there
         # A claimed identity (see idmint.coordinate); None for a static one.
         self._claim = claim
         self._epoch = 0
@@ -942,6 +948,10 @@ class TickGenerator(Generic[IdT]):
                 # it stepped back since. Another thread may overwrite it first,
                 # but only with a later reading, which still reveals such a step.
                 self._wait_since_ns = now_ns
+                if tick != self._exhausted_tick:
+                    # The compiled core counts the ticks it waits on alike (count_exhausted).
+                    self._exhausted_tick = tick
+                    self.exhausted_ticks += 1
                 return (opening - self._max_ahead) * tick_ns
             if opening > ceiling:
                 self._need_ceiling_ms = opening
@@ -1214,6 +1224,10 @@ def _compiled_path(cls: type[TickGenerator[Any]], kind: str, pure: Callable[...,
             run_slot=_slot(TickGenerator, "_run"),
             tick_slot=_slot(TickGenerator, "_tick"),
             waits_slot=_slot(TickGenerator, "clock_waits"),
+            exhausted_slots=(
+                _slot(TickGenerator, "exhausted_ticks"),
+                _slot(TickGenerator, "_exhausted_tick"),
+            ),
             make_slot=_slot(TickGenerator, "_make"),
             id_type=id_type,
             int_slot=_slot(id_type, "_int"),
@@ -1282,6 +1296,7 @@ def compiled_take(owner: type, pure: Callable[[Any], Any], id_type: type[IdValue
             batch_slots=None,
             mask=None,
             texts=None,
+            exhausted_slots=None,
         )
     except (TypeError, AttributeError, ValueError):  # slots not as the compiled core needs
         return pure

@@ -300,6 +300,18 @@ class IdValue:
         return list(map(cls.text_of_int, values))
 
     # -- what every ID shows, derived from the declarations -----------------------------
+    @classmethod
+    def time_runs_out_s(cls) -> float:
+        """When the scheme's time field can hold no later time: the Unix time (s) one
+        unit past its highest value (uid64: 2**42 ms, in 2109)."""
+        field = cls._time_field
+        return (field.high + 1) / field.per_second
+
+    @classmethod
+    def time_left_s(cls, now_s: float) -> float:
+        """Seconds from ``now_s`` (Unix time) until the time field runs out (0 once it has)."""
+        return max(0.0, cls.time_runs_out_s() - now_s)
+
     def __str__(self) -> str:
         return self.text_of_int(self._int)
 

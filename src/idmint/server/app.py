@@ -44,8 +44,16 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from idmint.errors import GeneratorError, IdmintError, InvalidId, quoted
-from idmint.schemes import SCHEMES, parse_id
+from idmint.errors import (
+    ConfigurationError,
+    CoordinationError,
+    GeneratorError,
+    IdmintError,
+    InvalidId,
+    quoted,
+)
+from idmint.factory import who_minted
+from idmint.schemes import SCHEMES, IdValue, parse_id
 from idmint.server import openapi
 from idmint.server.config import ServerConfig, given_config
 from idmint.server.credentials import Credentials
@@ -135,6 +143,9 @@ class IdServer:
         self._registration: Any = None
         self._started = False
         self._start_lock = asyncio.Lock()
+        # One whois at a time: each connects to the coordinator, and a flood of them
+        # must not open a connection (a ZooKeeper session) each at once.
+        self._whois_turn = asyncio.Lock()
         self._issuing_watch: asyncio.Task[None] | None = None
         self._openapi = json.dumps(openapi.openapi_document(config, ROUTES)).encode()
         self._page = PageFiles()
@@ -379,48 +390,27 @@ class IdServer:
         return count
 
     async def decode(self, scope: Scope) -> Response:
-        raw_path = scope.get("raw_path")
-        text = (
-            unquote(raw_path.decode("latin-1").split("?", 1)[0][len(_DECODE_PREFIX) :])
-            if raw_path
-            else scope["path"][len(_DECODE_PREFIX) :]
-        )
-        if not text or len(text) > MAX_ID_LENGTH:
-            raise HttpError(
-                422,
-                "invalid ID",
-                f"give an ID of 1 to {MAX_ID_LENGTH} characters after {_DECODE_PREFIX}",
-            )
-        query = _query(scope)
-        # A parameter given empty or out of range is an error, not "absent":
-        # the OpenAPI document allows only the scheme names and 8..16.
-        scheme = query.get("scheme", [None])[-1]
-        if scheme is not None and scheme not in SCHEMES:
-            raise HttpError(
-                422,
-                "invalid scheme",
-                f"scheme must be one of {', '.join(SCHEMES)}, got {quoted(scheme)}",
-            )
-        node_bits_text = query.get("node_bits", [None])[-1]
-        node_bits = None
-        if node_bits_text is not None:
-            if not (
-                node_bits_text.isascii()
-                and node_bits_text.isdigit()
-                and len(node_bits_text) <= 2
-                and 8 <= int(node_bits_text) <= 16
-            ):
-                raise HttpError(
-                    422,
-                    "invalid node_bits",
-                    f"node_bits must be 8..16, got {quoted(node_bits_text)}",
-                )
-            node_bits = int(node_bits_text)
-        try:
-            value = parse_id(text, scheme, node_bits=node_bits)
-        except InvalidId as error:
-            raise HttpError(422, "invalid ID", str(error)) from None
+        value = _id_in_path(scope, _DECODE_PREFIX)
         return 200, _JSON, json.dumps(value.to_dict()).encode()
+
+    async def whois(self, scope: Scope) -> Response:
+        value = _id_in_path(scope, _WHOIS_PREFIX, default_scheme=self.config.scheme)
+        where = self.config.coordinator
+        try:
+            async with self._whois_turn:
+                holder = await asyncio.to_thread(who_minted, value, where)
+        except ConfigurationError as error:
+            raise HttpError(404, "not recorded", str(error)) from None
+        except CoordinationError as error:
+            raise HttpError(503, "unavailable", str(error)) from None
+        if holder is None:
+            raise HttpError(
+                404,
+                "not recorded",
+                f"no holder of the identity of {value} is recorded at "
+                f"{self.issuer.coordinator} for {value.to_dict()['time']}",
+            )
+        return 200, _JSON, json.dumps(holder.to_json()).encode()
 
     async def claims(self, scope: Scope) -> Response:
         body: dict[str, Any] = {
@@ -428,6 +418,7 @@ class IdServer:
             # The one the claims came from, named even when it is the default;
             # shown on the page too, so never with its password.
             "coordinator": self.issuer.coordinator,
+            "time_runs_out_ms": round(SCHEMES[self.config.scheme].time_runs_out_s() * 1000),
         }
         if self.siblings is None:
             body["claims"] = self.issuer.claim_rows()
@@ -483,6 +474,7 @@ class IdServer:
 
 
 _DECODE_PREFIX = f"{GUARDED_PREFIX}decode/"
+_WHOIS_PREFIX = f"{GUARDED_PREFIX}whois/"
 _STATIC_PREFIX = "/static/"
 _STATUS = openapi.json_answer
 _PROBE = openapi.schema_ref("Status")
@@ -521,6 +513,21 @@ ROUTES: tuple[Route, ...] = (
             openapi.INVALID: openapi.error_answer(
                 "Not an ID of the scheme, or the scheme cannot be told"
             )
+        },
+        parameters=openapi.decode_parameters,
+    ),
+    Route(
+        _WHOIS_PREFIX + "{id}",
+        IdServer.whois,
+        "Who minted an ID: the holder of its identity then, as the coordinator recorded it",
+        "whoisId",
+        openapi.json_answer("The holder", openapi.HOLDER),
+        {
+            "404": openapi.error_answer("No holder of its identity is recorded for its time"),
+            openapi.INVALID: openapi.error_answer(
+                "Not an ID of the scheme, or the scheme cannot be told"
+            ),
+            **openapi.UNAVAILABLE,
         },
         parameters=openapi.decode_parameters,
     ),
@@ -631,6 +638,50 @@ def _version() -> str:
         return version("idmint")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree
         return "unknown"
+
+
+def _id_in_path(scope: Scope, prefix: str, *, default_scheme: str | None = None) -> IdValue:
+    """The ID a request's path gives after ``prefix``, read with its ``scheme`` and
+    ``node_bits`` parameters (``default_scheme`` where none is given); a 422 if it is none."""
+    raw_path = scope.get("raw_path")
+    text = (
+        unquote(raw_path.decode("latin-1").split("?", 1)[0][len(prefix) :])
+        if raw_path
+        else scope["path"][len(prefix) :]
+    )
+    if not text or len(text) > MAX_ID_LENGTH:
+        raise HttpError(
+            422, "invalid ID", f"give an ID of 1 to {MAX_ID_LENGTH} characters after {prefix}"
+        )
+    query = _query(scope)
+    # A parameter given empty or out of range is an error, not "absent":
+    # the OpenAPI document allows only the scheme names and 8..16.
+    scheme = query.get("scheme", [None])[-1]
+    if scheme is not None and scheme not in SCHEMES:
+        raise HttpError(
+            422,
+            "invalid scheme",
+            f"scheme must be one of {', '.join(SCHEMES)}, got {quoted(scheme)}",
+        )
+    node_bits_text = query.get("node_bits", [None])[-1]
+    node_bits = None
+    if node_bits_text is not None:
+        if not (
+            node_bits_text.isascii()
+            and node_bits_text.isdigit()
+            and len(node_bits_text) <= 2
+            and 8 <= int(node_bits_text) <= 16
+        ):
+            raise HttpError(
+                422,
+                "invalid node_bits",
+                f"node_bits must be 8..16, got {quoted(node_bits_text)}",
+            )
+        node_bits = int(node_bits_text)
+    try:
+        return parse_id(text, scheme or default_scheme, node_bits=node_bits)
+    except InvalidId as error:
+        raise HttpError(422, "invalid ID", str(error)) from None
 
 
 def _query(scope: Scope) -> dict[str, list[str]]:

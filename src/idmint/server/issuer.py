@@ -9,14 +9,16 @@ claims' metric families. What cannot issue is a :class:`~idmint.server.routes.Ht
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from itertools import cycle
 from typing import Any
 
-from idmint.coordinate.base import Claim, ClaimState
+from idmint.coordinate.base import Claim, ClaimState, PoolView
 from idmint.errors import ClockMovedBackwards, GeneratorError
 from idmint.factory import coordinator_for, new_generators
 from idmint.generate.core import TickGenerator
+from idmint.schemes import SCHEMES
 from idmint.server.config import ServerConfig
 from idmint.server.metrics import Family, Samples
 from idmint.server.routes import HttpError
@@ -155,6 +157,8 @@ class Issuer:
                     coordinator=claim.description,
                     problem=None if usable else problem,
                 )
+                if claim.pool_seen is not None:
+                    row["pool"] = claim.pool_seen.to_json()
             rows.append(row)
         return rows
 
@@ -196,6 +200,12 @@ class Issuer:
                 lambda g: g.clock_steps_back,
             ),
             (
+                "idmint_exhausted_ticks_total",
+                "counter",
+                "Ticks whose sequence numbers ran out, so callers waited at the scheme's cap.",
+                lambda g: g.exhausted_ticks,
+            ),
+            (
                 "idmint_claim_usable",
                 "gauge",
                 "1 while the generator's claim lets it issue IDs.",
@@ -219,13 +229,47 @@ class Issuer:
                 lambda claim: claim.losses,
             ),
         ]
+
+        def per_pool(read: Callable[[PoolView], float]) -> Callable[[], Samples]:
+            return lambda: [
+                ({"slot": str(slot), "space": seen.space, "cluster": str(seen.cluster)}, read(seen))
+                for slot, g in enumerate(self.generators)
+                if (claim := _claim_of(g)) is not None and (seen := claim.pool_seen) is not None
+            ]
+
         return [
             *(
                 Family(name, kind, text, per_generator(read))
                 for name, kind, text, read in generators
             ),
             *(Family(name, "counter", text, per_claim(read)) for name, text, read in claims),
+            Family(
+                "idmint_pool_size",
+                "gauge",
+                "Identities in the pool the generator's claim is in, at its last look.",
+                per_pool(lambda seen: seen.size),
+            ),
+            Family(
+                "idmint_pool_free_identities",
+                "gauge",
+                "Identities of that pool no claim held, at its last look.",
+                per_pool(lambda seen: seen.free),
+            ),
+            Family(
+                "idmint_time_bits_remaining_seconds",
+                "gauge",
+                "Seconds until the scheme's time field runs out (its IDs can hold no later time).",
+                time_bits_remaining,
+            ),
         ]
+
+
+def time_bits_remaining() -> Samples:
+    """``idmint_time_bits_remaining_seconds`` of every scheme, read from its layout."""
+    now_s = time.time()
+    return [
+        ({"scheme": name}, round(id_type.time_left_s(now_s))) for name, id_type in SCHEMES.items()
+    ]
 
 
 def unavailable(error: GeneratorError) -> HttpError:

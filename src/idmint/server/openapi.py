@@ -163,6 +163,17 @@ def _claims_schema() -> dict[str, Any]:
             "high_water_mark_ms": {"type": ["integer", "null"]},
             "coordinator": {"type": "string"},
             "problem": {"type": ["string", "null"]},
+            "pool": {
+                "type": "object",
+                "description": "the pool the claim is in, at its last look",
+                "properties": {
+                    "space": {"type": "string"},
+                    "cluster": {"type": "integer"},
+                    "size": {"type": "integer"},
+                    "free": {"type": "integer"},
+                    "seen_ms": {"type": "integer"},
+                },
+            },
         },
     }
     return {
@@ -171,6 +182,10 @@ def _claims_schema() -> dict[str, Any]:
         "properties": {
             "scheme": {"type": "string", "enum": list(SCHEMES)},
             "coordinator": {"type": ["string", "null"]},
+            "time_runs_out_ms": {
+                "type": "integer",
+                "description": "when the scheme's time field runs out (ms since 1970)",
+            },
             "claims": {"type": "array", "items": claim},
         },
     }
@@ -223,6 +238,23 @@ def decode_parameters(config: ServerConfig) -> list[dict[str, Any]]:
         },
         {"name": "node_bits", "in": "query", "required": False, "schema": _node_bits_schema()},
     ]
+
+
+HOLDER = {
+    "type": "object",
+    "description": "Who held the ID's identity when it was minted (idmint whois)",
+    "properties": {
+        "host": {"type": "string"},
+        "pid": {"type": "integer"},
+        "started": {"type": "integer", "description": "process start, ms since 1970 (0: unknown)"},
+        "first_ms": {"type": "integer", "description": "when the claim was made"},
+        "last_ms": {"type": "integer", "description": "its last renewal or its release"},
+        "pod": {"type": ["string", "null"], "description": "the Kubernetes pod"},
+        "floor_ms": {"type": "integer"},
+        "ceiling_ms": {"type": "integer"},
+    },
+    "required": ["host", "pid", "started", "first_ms", "last_ms", "pod"],
+}
 
 
 def path_parameters(name: str) -> Callable[[ServerConfig], list[dict[str, Any]]]:

@@ -34,7 +34,7 @@ from idmint.coordinate.spaces import SPACES, Identity, Space
 from idmint.coordinate.static import DEFAULT_HOST_POOL, StaticCoordinator
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.coordinate.zookeeper import ZooKeeperCoordinator
-from idmint.coordinate.zookeeper_session import ZooKeeperSessionClaim, read_mark
+from idmint.coordinate.zookeeper_session import ZooKeeperSessionClaim
 from idmint.testing.hooks import Hooks
 from idmint.testing.minting import wait_for
 
@@ -74,11 +74,6 @@ class MemoryHooks(Hooks):
     def expire(self, coordinator: Coordinator, claim: Claim) -> None:
         _driver(coordinator, MemoryCoordinator).expire(claim)
 
-    def read_mark(
-        self, coordinator: Coordinator, space: Space, identity: Identity
-    ) -> HighWaterMark | None:
-        return _driver(coordinator, MemoryCoordinator).mark(space, identity)
-
     def stop_server(self, url: CoordinatorUrl) -> None:
         with _connected(url, MemoryCoordinator) as memory:
             memory.stop_serving()
@@ -94,12 +89,6 @@ class MemoryHooks(Hooks):
 
 class LocalHooks(Hooks):
     """``local://``: marks are files; a hold lasts as long as its process, so none expires."""
-
-    def read_mark(
-        self, coordinator: Coordinator, space: Space, identity: Identity
-    ) -> HighWaterMark | None:
-        pool = self._local(coordinator).pool
-        return pool.read_mark(space.name, lock_key(space, identity))[0]
 
     def write_mark(
         self, coordinator: Coordinator, space: Space, identity: Identity, mark: HighWaterMark
@@ -155,13 +144,6 @@ class ZooKeeperHooks(Hooks):
             what="the claim's ZooKeeper client to be connected",
         )
         expire_zookeeper_session(client)
-
-    def read_mark(
-        self, coordinator: Coordinator, space: Space, identity: Identity
-    ) -> HighWaterMark | None:
-        zookeeper = _driver(coordinator, ZooKeeperCoordinator)
-        with zookeeper.short_session() as client:
-            return read_mark(client, zookeeper.mark_path(space, identity))[0]
 
     def remove_pool(self, url: CoordinatorUrl) -> None:
         from kazoo.exceptions import NoNodeError
@@ -237,13 +219,6 @@ class EtcdHooks(Hooks):
             raise TypeError(f"{claim!r} is not an etcd claim holding a lease")
         _driver(coordinator, EtcdCoordinator).gateway.revoke(claim.lease)
 
-    def read_mark(
-        self, coordinator: Coordinator, space: Space, identity: Identity
-    ) -> HighWaterMark | None:
-        marks = _driver(coordinator, EtcdCoordinator).read_marks(space)
-        found = marks.get(space.numbered(identity))
-        return None if found is None else found[0]
-
     def remove_pool(self, url: CoordinatorUrl) -> None:
         with _connected(url, EtcdCoordinator) as etcd:
             etcd.gateway.delete_prefix(f"{etcd.prefix}/")
@@ -263,23 +238,6 @@ class LeaseHooks(Hooks):
 
 class PostgresHooks(LeaseHooks):
     """``postgresql://``: a lease row ended; marks are columns of the table."""
-
-    def read_mark(
-        self, coordinator: Coordinator, space: Space, identity: Identity
-    ) -> HighWaterMark | None:
-        store = _driver(coordinator, PostgresCoordinator).store
-        query = (
-            f"SELECT ceiling_ms, renewed_ms, released_ms, mark_holder FROM {store.qualified} "
-            "WHERE space = %s AND cluster = %s AND id = %s AND ceiling_ms IS NOT NULL"
-        )
-        row = store.connection.run(
-            "reading a high-water mark",
-            lambda c: c.execute(query, (space.name, *space.numbered(identity))).fetchone(),
-        )
-        if row is None:
-            return None
-        ceiling, renewed, released, holder = row
-        return HighWaterMark(ceiling, renewed or 0, released, holder or "")
 
     def settle(self, url: CoordinatorUrl) -> None:
         with _connected(url, PostgresCoordinator) as postgres:
@@ -318,17 +276,6 @@ def _new_epoch() -> str:
 
 class RedisHooks(LeaseHooks):
     """``redis://``: a lease field deleted; marks are fields of the pool's hash."""
-
-    def read_mark(
-        self, coordinator: Coordinator, space: Space, identity: Identity
-    ) -> HighWaterMark | None:
-        store = _driver(coordinator, RedisCoordinator).store
-        cluster, number = space.numbered(identity)
-        raw = store.client.hget(store.key(space), f"mark:{cluster}:{number}")
-        if raw is None:
-            return None
-        text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
-        return HighWaterMark.from_bytes(text.partition(" ")[2].encode())
 
     def settle(self, url: CoordinatorUrl) -> None:
         with _connected(url, RedisCoordinator) as redis:

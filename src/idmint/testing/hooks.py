@@ -25,7 +25,6 @@ __all__ = ["HOOKS", "HOOK_NAMES", "Hooks", "hooks_for"]
 
 HOOK_NAMES = (
     "expire",
-    "read_mark",
     "write_mark",
     "stop_server",
     "start_server",
@@ -61,8 +60,9 @@ class Hooks:
     def read_mark(
         self, coordinator: Coordinator, space: Space, identity: Identity
     ) -> HighWaterMark | None:
-        """The high-water mark the store holds for ``identity`` of ``space``, if any."""
-        raise NotImplementedError
+        """The high-water mark the store holds for ``identity`` of ``space``, if any: by
+        default the driver's own reading (:meth:`Coordinator.read_mark`)."""
+        return coordinator.read_mark(Space.of(space), identity)
 
     def write_mark(
         self, coordinator: Coordinator, space: Space, identity: Identity, mark: HighWaterMark

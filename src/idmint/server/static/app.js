@@ -352,6 +352,7 @@
       showError(errorBox, null);
       render(data);
       $("decode-status").textContent = `Decoded ${data.id} as ${data.scheme}.`;
+      showHolder(data, ticket);
     } catch (error) {
       if (!ticket.current()) return;
       $("decode-result").hidden = true;
@@ -364,6 +365,31 @@
         form.removeAttribute("aria-busy");
         markSelectedMinted();
       }
+    }
+  }
+
+  /** Who minted the decoded ID (``/v1/whois``): the process that held its identity then. */
+  async function showHolder(data, ticket) {
+    const line = $("result-holder");
+    line.replaceChildren(el("span", { class: "muted" }, "Looking up who minted it…"));
+    const query = new URLSearchParams({ scheme: data.scheme });
+    if (data.node_bits) query.set("node_bits", String(data.node_bits));
+    try {
+      const holder = await api(`v1/whois/${encodeURIComponent(data.id)}?${query}`, ticket.signal);
+      if (!ticket.current()) return;
+      line.replaceChildren(
+        "Minted by ",
+        el("span", { class: "mono" }, `${holder.host} pid ${holder.pid}`),
+        holder.pod ? ` in pod ${holder.pod}` : "",
+        ", whose claim ran from ",
+        formatMs(holder.first_ms),
+        " to ",
+        formatMs(holder.last_ms),
+        ".",
+      );
+    } catch (error) {
+      if (!ticket.current() || error.name === "AbortError") return;
+      line.replaceChildren(el("span", { class: "muted" }, `Who minted it: ${error.detail || error.message}`));
     }
   }
 
@@ -680,6 +706,16 @@
     showServerScheme(data.scheme);
     if (!mintedScheme) mintedScheme = data.scheme;
     $("coordinator").replaceChildren("Coordinator: ", describeCoordinator(data));
+    const lifetime = $("lifetime");
+    lifetime.hidden = data.time_runs_out_ms === undefined;
+    if (!lifetime.hidden) {
+      const yearsLeft = (data.time_runs_out_ms - Date.now()) / (365.25 * 86400000);
+      lifetime.replaceChildren(
+        `${data.scheme} IDs can hold times up to `,
+        formatMs(data.time_runs_out_ms),
+        ` (${Math.round(yearsLeft)} years from now).`,
+      );
+    }
     // An elastic64 server's claims name their width: use it to decode minted IDs.
     const width = data.claims.map((claim) => claim.node_bits).find((bits) => bits);
     if (data.scheme === "elastic64" && width && !nodeBitsInput.value) nodeBitsInput.value = String(width);
@@ -692,6 +728,9 @@
       );
       if (claim.state !== "static") {
         state.append(el("div", { class: "mono small-text", title: claim.coordinator || "" }, "≤ ", formatMs(claim.high_water_mark_ms)));
+      }
+      if (claim.pool) {
+        state.append(el("div", { class: "small-text pool" }, `pool: ${claim.pool.free} of ${claim.pool.size} free`));
       }
       if (claim.problem) state.append(el("div", { class: "problem" }, claim.problem));
       return el(
