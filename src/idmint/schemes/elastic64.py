@@ -58,6 +58,7 @@ class Elastic64(IdValue):
     bits = 64
     _forms = "decimal digits, 8 bytes or an int, with node_bits"
     needs_node_bits = True
+    bound_options = ("node_bits",)
     summary = (
         f"8 bytes: ms, burst, node ID of {MIN_NODE_BITS}..{MAX_NODE_BITS} bits; "
         f"2**({LOW_BITS}-bits) IDs/ms"
