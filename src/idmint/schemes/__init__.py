@@ -84,16 +84,14 @@ def scheme_type(name: str) -> type[IdValue]:
 def guess_scheme(text: str, *, node_bits: int | None = None) -> str:
     """Name the scheme ``text`` must be in, when its shape allows only one.
 
-    Only full-length forms are guessed: a UUID's dashed 8-4-4-4-12 form (or
-    braces, or ``urn:uuid:``) can only be a uuid7 (a UUID of another version is
-    then refused as one); 32 bare hex digits (or the dashed 14-13-5 form) are a
-    muid, as they were before uuid7 (name the scheme for a UUID written so); 16
-    hex digits with a letter among them only a uid64 (uid64-v1 IDs are uid64 IDs
-    with the same fields); 10 base-64 characters with a non-digit only a short60 (every short60 minted since 2020
-    has 10). Decimal digits are an elastic64 ID when a width is given. Anything
-    else, such as 16 decimal digits (hex or decimal?) or a short string (a
-    short60 from before 2020, or a typo?), raises ``InvalidId`` asking for the
-    scheme.
+    Only full-length forms are guessed: a UUID's dashed 8-4-4-4-12 form (or braces, or
+    ``urn:uuid:``) can only be a uuid7 (a UUID of another version is then refused as one); 32
+    bare hex digits (or the dashed 14-13-5 form) are a muid, as they were before uuid7 (name the
+    scheme for a UUID written so); 16 hex digits with a letter among them only a uid64 (uid64-v1
+    IDs are uid64 IDs with the same fields); 10 base-64 characters with a non-digit only a
+    short60 (every short60 minted since 2020 has 10). Decimal digits are an elastic64 ID when a
+    width is given. Anything else, such as 16 decimal digits (hex or decimal?) or a short string
+    (a short60 from before 2020, or a typo?), raises ``InvalidId`` asking for the scheme.
     """
     candidate = text.strip()
     if _UUID_SHAPE.fullmatch(candidate):
