@@ -261,7 +261,7 @@ class IdValue:
         if not cls.orders_by_time(**options):
             raise InvalidId(
                 cls.scheme,
-                f"{cls._layout_name(options)} IDs do not sort by time, so no range of IDs "
+                f"{cls._layout_name(options)} do not sort by time, so no range of IDs "
                 "holds the IDs of a span of time; bound one tick with first_at() and "
                 "last_at(), or use a layout that sorts by time",
                 problem="order",
@@ -286,7 +286,8 @@ class IdValue:
 
     @classmethod
     def _layout_name(cls, options: Mapping[str, Any]) -> str:
-        return cls.scheme
+        """What IDs of this layout are called, for a refusal of a span of them."""
+        return "these IDs"
 
     @classmethod
     def _check_bound_options(cls, options: Mapping[str, Any]) -> None:

@@ -16,6 +16,7 @@ bursts. The width is not stored in the ID, so decoding needs it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 from idmint.errors import InvalidId, quoted
@@ -115,6 +116,16 @@ class Elastic64(IdValue):
     @classmethod
     def _read_text(cls, text: str, node_bits: int | None) -> Elastic64:
         return cls.from_text(text, node_bits)
+
+    @classmethod
+    def _check_bound_options(cls, options: Mapping[str, Any]) -> None:
+        super()._check_bound_options(options)
+        if options.get("node_bits") is None:
+            raise InvalidId(
+                cls.scheme,
+                "the bounds of a time need the node-ID width (node_bits, 8..16) of the IDs",
+                problem="node_bits",
+            )
 
     @classmethod
     def _coerce(cls, value: object, node_bits: int | None, where: str) -> Elastic64:

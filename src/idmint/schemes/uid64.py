@@ -199,7 +199,7 @@ class _EightByteId(IdValue):
 
     @classmethod
     def _layout_name(cls, options: Mapping[str, Any]) -> str:
-        return f"{cls.scheme} spread-mode (bit-reversed time)"
+        return "spread-mode IDs (their time bit-reversed)"
 
     # -- fields (sequence and cluster, which stand as they are, are made from theirs) ---
     sequence: int

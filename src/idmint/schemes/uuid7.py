@@ -115,7 +115,7 @@ class Uuid7(IdValue):
     fields = (
         Field(
             "timestamp_ms",
-            "ms since 1970-01-01 UTC (RFC 9562's unix_ts_ms)",
+            "ms since 1970-01-01 UTC",
             0,
             MAX_TIMESTAMP_MS,
             per_second=1000,
@@ -124,13 +124,13 @@ class Uuid7(IdValue):
         ),
         Field(
             "counter",
-            "idmint's layout: position within the ms (random bits in other UUIDv7s)",
+            "position within the ms (idmint's layout)",
             0,
             MAX_COUNTER,
         ),
         Field.at(
             "node",
-            "idmint's layout: the generator's claimed node (random bits in other UUIDv7s)",
+            "node ID (idmint's layout)",
             NODE_SHIFT,
             NODE_BITS,
         ),
