@@ -118,14 +118,14 @@ class Elastic64(IdValue):
         return cls.from_text(text, node_bits)
 
     @classmethod
-    def _check_bound_options(cls, options: Mapping[str, Any]) -> None:
-        super()._check_bound_options(options)
+    def _tick_bounds(cls, count: int, options: Mapping[str, Any]) -> tuple[int, int]:
         if options.get("node_bits") is None:
             raise InvalidId(
                 cls.scheme,
                 "the bounds of a time need the node-ID width (node_bits, 8..16) of the IDs",
                 problem="node_bits",
             )
+        return super()._tick_bounds(count, options)
 
     @classmethod
     def _coerce(cls, value: object, node_bits: int | None, where: str) -> Elastic64:
