@@ -142,8 +142,9 @@ class Uuid7(IdValue):
     node: int
     random: int
     text_length = len(_URN_PREFIX) + _DASHED_LENGTH
+    # Written for JSON Schema too (ECMA 262 has no inline flags).
     text_pattern = (
-        "(?i:urn:uuid:)?[{]?(?:[0-9a-fA-F]{32}|"
+        "(?:[uU][rR][nN]:[uU][uU][iI][dD]:)?[{]?(?:[0-9a-fA-F]{32}|"
         + "-".join(f"[0-9a-fA-F]{{{n}}}" for n in _DASHED_GROUPS)
         + ")[}]?"
     )
