@@ -266,7 +266,7 @@ class IdValue:
                 "last_at(), or use a layout that sorts by time",
                 problem="order",
             )
-        first, last = cls._tick_of(start), cls._tick_of(end) - 1
+        first, last = cls._tick_of(start), cls._tick_of(end, past_end=True) - 1
         if last < first:
             raise InvalidId(
                 cls.scheme, f"the span ends ({end}) where it starts ({start})", problem="time"
@@ -297,8 +297,9 @@ class IdValue:
             raise TypeError(f"{cls.scheme} bounds take {takes}, not {', '.join(unknown)}")
 
     @classmethod
-    def _tick_of(cls, when: object) -> int:
-        """``when`` (an aware datetime or ms since 1970) in the scheme's time unit."""
+    def _tick_of(cls, when: object, *, past_end: bool = False) -> int:
+        """``when`` (an aware datetime or ms since 1970) in the scheme's time unit
+        (``past_end``: the end of a span, which may be one unit past the last time)."""
         field = cls._time_field
         if isinstance(when, _dt.datetime):
             if when.utcoffset() is None:
@@ -318,7 +319,7 @@ class IdValue:
                 f"a time is an aware datetime or ms since 1970, not {type(when).__name__}",
                 problem="type",
             )
-        if not field.low <= count <= field.high:
+        if not field.low <= count <= field.high + past_end:
             raise InvalidId(
                 cls.scheme,
                 f"{when} is outside the times {cls.scheme} IDs can hold "
