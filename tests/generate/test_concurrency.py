@@ -18,6 +18,7 @@ from idmint.generate import (
     Short60Generator,
     TickGenerator,
     Uid64Generator,
+    Uuid7Generator,
 )
 
 pytestmark = pytest.mark.usefixtures("core")  # both cores: tests/cores.py
@@ -169,8 +170,8 @@ def _in_child(body: Callable[[], object]) -> object:
 
 @pytest.mark.parametrize(
     "make",
-    [lambda: Uid64Generator(12), lambda: Elastic64Generator(300, 10)],
-    ids=["uid64", "elastic64"],
+    [lambda: Uid64Generator(12), lambda: Elastic64Generator(300, 10), lambda: Uuid7Generator(9)],
+    ids=["uid64", "elastic64", "uuid7"],
 )
 def test_static_identity_refuses_in_a_forked_child(make: Callable[[], TickGenerator[Any]]) -> None:
     generator = make()
@@ -225,3 +226,18 @@ def test_short60_with_random_bits_keeps_minting_in_a_child_on_a_fresh_ms() -> No
     assert outcome[0] == "ok"
     assert set(outcome[1]).isdisjoint(parent_ids)
     assert min(v >> 18 for v in outcome[1]) > max(v >> 18 for v in parent_ids)
+
+
+def test_a_forked_child_draws_uuid7_random_bits_of_its_own() -> None:
+    """The buffer of random bits is the parent's: a child of fork() reads its own from
+    the OS, so it never hands out the random bits its parent goes on to use."""
+    parent = Uuid7Generator(21)
+    parent.generate()  # the buffer is filled
+
+    def child_randoms() -> list[int]:
+        return [value.random for value in Uuid7Generator(22).batch(100)]
+
+    outcome = _in_child(child_randoms)
+    assert outcome[0] == "ok"
+    mine = [value.random for value in parent.batch(100)]
+    assert not set(mine) & set(outcome[1])
