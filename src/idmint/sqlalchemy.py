@@ -30,9 +30,8 @@ type                        PostgreSQL                         other dialects
 ``MuidType``                ``UUID``                           16 bytes (``BLOB`` on SQLite,
                                                                ``BINARY(16)`` on MySQL,
                                                                MariaDB, SQL Server)
-``Uuid7Type``               ``UUID``                           as ``sa.Uuid``: its native
-                                                               type, else ``CHAR(32)`` of
-                                                               lowercase hex
+``Uuid7Type``               ``UUID``                           ``CHAR(32)`` of lowercase hex
+                                                               (``sa.Uuid``'s fallback)
 ==========================  =================================  ==========================
 """
 
@@ -224,16 +223,19 @@ class MuidType(IdType[Muid]):
 
 class Uuid7Type(IdType[Uuid7]):
     """A uuid7 column stored as SQLAlchemy's ``sa.Uuid`` stores a ``uuid.UUID``:
-    PostgreSQL's ``UUID`` (and any dialect's native UUID type), ``CHAR(32)`` of
-    lowercase hex elsewhere. Both sort as the UUIDs do, and a ``sa.Uuid`` column
-    (or one that ``uuid.uuid7()`` fills) can become a ``Uuid7Type`` as it is."""
+    PostgreSQL's ``UUID``, ``CHAR(32)`` of lowercase hex elsewhere (``sa.Uuid``'s
+    own form where there is no native type). Both sort as the UUIDs do, and a
+    ``sa.Uuid`` column on PostgreSQL or SQLite can become a ``Uuid7Type`` as it is."""
 
     impl = sa.Uuid
     id_type = Uuid7
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        return dialect.type_descriptor(sa.Uuid(as_uuid=True))
+        # Only PostgreSQL's uuid sorts as the UUID does; SQL Server's UNIQUEIDENTIFIER
+        # and MariaDB's UUID compare their byte groups in another order.
+        native = dialect.name in _storage.NATIVE_UUID_DATABASES
+        return dialect.type_descriptor(sa.Uuid(as_uuid=True, native_uuid=native))
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
         if value is None:
