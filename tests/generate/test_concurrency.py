@@ -89,26 +89,15 @@ def test_generate_and_small_batches_in_threads_never_share_an_id(
     overlap them, nor another thread's batch."""
     generator = make()
     per_thread = 10_000
-
-    def work(mine: list[int], slot: int) -> None:
-        while len(mine) < per_thread:
-            if slot % 2:
-                mine.append(generator.generate().int)
-            else:
-                mine.extend(generator.batch(min(1 + slot, per_thread - len(mine))).ints())
-
-    values = _in_threads(work)
+    values = [value for mine in _generate_and_batch(generator, per_thread) for value in mine]
     assert len(values) == THREADS * per_thread
     assert len(set(values)) == len(values)
     assert generator.issued == len(values)
 
 
-def test_uuid7_in_threads_never_shares_a_uuid_and_each_threads_increase() -> None:
-    """As above for uuid7, whose ticks end by the clock, not by use: there a thread
-    that took a run's value as another retired the run makes ``issued`` one short
-    (as its docstring says), so only uniqueness and order are asserted."""
-    generator = Uuid7Generator(9)
-    per_thread = 50_000
+def _generate_and_batch(generator: TickGenerator[Any], per_thread: int) -> list[list[int]]:
+    """``per_thread`` IDs in each of THREADS threads, odd ones by ``generate()``, even ones
+    by batches of 1 + their number: each thread's IDs as ints, in the order it got them."""
     chunks: list[list[int]] = []
 
     def work(mine: list[int], slot: int) -> None:
@@ -119,7 +108,17 @@ def test_uuid7_in_threads_never_shares_a_uuid_and_each_threads_increase() -> Non
                 mine.extend(generator.batch(min(1 + slot, per_thread - len(mine))).ints())
         chunks.append(mine)
 
-    values = _in_threads(work)
+    _in_threads(work)
+    return chunks
+
+
+def test_uuid7_in_threads_never_shares_a_uuid_and_each_threads_increase() -> None:
+    """As above for uuid7, whose ticks end by the clock, not by use: there a thread
+    that took a run's value as another retired the run makes ``issued`` one short
+    (as its docstring says), so only uniqueness and order are asserted."""
+    per_thread = 50_000
+    chunks = _generate_and_batch(Uuid7Generator(9), per_thread)
+    values = [value for mine in chunks for value in mine]
     assert len(values) == THREADS * per_thread
     assert len(set(values)) == len(values)
     assert len(chunks) == THREADS

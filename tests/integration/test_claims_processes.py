@@ -29,6 +29,18 @@ PROCESSES = 16
 IDS_PER_PROCESS = 50_000
 
 
+def _minting_at_once(
+    exit_stack: contextlib.ExitStack, scheme: str, url: str, processes: int, count: int
+) -> list[CliProcess]:
+    """``processes`` CLI minters of ``count`` IDs of ``scheme`` each, started at once on
+    the coordinator ``url``, once all have exited (status 0)."""
+    arguments = ("generate", "--scheme", scheme, "--coordinator", url, "--count", str(count))
+    started = [exit_stack.enter_context(CliProcess(*arguments)) for _ in range(processes)]
+    for process in started:
+        assert process.wait(timeout=120) == 0, process.stderr
+    return started
+
+
 @shared_backends
 def test_sixteen_processes_mint_800000_unique_ids(
     backend: Backend, exit_stack: contextlib.ExitStack
@@ -36,13 +48,7 @@ def test_sixteen_processes_mint_800000_unique_ids(
     # A longer session than elsewhere: 16 interpreters share 2 cores, and a claim
     # whose renewal thread starves past the deadline only waits, but slowly.
     url = backend.url(ttl=10)
-    arguments = ("generate", "--scheme", "uid64", "--coordinator", url)
-    processes = [
-        exit_stack.enter_context(CliProcess(*arguments, "--count", str(IDS_PER_PROCESS)))
-        for _ in range(PROCESSES)
-    ]
-    for process in processes:
-        assert process.wait(timeout=120) == 0, process.stderr
+    processes = _minting_at_once(exit_stack, "uid64", url, PROCESSES, IDS_PER_PROCESS)
 
     every_id: list[int] = []
     used: list[int] = []
@@ -172,13 +178,7 @@ def test_eight_uuid7_processes_at_once_share_no_uuid(
     """uuid7's node is claimed in its own space like every identity: 8 minters at once on
     one coordinator hold 8 nodes, and (ms, node, counter) keeps every UUID apart."""
     url = backend.url(ttl=10)
-    arguments = ("generate", "--scheme", "uuid7", "--coordinator", url)
-    processes = [
-        exit_stack.enter_context(CliProcess(*arguments, "--count", str(UUID7_PER_PROCESS)))
-        for _ in range(UUID7_PROCESSES)
-    ]
-    for process in processes:
-        assert process.wait(timeout=120) == 0, process.stderr
+    processes = _minting_at_once(exit_stack, "uuid7", url, UUID7_PROCESSES, UUID7_PER_PROCESS)
     every_id: list[str] = []
     nodes: list[int] = []
     for process in processes:
