@@ -501,6 +501,7 @@ def bound_options_of(scheme: str, fields: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("scheme", list(SCHEMES))
+@settings(deadline=None)  # a dozen values made per example: a loaded machine took 200 ms
 @given(data=st.data())
 def test_an_id_lies_within_the_bounds_of_its_time(scheme: str, data: st.DataObject) -> None:
     fields = data.draw(FIELDS[scheme])
