@@ -72,6 +72,7 @@ from idmint import (
     MuidGenerator,
     Short60Generator,
     Uid64Generator,
+    Uuid7Generator,
 )
 from idmint.errors import TransactionFull
 from idmint.generate import core
@@ -91,6 +92,8 @@ def _peers() -> dict[str, Callable[[], object]]:
         "python-ulid ULID()": ulid.ULID,
         "uuid6 uuid7()": uuid6.uuid7,
         "stdlib uuid4()": uuid.uuid4,
+        # Python 3.14's own (counter per process, random rest), where it runs.
+        **({"stdlib uuid7()": uuid.uuid7} if hasattr(uuid, "uuid7") else {}),
     }
 
 
@@ -204,6 +207,7 @@ def cost_table(bursts: int) -> list[Row]:
     elastic64 = Elastic64Generator(9, 8, max_ahead_ms=0)
     muid = MuidGenerator()
     transactions = _Transactions(muid)
+    uuid7 = Uuid7Generator(1)
     cases: list[tuple[str, int, Callable[[], float]]] = []
     # Peers are timed at every burst size so each idmint row has a same-size peer.
     for per_burst in PEER_BURSTS:
@@ -222,6 +226,8 @@ def cost_table(bursts: int) -> list[Row]:
         ("muid generate()", 60, burst_sampler(muid.generate, 60)),
         ("muid transaction.new()", 500, burst_sampler(transactions.new, 500)),
         ("muid transaction.batch(500)", 500, batch_sampler(transactions.batch, 500)),
+        ("uuid7 generate()", 500, burst_sampler(uuid7.generate, 500)),
+        ("uuid7 batch(500)", 500, batch_sampler(uuid7.batch, 500)),
         ("floor: time.time_ns()", 60, burst_sampler(time.time_ns, 60)),
     ]
     ints_floor = _ints_floor()

@@ -28,7 +28,7 @@ import pytest
 from tests.cli_process import run_idmint
 
 from idmint import cli
-from idmint.schemes import SCHEMES, Muid, Uid64, parse_id
+from idmint.schemes import SCHEMES, Mode, Muid, Uid64, parse_id
 
 DATA = Path(__file__).resolve().parent / "data"
 SCRIPT = Path(sys.executable).with_name("idmint")
@@ -47,6 +47,7 @@ DECODE_KEYS = {
     "elastic64": {"scheme", "id", "time", "timestamp_ms", "burst", "node", "node_bits"},
     "muid": {"scheme", "id", "time", "timestamp_us", "medallion", "offset"},
     "short60": {"scheme", "id", "time", "timestamp_ms", "sequence", "node", "int"},
+    "uuid7": {"scheme", "id", "time", "timestamp_ms", "counter", "node", "random"},
 }
 # What `generate` needs besides --scheme; elastic64 has no default node ID.
 GENERATE_OPTIONS: dict[str, list[str]] = {
@@ -55,6 +56,7 @@ GENERATE_OPTIONS: dict[str, list[str]] = {
     "elastic64": ["--node", "5"],
     "muid": [],
     "short60": [],
+    "uuid7": [],
 }
 NODE_BITS = {"elastic64": 8}  # generate's default width
 
@@ -547,6 +549,7 @@ def test_encode_json(capsys: pytest.CaptureFixture[str], scheme: str) -> None:
         "elastic64": ["--timestamp-ms", "1785000000123", "--node", "513", "--node-bits", "11"],
         "muid": ["--timestamp-us", "1642579230975519", "--medallion", "417399343184351"],
         "short60": ["--timestamp-ms", "1562179504129", "--sequence", "270", "--node", "98"],
+        "uuid7": ["--timestamp-ms", "1645557742000", "--counter", "209112", "--node", "50396"],
     }[scheme]
     result = run_main(capsys, ["encode", "--scheme", scheme, "--format", "json", *argv])
     assert result.status == 0
@@ -695,8 +698,8 @@ def test_bare_idmint_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> N
     assert result.out.startswith("usage: idmint")
     listed = re.findall(r"^    (\w+)", result.out, re.MULTILINE)
     assert listed == [
-        *("generate", "decode", "encode", "schemes", "completion", "serve", "claims"),
-        *("whois", "discovery", "fetch"),
+        *("generate", "decode", "encode", "bounds", "schemes", "completion", "serve"),
+        *("claims", "whois", "discovery", "fetch"),
     ]
 
 
@@ -1103,3 +1106,49 @@ def test_a_command_that_claims_nothing_imports_no_coordination() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=False
     )
     assert decoded.stderr.strip() == "0 []", decoded.stderr
+
+
+# -- bounds ------------------------------------------------------------------------
+
+
+def test_bounds_of_a_time_and_of_a_span(capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_main(capsys, ["bounds", "--scheme", "uuid7", "2022-02-22T19:22:22Z"])
+    assert (result.status, result.err) == (0, "")
+    assert result.lines() == [
+        "017f22e2-79b0-7000-8000-000000000000",
+        "017f22e2-79b0-7fff-bfff-ffffffffffff",
+    ]
+    # The RFC's example lies between them; ms since 1970 say the same as ISO 8601.
+    assert run_main(capsys, ["bounds", "--scheme", "uuid7", "1645557742000"]).out == result.out
+    span = run_main(
+        capsys,
+        [
+            *("bounds", "--scheme", "uid64", "--mode", "time-sequential", "--format", "json"),
+            *("2024-05-01T00:00:00+02:00", "2024-05-02T00:00:00+02:00"),
+        ],
+    )
+    record = json.loads(span.out)
+    first, last = Uid64(record["first"]), Uid64(record["last"])
+    assert (first.int, last.int) == (record["first_int"], record["last_int"])
+    assert first.time == dt.datetime(2024, 4, 30, 22, tzinfo=dt.timezone.utc)
+    assert last.time == dt.datetime(2024, 5, 1, 21, 59, 59, 999000, tzinfo=dt.timezone.utc)
+    assert first.mode is last.mode is Mode.TIME_SEQUENTIAL
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--scheme", "uid64", "1", "2"], "do not sort by time"),
+        (["--scheme", "elastic64", "1000"], "node_bits"),
+        (["--scheme", "muid", "--mode", "spread", "1000"], "muid bounds take no --mode"),
+        (["--scheme", "uuid7", "2024-05-01T00:00:00"], "has no time zone"),
+        (["--scheme", "uuid7", "yesterday"], "is not a time"),
+        (["--scheme", "short60", "1000"], "outside the times short60 IDs can hold"),
+        (["--scheme", "uuid7", "5", "5"], "ends"),
+        (["--scheme", "uuid7"], "TIME"),
+    ],
+)
+def test_bounds_errors_are_one_usage_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], fragment: str
+) -> None:
+    assert_usage_error(run_main(capsys, ["bounds", *argv]), fragment)

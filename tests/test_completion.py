@@ -85,8 +85,8 @@ def fish_complete(line: str, tmp_path: Path) -> dict[str, str]:
 def test_fish_completes_commands_with_what_they_do(tmp_path: Path) -> None:
     assert fish_complete("idmint ge", tmp_path) == {"generate": "mint IDs, one per line"}
     assert set(fish_complete("idmint ", tmp_path)) == {
-        *("generate", "decode", "encode", "schemes", "completion", "serve", "claims"),
-        *("whois", "discovery", "fetch"),
+        *("generate", "decode", "encode", "bounds", "schemes", "completion", "serve"),
+        *("claims", "whois", "discovery", "fetch"),
     }
     assert fish_complete("idmint claims ", tmp_path) == {"list": "who holds which generator ID"}
     assert set(fish_complete("idmint discovery ", tmp_path)) == {"register", "list"}

@@ -38,6 +38,7 @@ from idmint.schemes import (
     Short60,
     Uid64,
     Uid64V1,
+    Uuid7,
     guess_scheme,
     parse_id,
 )
@@ -73,6 +74,8 @@ __all__ = [
     "Uid64Generator",
     "Uid64V1",
     "Uid64V1Generator",
+    "Uuid7",
+    "Uuid7Generator",
     "guess_scheme",
     "new_generator",
     "parse_id",
@@ -88,6 +91,7 @@ _LATER = {
     "Short60Generator": "idmint.generate",
     "Uid64Generator": "idmint.generate",
     "Uid64V1Generator": "idmint.generate",
+    "Uuid7Generator": "idmint.generate",
     "IdBatch": "idmint.generate.core",
 }
 
@@ -101,6 +105,7 @@ if TYPE_CHECKING:
         Short60Generator,
         Uid64Generator,
         Uid64V1Generator,
+        Uuid7Generator,
     )
     from idmint.generate.core import IdBatch
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import datetime
 import inspect
 import json
 import logging
@@ -617,6 +618,8 @@ def _add_decode_encode(commands: Any) -> None:
     _add_format(encode, "the text form or JSON")
     encode.set_defaults(fields=names)
 
+    _add_bounds(commands)
+
     _command(
         commands,
         "schemes",
@@ -636,6 +639,73 @@ def _add_decode_encode(commands: Any) -> None:
         "`idmint completion fish > ~/.config/fish/completions/idmint.fish`.",
     )
     completion.add_argument("shell", choices=["bash", "zsh", "fish"], help="the shell")
+
+
+def _add_bounds(commands: Any) -> None:
+    bounds = _command(
+        commands,
+        "bounds",
+        _cmd_bounds,
+        help="the smallest and largest ID of a time, for range queries",
+        description="Print the smallest and the largest ID a scheme's IDs of TIME can be "
+        "(the ms holding it; the us for muid), or, with END, of the times from TIME up to "
+        "END (not included), for `WHERE id BETWEEN first AND last`. A span needs IDs that "
+        "sort by time: uid64 and uid64-v1 in spread mode do not. TIME and END: ISO 8601 "
+        "with a time zone (2024-05-01T00:00:00Z), or ms since 1970.",
+    )
+    bounds.add_argument("--scheme", choices=list(SCHEMES), required=True, help="the ID scheme")
+    options = [
+        _SchemeOption(scheme, name, field.about, field, None)
+        for scheme, id_type in SCHEMES.items()
+        for name in id_type.bound_options
+        for field in [id_type.field(name)]
+    ]
+    names = _add_scheme_flags(bounds, options)
+    _add_format(bounds, "the two IDs on one line each, or JSON")
+    bounds.add_argument("time", metavar="TIME", help="the time, or the span's start")
+    bounds.add_argument("end", metavar="END", nargs="?", help="the end of a span (excluded)")
+    bounds.set_defaults(bound_options=names)
+
+
+def _instant(text: str) -> datetime.datetime | int:
+    """A time the CLI was given: ms since 1970, or ISO 8601 with its time zone."""
+    stripped = text.strip()
+    if stripped.isascii() and stripped.isdigit():
+        return int(stripped)
+    try:
+        when = datetime.datetime.fromisoformat(stripped.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(
+            f"{quoted(text)} is not a time: give ISO 8601 (2024-05-01T00:00:00Z) or ms since 1970"
+        ) from None
+    if when.utcoffset() is None:
+        raise UsageError(f"{quoted(text)} has no time zone: add one (Z for UTC)")
+    return when
+
+
+def _cmd_bounds(args: argparse.Namespace, out: _Output) -> int:
+    id_type = scheme_type(args.scheme)
+    given = {name: getattr(args, name) for name in args.bound_options}
+    stray = sorted(
+        name
+        for name, value in given.items()
+        if value is not None and name not in id_type.bound_options
+    )
+    if stray:
+        raise UsageError(f"{args.scheme} bounds take no {_flags(stray)}")
+    options = {name: value for name, value in given.items() if value is not None}
+    start = _instant(args.time)
+    if args.end is None:
+        first, last = id_type.first_at(start, **options), id_type.last_at(start, **options)
+    else:
+        first, last = id_type.between(start, _instant(args.end), **options)
+    if args.format == "json":
+        shown = {"scheme": args.scheme, "first": str(first), "last": str(last)}
+        shown |= {"first_int": first.int, "last_int": last.int}
+        out.write(json.dumps(shown) + "\n")
+    else:
+        out.write(f"{first}\n{last}\n")
+    return 0
 
 
 def _node_bits_help() -> str:

@@ -17,7 +17,8 @@
 Storage is the same as :mod:`idmint.sqlalchemy`'s, so that the database's order
 is the value types' order: uid64, uid64-v1 and elastic64 as ``bigint`` holding
 the ID minus 2**63, short60 as ``bigint`` as it is, muid as ``uuid`` on
-PostgreSQL and 16 bytes elsewhere (docs/storage.md).
+PostgreSQL and 16 bytes elsewhere (docs/storage.md); uuid7 as Django's
+``UUIDField`` stores a UUID (``uuid`` on PostgreSQL, ``char(32)`` elsewhere).
 
 Attribute values are the scheme's value types. Assignments, lookups and forms
 take the value type, its text, its int or its bytes; a malformed value raises
@@ -32,7 +33,16 @@ from typing import Any, ClassVar
 
 from idmint import _storage
 from idmint.errors import ConfigurationError, InvalidId, needs_extra
-from idmint.schemes import Elastic64, IdValue, Muid, Short60, Uid64, Uid64V1, coerce_id
+from idmint.schemes import (
+    Elastic64,
+    IdValue,
+    Muid,
+    Short60,
+    Uid64,
+    Uid64V1,
+    Uuid7,
+    coerce_id,
+)
 from idmint.schemes.elastic64 import check_node_bits
 
 with needs_extra("django", "django", needed_by="idmint.django"):
@@ -48,6 +58,7 @@ __all__ = [
     "Short60Field",
     "Uid64Field",
     "Uid64V1Field",
+    "Uuid7Field",
 ]
 
 
@@ -204,3 +215,28 @@ class MuidField(IdField):
 
     def rel_db_type(self, connection: Any) -> str:
         return self.db_type(connection)
+
+
+class Uuid7Field(IdField):
+    """A uuid7: stored as Django's ``UUIDField`` stores a UUID (``uuid`` where the
+    database has one, ``char(32)`` of lowercase hex elsewhere), so a ``UUIDField``
+    can become a ``Uuid7Field`` without touching its column or its data. Both
+    forms sort as the UUIDs do."""
+
+    id_type = Uuid7
+    description = "A uuid7 (RFC 9562 version-7 UUID)"
+
+    def get_internal_type(self) -> str:
+        return "UUIDField"
+
+    def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False) -> Any:
+        if not prepared:
+            value = self.get_prep_value(value)
+        if isinstance(value, Uuid7):
+            return value.uuid if connection.features.has_native_uuid_field else value.hex
+        return value
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> IdValue | None:
+        if value is None:
+            return None
+        return Uuid7.parse(value)

@@ -30,6 +30,8 @@ type                        PostgreSQL                         other dialects
 ``MuidType``                ``UUID``                           16 bytes (``BLOB`` on SQLite,
                                                                ``BINARY(16)`` on MySQL,
                                                                MariaDB, SQL Server)
+``Uuid7Type``               ``UUID``                           ``CHAR(32)`` of lowercase hex
+                                                               (``sa.Uuid``'s fallback)
 ==========================  =================================  ==========================
 """
 
@@ -41,7 +43,16 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from idmint import _storage
 from idmint.errors import ConfigurationError, InvalidId, needs_extra
-from idmint.schemes import Elastic64, IdValue, Muid, Short60, Uid64, Uid64V1, coerce_id
+from idmint.schemes import (
+    Elastic64,
+    IdValue,
+    Muid,
+    Short60,
+    Uid64,
+    Uid64V1,
+    Uuid7,
+    coerce_id,
+)
 from idmint.schemes.elastic64 import check_node_bits
 
 with needs_extra("sqlalchemy", "sqlalchemy", needed_by="idmint.sqlalchemy"):
@@ -59,6 +70,7 @@ __all__ = [
     "Short60Type",
     "Uid64Type",
     "Uid64V1Type",
+    "Uuid7Type",
 ]
 
 IdT = TypeVar("IdT", bound=IdValue)
@@ -207,3 +219,35 @@ class MuidType(IdType[Muid]):
             return f"X'{hex_digits}'"
 
         return render
+
+
+class Uuid7Type(IdType[Uuid7]):
+    """A uuid7 column stored as SQLAlchemy's ``sa.Uuid`` stores a ``uuid.UUID``:
+    PostgreSQL's ``UUID``, ``CHAR(32)`` of lowercase hex elsewhere (``sa.Uuid``'s
+    own form where there is no native type). Both sort as the UUIDs do, and a
+    ``sa.Uuid`` column on PostgreSQL or SQLite can become a ``Uuid7Type`` as it is."""
+
+    impl = sa.Uuid
+    id_type = Uuid7
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        # Only PostgreSQL's uuid sorts as the UUID does; SQL Server's UNIQUEIDENTIFIER
+        # and MariaDB's UUID compare their byte groups in another order.
+        native = dialect.name in _storage.NATIVE_UUID_DATABASES
+        return dialect.type_descriptor(sa.Uuid(as_uuid=True, native_uuid=native))
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if type(value) is not Uuid7:
+            value = self.coerce_value(value)
+        return value.uuid
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Uuid7 | None:
+        if value is None:
+            return None
+        try:
+            return Uuid7.parse(value)
+        except InvalidId as error:
+            raise InvalidColumnValue.of(error) from None

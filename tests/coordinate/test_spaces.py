@@ -17,18 +17,28 @@ from idmint import ConfigurationError
 from idmint.coordinate import Coordinator, connect
 from idmint.coordinate.local import lock_key
 from idmint.coordinate.redis import RedisStore
-from idmint.coordinate.spaces import GENERATOR, NODE, SHORT60, SPACES, Space
+from idmint.coordinate.spaces import GENERATOR, NODE, SHORT60, SPACES, UUID7, Space
 from idmint.coordinate.static import StaticOptions
 
 
 def test_the_spaces_and_their_stored_names() -> None:
-    assert [space.name for space in SPACES] == ["generator", "node", "short60"]
-    assert [(space.size, space.clusters) for space in SPACES] == [(2048, 16), (256, 1), (512, 1)]
+    assert [space.name for space in SPACES] == ["generator", "node", "short60", "uuid7"]
+    assert [(space.size, space.clusters) for space in SPACES] == [
+        (2048, 16),
+        (256, 1),
+        (512, 1),
+        (65536, 1),
+    ]
 
 
 @pytest.mark.parametrize(
     ("space", "root"),
-    [(GENERATOR, "/idmint"), (NODE, "/idmint/node"), (SHORT60, "/idmint/short60")],
+    [
+        (GENERATOR, "/idmint"),
+        (NODE, "/idmint/node"),
+        (SHORT60, "/idmint/short60"),
+        (UUID7, "/idmint/uuid7"),
+    ],
     ids=str,
 )
 def test_a_tree_keeps_java_uniqueids_space_at_its_root_and_the_others_under_their_name(
@@ -45,6 +55,7 @@ def test_a_tree_keeps_java_uniqueids_space_at_its_root_and_the_others_under_thei
         (NODE, {"node": 7}, "7"),
         (NODE, {"node": 300, "node_bits": 11}, "44"),  # held by its low 8 bits
         (SHORT60, {"node": 511}, "511"),
+        (UUID7, {"node": 65535}, "65535"),
     ],
 )
 def test_this_hosts_lock_keys(space: Space, identity: dict[str, int], key: str) -> None:
@@ -57,6 +68,7 @@ def test_redis_keeps_a_hash_per_space() -> None:
         "orders:generator",
         "orders:node",
         "orders:short60",
+        "orders:uuid7",
     ]
 
 

@@ -19,6 +19,7 @@ so the compiled core's own clock reads and sleeps meet the shim's steps.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import queue
 import signal
 import subprocess
@@ -39,6 +40,7 @@ from tests.servers import wait_until
 from idmint.cli import EXIT_RUNTIME
 from idmint.errors import ClockMovedBackwards
 from idmint.generate import ManualClock, OffsetClock, Uid64Generator
+from idmint.schemes import Uuid7
 
 MS = 1_000_000
 CHILD = Path(__file__).with_name("clock_step_child.py")
@@ -443,3 +445,23 @@ def test_generate_cli_stops_promptly_under_a_ten_minute_step(
         line = assert_one_error_line(cli.stderr)
         assert "moved backwards" in line
         assert len(set(cli.lines)) == len(cli.lines)
+
+
+def test_uuid7_cli_stays_strictly_increasing_across_steps_back(
+    wallclock: WallClockOffset, monkeypatch: pytest.MonkeyPatch, core: str
+) -> None:
+    """``idmint generate --scheme uuid7`` while the real clock steps back: a step within
+    the tolerance (5 ms of the default 10) is waited out, and a 10-minute one refused,
+    and every UUID printed, before and after the small step, is above the one before."""
+    _put_under_the_shim(wallclock, monkeypatch, core)
+    with CliProcess("generate", "--scheme", "uuid7", "--count", "0", stamp=False) as cli:
+        cli.wait_for_lines(20_000, timeout=CHILD_STARTUP_S, what="UUIDs before the step")
+        stepped_at = len(cli.lines)
+        wallclock.set_s(-0.005)
+        cli.wait_for_lines(stepped_at + 50_000, timeout=PROMPT_S, what="UUIDs after the step")
+        wallclock.set_s(-600)
+        status = cli.wait(timeout=PROMPT_S)
+    assert status == EXIT_RUNTIME, cli.stderr
+    assert "moved backwards" in assert_one_error_line(cli.stderr)
+    ids = [Uuid7(line) for line in cli.lines]
+    assert all(earlier < later for earlier, later in itertools.pairwise(ids))

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from tests.cli_process import CliProcess, assert_one_error_line, run_idmint
 
-from idmint import Short60, Uid64
+from idmint import Short60, Uid64, Uuid7
 from idmint.coordinate import COORDINATOR_VARIABLE
 from idmint.server.config import SETTINGS
 
@@ -66,32 +66,39 @@ def test_short60_processes_never_collide(processes: int, count: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "identity",
-    [("--generator", "7"), ("--coordinator", "static://?generator=7")],
-    ids=["option", "url"],
+    ("identity", "named"),
+    [
+        (("--generator", "7"), "generator 7"),
+        (("--coordinator", "static://?generator=7"), "generator 7"),
+        (("--scheme", "uuid7", "--node", "7"), "node 7"),
+        (("--scheme", "uuid7", "--coordinator", "static://?node=7"), "node 7"),
+    ],
+    ids=["option", "url", "uuid7-option", "uuid7-url"],
 )
 def test_the_same_static_identity_twice_is_refused_with_one_line(
-    identity: tuple[str, ...], tmp_path: Path
+    identity: tuple[str, ...], named: str, tmp_path: Path
 ) -> None:
     # A pool of the test's own: no other test's process may hold generator 7 in it.
     pool = {"IDMINT_LOCAL_DIR": str(tmp_path)}
     environment = {**os.environ, **pool}
-    with CliProcess(
-        "generate", "--count", "0", "--generator", "7", stamp=False, env=environment
-    ) as holder:
+    # The holder names its identity as an option; the second process, either way.
+    held = ("--scheme", "uuid7", "--node", "7") if "uuid7" in identity else ("--generator", "7")
+    with CliProcess("generate", "--count", "0", *held, stamp=False, env=environment) as holder:
         holder.wait_for_lines(1, timeout=30, what="the first process to mint")
         second = run_idmint("generate", "--count", "5", *identity, env=pool)
         assert second.returncode == 1, "no ID can be issued: a runtime error, not usage"
         assert second.stdout == ""
         line = assert_one_error_line(second.stderr)
-        assert "generator 7" in line
+        assert named in line
         assert f":{holder.pid}" in line, "the message should name the process that holds it"
         holder.send(signal.SIGTERM)
         assert holder.wait(timeout=30) == 128 + signal.SIGTERM
     # Released on exit: the identity is free again.
     again = run_idmint("generate", "--count", "1", *identity, env=pool)
     assert again.returncode == 0, again.stderr
-    assert Uid64(again.stdout.strip()).generator == 7
+    minted = again.stdout.strip()
+    identity_of = Uuid7(minted).node if "uuid7" in identity else Uid64(minted).generator
+    assert identity_of == 7
 
 
 def test_the_cli_takes_the_coordinator_from_the_environment_as_serve_does(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import pickle
 import threading
@@ -18,6 +19,7 @@ from idmint.generate import (
     Short60Generator,
     TickGenerator,
     Uid64Generator,
+    Uuid7Generator,
 )
 
 pytestmark = pytest.mark.usefixtures("core")  # both cores: tests/cores.py
@@ -87,6 +89,16 @@ def test_generate_and_small_batches_in_threads_never_share_an_id(
     overlap them, nor another thread's batch."""
     generator = make()
     per_thread = 10_000
+    values = [value for mine in _generate_and_batch(generator, per_thread) for value in mine]
+    assert len(values) == THREADS * per_thread
+    assert len(set(values)) == len(values)
+    assert generator.issued == len(values)
+
+
+def _generate_and_batch(generator: TickGenerator[Any], per_thread: int) -> list[list[int]]:
+    """``per_thread`` IDs in each of THREADS threads, odd ones by ``generate()``, even ones
+    by batches of 1 + their number: each thread's IDs as ints, in the order it got them."""
+    chunks: list[list[int]] = []
 
     def work(mine: list[int], slot: int) -> None:
         while len(mine) < per_thread:
@@ -94,11 +106,24 @@ def test_generate_and_small_batches_in_threads_never_share_an_id(
                 mine.append(generator.generate().int)
             else:
                 mine.extend(generator.batch(min(1 + slot, per_thread - len(mine))).ints())
+        chunks.append(mine)
 
-    values = _in_threads(work)
+    _in_threads(work)
+    return chunks
+
+
+def test_uuid7_in_threads_never_shares_a_uuid_and_each_threads_increase() -> None:
+    """As above for uuid7, whose ticks end by the clock, not by use: there a thread
+    that took a run's value as another retired the run makes ``issued`` one short
+    (as its docstring says), so only uniqueness and order are asserted."""
+    per_thread = 50_000
+    chunks = _generate_and_batch(Uuid7Generator(9), per_thread)
+    values = [value for mine in chunks for value in mine]
     assert len(values) == THREADS * per_thread
     assert len(set(values)) == len(values)
-    assert generator.issued == len(values)
+    assert len(chunks) == THREADS
+    for mine in chunks:
+        assert all(earlier < later for earlier, later in itertools.pairwise(mine))
 
 
 def test_threads_share_a_muid_transaction_without_a_duplicate() -> None:
@@ -169,8 +194,8 @@ def _in_child(body: Callable[[], object]) -> object:
 
 @pytest.mark.parametrize(
     "make",
-    [lambda: Uid64Generator(12), lambda: Elastic64Generator(300, 10)],
-    ids=["uid64", "elastic64"],
+    [lambda: Uid64Generator(12), lambda: Elastic64Generator(300, 10), lambda: Uuid7Generator(9)],
+    ids=["uid64", "elastic64", "uuid7"],
 )
 def test_static_identity_refuses_in_a_forked_child(make: Callable[[], TickGenerator[Any]]) -> None:
     generator = make()
@@ -225,3 +250,18 @@ def test_short60_with_random_bits_keeps_minting_in_a_child_on_a_fresh_ms() -> No
     assert outcome[0] == "ok"
     assert set(outcome[1]).isdisjoint(parent_ids)
     assert min(v >> 18 for v in outcome[1]) > max(v >> 18 for v in parent_ids)
+
+
+def test_a_forked_child_draws_uuid7_random_bits_of_its_own() -> None:
+    """The buffer of random bits is the parent's: a child of fork() reads its own from
+    the OS, so it never hands out the random bits its parent goes on to use."""
+    parent = Uuid7Generator(21)
+    parent.generate()  # the buffer is filled
+
+    def child_randoms() -> list[int]:
+        return [value.random for value in Uuid7Generator(22).batch(100)]
+
+    outcome = _in_child(child_randoms)
+    assert outcome[0] == "ok"
+    mine = [value.random for value in parent.batch(100)]
+    assert not set(mine) & set(outcome[1])

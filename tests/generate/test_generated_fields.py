@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,9 +15,12 @@ from idmint.generate import (
     ManualClock,
     MuidGenerator,
     Short60Generator,
+    TickGenerator,
     Uid64Generator,
     Uid64V1Generator,
+    Uuid7Generator,
 )
+from idmint.generate.generators import GENERATORS
 from idmint.schemes import Elastic64, Muid, Short60, Uid64, Uid64V1
 
 pytestmark = pytest.mark.usefixtures("core")  # both cores: tests/cores.py
@@ -147,3 +154,47 @@ def test_muid_fields(start_us: int, count: int, medallion: int) -> None:
     assert [Muid(str(i)) for i in ids] == ids
     assert [i.timestamp_us for i in ids] == list(range(start_us, start_us + count))
     assert {(i.medallion, i.offset) for i in ids} == {(medallion, 0)}
+
+
+# (generator, the options its IDs' bounds need) per scheme: every scheme's generator.
+BOUNDED: dict[str, tuple[Callable[[ManualClock], TickGenerator[Any]], dict[str, Any]]] = {
+    "uid64": (lambda c: Uid64Generator(3, clock=c), {"mode": "spread"}),
+    "uid64 time-sequential": (
+        lambda c: Uid64Generator(3, mode="time-sequential", clock=c),
+        {"mode": "time-sequential"},
+    ),
+    "uid64-v1": (lambda c: Uid64V1Generator(3, clock=c), {}),
+    "elastic64": (lambda c: Elastic64Generator(3, 11, clock=c, max_ahead_ms=0), {"node_bits": 11}),
+    "muid": (lambda c: MuidGenerator(clock=c, max_ahead_us=0), {}),
+    "short60": (lambda c: Short60Generator(3, clock=c), {}),
+    "uuid7": (lambda c: Uuid7Generator(3, clock=c), {}),
+}
+assert {name.split()[0] for name in BOUNDED} == set(GENERATORS)
+
+
+@settings(max_examples=20, deadline=None)
+@given(start_ms=st.integers(EPOCH_2018_MS + 1, 2**42 - 100), offset_ns=offsets_ns)
+@pytest.mark.parametrize("name", list(BOUNDED))
+def test_ids_minted_at_a_time_lie_within_its_bounds(
+    name: str, start_ms: int, offset_ns: int
+) -> None:
+    """Each ID a generator mints at ``t`` lies within ``[first_at(t), last_at(t)]``; where
+    the layout sorts by time, those minted a tick before or after lie outside."""
+    make, options = BOUNDED[name]
+    clock = ManualClock(start_ns=start_ms * MS + offset_ns)
+    generator = make(clock)
+    cls = generator.id_type
+    unit = dt.timedelta(microseconds=1_000_000 // cls._time_field.per_second)
+    minted = [generator.generate() for _ in range(3)]
+    when = minted[0].time
+    first, last = cls.first_at(when, **options), cls.last_at(when, **options)
+    same_tick = [value for value in minted if value.time == when]
+    assert same_tick
+    assert all(first <= value <= last for value in same_tick)
+    if cls.orders_by_time(**options):
+        clock.advance_ms(1)
+        later = generator.generate()
+        assert later > last
+        assert later >= cls.first_at(when + unit, **options)
+        earlier_last = cls.last_at(when - unit, **options)
+        assert all(value > earlier_last for value in minted)

@@ -7,6 +7,7 @@ decoded with :class:`idmint.Uid64` to see which generator ID and timestamp each 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import signal
 import time
 from collections import Counter
@@ -22,8 +23,22 @@ from tests.integration.claims_helpers import (
     wait_for,
 )
 
+from idmint import Uuid7
+
 PROCESSES = 16
 IDS_PER_PROCESS = 50_000
+
+
+def _minting_at_once(
+    exit_stack: contextlib.ExitStack, scheme: str, url: str, processes: int, count: int
+) -> list[CliProcess]:
+    """``processes`` CLI minters of ``count`` IDs of ``scheme`` each, started at once on
+    the coordinator ``url``, once all have exited (status 0)."""
+    arguments = ("generate", "--scheme", scheme, "--coordinator", url, "--count", str(count))
+    started = [exit_stack.enter_context(CliProcess(*arguments)) for _ in range(processes)]
+    for process in started:
+        assert process.wait(timeout=120) == 0, process.stderr
+    return started
 
 
 @shared_backends
@@ -33,13 +48,7 @@ def test_sixteen_processes_mint_800000_unique_ids(
     # A longer session than elsewhere: 16 interpreters share 2 cores, and a claim
     # whose renewal thread starves past the deadline only waits, but slowly.
     url = backend.url(ttl=10)
-    arguments = ("generate", "--scheme", "uid64", "--coordinator", url)
-    processes = [
-        exit_stack.enter_context(CliProcess(*arguments, "--count", str(IDS_PER_PROCESS)))
-        for _ in range(PROCESSES)
-    ]
-    for process in processes:
-        assert process.wait(timeout=120) == 0, process.stderr
+    processes = _minting_at_once(exit_stack, "uid64", url, PROCESSES, IDS_PER_PROCESS)
 
     every_id: list[int] = []
     used: list[int] = []
@@ -156,3 +165,32 @@ def test_paused_holder_never_overlaps_its_successor(
     else:
         # It recovered: it carried on, with a generator ID other than B's or later.
         assert any(i.timestamp_ms > ceiling for i in a_ids[printed_before_pause:])
+
+
+UUID7_PROCESSES = 8
+UUID7_PER_PROCESS = 20_000
+
+
+@shared_backends
+def test_eight_uuid7_processes_at_once_share_no_uuid(
+    backend: Backend, exit_stack: contextlib.ExitStack
+) -> None:
+    """uuid7's node is claimed in its own space like every identity: 8 minters at once on
+    one coordinator hold 8 nodes, and (ms, node, counter) keeps every UUID apart."""
+    url = backend.url(ttl=10)
+    processes = _minting_at_once(exit_stack, "uuid7", url, UUID7_PROCESSES, UUID7_PER_PROCESS)
+    every_id: list[str] = []
+    nodes: list[int] = []
+    for process in processes:
+        ids = [Uuid7(line) for line in process.lines]
+        assert len(ids) == UUID7_PER_PROCESS, process.stderr
+        assert all(earlier < later for earlier, later in itertools.pairwise(ids))
+        used = {value.node for value in ids}
+        assert len(used) == 1, f"process {process.pid} used nodes {used}"
+        nodes.append(used.pop())
+        every_id.extend(process.lines)
+    duplicates = [value for value, n in Counter(every_id).items() if n > 1]
+    assert not duplicates, f"{len(duplicates)} UUIDs minted twice, e.g. {duplicates[:5]}"
+    assert len(set(nodes)) == UUID7_PROCESSES, f"nodes shared: {sorted(nodes)}"
+    held = [row for row in backend.list_claims(url) if row.space == "uuid7"]
+    assert held == [], "every process should have released its claim"

@@ -319,6 +319,7 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
     "elastic64": {"timestamp_ms": 1, "burst": 0, "node": 0, "node_bits": 8},
     "muid": {"timestamp_us": 1, "medallion": 0, "offset": 0},
     "short60": {"timestamp_ms": 1_519_862_400_000, "sequence": 0, "random": 0},
+    "uuid7": {"timestamp_ms": 1, "counter": 0, "node": 0, "random": 0},
 }
 
 # (scheme, field, lowest, highest) with the other fields at VALID_FIELDS
@@ -341,6 +342,10 @@ FIELD_RANGES: list[tuple[str, str, int, int]] = [
     ("short60", "timestamp_ms", 1_519_862_400_000, 1_519_862_400_000 + 2**42 - 1),
     ("short60", "sequence", 0, 511),
     ("short60", "random", 0, 511),
+    ("uuid7", "timestamp_ms", 0, 253_402_300_799_999),
+    ("uuid7", "counter", 0, 2**18 - 1),
+    ("uuid7", "node", 0, 2**16 - 1),
+    ("uuid7", "random", 0, 2**40 - 1),
 ]
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import itertools
 import pickle
+import uuid
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from idmint.schemes import (
     Short60,
     Uid64,
     Uid64V1,
+    Uuid7,
     parse_id,
 )
 
@@ -40,7 +43,7 @@ SHORT60_SEQUENCE = st.integers(0, 511)
 SHORT60_RANDOM = st.integers(0, 511)
 NODE_BITS = st.integers(8, 16)
 
-BYTE_LENGTH = {"uid64": 8, "uid64-v1": 8, "elastic64": 8, "muid": 16, "short60": 8}
+BYTE_LENGTH = {"uid64": 8, "uid64-v1": 8, "elastic64": 8, "muid": 16, "short60": 8, "uuid7": 16}
 
 
 @st.composite
@@ -78,6 +81,14 @@ FIELDS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     ),
     "short60": st.fixed_dictionaries(
         {"timestamp_ms": SHORT60_TIMESTAMP, "sequence": SHORT60_SEQUENCE, "random": SHORT60_RANDOM}
+    ),
+    "uuid7": st.fixed_dictionaries(
+        {
+            "timestamp_ms": st.integers(0, LAST_DATETIME_MS),
+            "counter": st.integers(0, 2**18 - 1),
+            "node": st.integers(0, 2**16 - 1),
+            "random": st.integers(0, 2**40 - 1),
+        }
     ),
 }
 assert set(FIELDS) == set(SCHEMES)
@@ -134,6 +145,40 @@ def test_int_and_bytes_round_trip(scheme: str, data: st.DataObject) -> None:
     assert construct(scheme, raw, node_bits) == value
     assert construct(scheme, bytearray(raw), node_bits) == value
     assert read_fields(construct(scheme, raw, node_bits), fields) == fields
+
+
+@given(fields=FIELDS["uuid7"])
+def test_uuid7_is_a_version_7_uuid_in_every_form_uuid_uuid_reads(fields: dict[str, int]) -> None:
+    value = Uuid7.build(**fields)
+    as_uuid = uuid.UUID(str(value))
+    assert (as_uuid.version, as_uuid.variant) == (7, uuid.RFC_4122)
+    assert value.uuid == as_uuid == value.to_uuid()
+    assert value.int == as_uuid.int
+    assert str(value) == str(as_uuid)  # dashed, lowercase
+    assert value.hex == as_uuid.hex
+    for text in (
+        str(as_uuid).upper(),
+        "{" + str(as_uuid) + "}",
+        "urn:uuid:" + str(as_uuid),
+        as_uuid.hex,
+    ):
+        assert Uuid7(text) == value, text
+        assert uuid.UUID(text) == as_uuid  # the same forms uuid.UUID takes
+    assert Uuid7("URN:UUID:" + str(as_uuid).upper()) == value  # which takes only urn: in lower case
+    assert Uuid7(as_uuid) == Uuid7.from_uuid(as_uuid) == value
+    assert parse_id(str(value)) == value  # the dashed form is guessed as uuid7
+
+
+@given(fields=FIELDS["uuid7"], later=st.integers(1, 2**18))
+def test_uuid7_sorts_by_time_then_counter(fields: dict[str, int], later: int) -> None:
+    value = Uuid7.build(**fields)
+    step = fields["counter"] + later
+    if step <= 2**18 - 1:
+        after = Uuid7.build(**{**fields, "counter": step, "node": 0, "random": 0})
+    else:
+        after = Uuid7.build(timestamp_ms=fields["timestamp_ms"] + 1)
+    assert value < after
+    assert str(value) < str(after)
 
 
 @given(fields=FIELDS["muid"])
@@ -380,6 +425,7 @@ PUBLIC_ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "elastic64": ("timestamp_ms", "burst", "node", "node_bits"),
     "muid": ("timestamp_us", "medallion", "offset", "dashed"),
     "short60": ("timestamp_ms", "sequence", "random", "display"),
+    "uuid7": ("timestamp_ms", "counter", "node", "random", "hex", "uuid"),
 }
 SAMPLES: dict[str, IdValue] = {
     "uid64": Uid64("ffffffffffeea1bf"),
@@ -387,6 +433,7 @@ SAMPLES: dict[str, IdValue] = {
     "elastic64": Elastic64("115816896921601023", 8),
     "muid": Muid("05D5EAC793E61F17B9F5B9479DF94AC0"),
     "short60": Short60("xinaS8QBh"),
+    "uuid7": Uuid7("017f22e2-79b0-7cc3-98c4-dc0c0c07398f"),
 }
 
 
@@ -424,3 +471,123 @@ def test_samples_are_valid() -> None:
     assert SAMPLES["elastic64"].to_dict()["burst"] == 3
     with pytest.raises(InvalidId):
         Uid64V1("ffffffffffeea1bf")
+
+
+# -- the IDs bounding an instant -----------------------------------------------------
+
+BOUND_OPTIONS: dict[str, list[dict[str, Any]]] = {
+    "uid64": [{"mode": "spread"}, {"mode": "time-sequential"}],
+    "uid64-v1": [{}],
+    "elastic64": [{"node_bits": 8}, {"node_bits": 13}],
+    "muid": [{}],
+    "short60": [{}],
+    "uuid7": [{}],
+}
+assert set(BOUND_OPTIONS) == set(SCHEMES)
+
+
+def time_of(fields: dict[str, Any]) -> tuple[str, int]:
+    name = "timestamp_us" if "timestamp_us" in fields else "timestamp_ms"
+    return name, fields[name]
+
+
+def bound_options_of(scheme: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """What first_at() needs to bound IDs of ``fields``."""
+    if scheme == "uid64":
+        return {"mode": Mode.parse(fields["mode"]).value}
+    if scheme == "elastic64":
+        return {"node_bits": fields["node_bits"]}
+    return {}
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+@settings(deadline=None)  # a dozen values made per example: a loaded machine took 200 ms
+@given(data=st.data())
+def test_an_id_lies_within_the_bounds_of_its_time(scheme: str, data: st.DataObject) -> None:
+    fields = data.draw(FIELDS[scheme])
+    value = build(scheme, fields)
+    cls = SCHEMES[scheme]
+    options = bound_options_of(scheme, fields)
+    when = value.time  # the time in the scheme's unit, as a datetime
+    first, last = cls.first_at(when, **options), cls.last_at(when, **options)
+    assert first <= value <= last
+    assert first.time == last.time == when
+    name, count = time_of(fields)
+    if name == "timestamp_ms":
+        assert cls.first_at(count, **options) == first  # ms since 1970 say the same
+    sortable = cls.orders_by_time(**options)
+    assert sortable == (scheme not in {"uid64-v1"} and options.get("mode") != "spread")
+    if not sortable:
+        return
+    unit = dt.timedelta(microseconds=1) if name == "timestamp_us" else dt.timedelta(milliseconds=1)
+    field = cls.field(name)
+    if count > field.low:
+        assert cls.last_at(when - unit, **options) < value
+    if count < field.high:
+        assert cls.first_at(when + unit, **options) > value
+        assert cls.between(when, when + unit, **options) == (first, last)
+
+
+@pytest.mark.parametrize(
+    ("scheme", "options"),
+    [(scheme, options) for scheme, every in BOUND_OPTIONS.items() for options in every],
+)
+def test_the_bounds_of_a_time_are_ids_of_that_time_with_every_other_bit_at_an_end(
+    scheme: str, options: dict[str, Any]
+) -> None:
+    cls = SCHEMES[scheme]
+    when = dt.datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=dt.timezone.utc)
+    first, last = cls.first_at(when, **options), cls.last_at(when, **options)
+    unit = 1_000_000 // cls._time_field.per_second
+    expected = when.replace(microsecond=when.microsecond // unit * unit)
+    assert first.time == last.time == expected
+    for name, value in first.to_dict().items():
+        field = next((f for f in cls.fields if f.name == name), None)
+        if field and not (field.per_second or field.choices) and name not in {*options, "int"}:
+            assert value == field.low, name
+    shown = last.to_dict()
+    if scheme in {"uid64", "uid64-v1", "muid", "uuid7", "short60"}:
+        for name in ("sequence", "generator", "cluster", "medallion", "offset", "counter", "node"):
+            if name in shown:
+                assert shown[name] == cls.field(name).high, name
+
+
+def test_a_span_of_time_is_refused_where_ids_do_not_sort_by_time() -> None:
+    start = dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc)
+    end = start + dt.timedelta(days=1)
+    for cls, options in ((Uid64, {}), (Uid64, {"mode": "spread"}), (Uid64V1, {})):
+        with pytest.raises(InvalidId, match="do not sort by time") as caught:
+            cls.between(start, end, **options)
+        assert caught.value.problem == "order"
+    low, high = Uid64.between(start, end, mode="time-sequential")
+    assert low.time == start
+    assert high.time == end - dt.timedelta(milliseconds=1)
+    assert Uuid7.between(start, end) == (
+        Uuid7.first_at(start),
+        Uuid7.last_at(end - dt.timedelta(milliseconds=1)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("call", "problem"),
+    [
+        (lambda: Uuid7.first_at(dt.datetime(2024, 5, 1)), "time"),  # naive
+        (lambda: Uuid7.first_at("2024-05-01"), "type"),
+        (lambda: Uuid7.first_at(True), "type"),
+        (lambda: Uuid7.first_at(-1), "range"),
+        (lambda: Short60.first_at(0), "range"),  # before short60's epoch
+        (lambda: Uid64.first_at(2**42), "range"),
+        (lambda: Elastic64.first_at(0), "node_bits"),
+        (lambda: Uid64V1.first_at(0, mode="time-sequential"), "range"),
+        (lambda: Uuid7.between(5, 5), "time"),
+    ],
+)
+def test_bad_times_and_options_are_invalid_id(call: Any, problem: str) -> None:
+    with pytest.raises(InvalidId) as caught:
+        call()
+    assert caught.value.problem == problem
+
+
+def test_options_a_scheme_does_not_take_are_a_type_error() -> None:
+    with pytest.raises(TypeError, match="muid bounds take nothing but the time, not mode"):
+        Muid.first_at(0, mode="spread")

@@ -13,12 +13,14 @@ import csv
 import datetime as dt
 import json
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from idmint.schemes import Elastic64, Mode, Muid, Short60, Uid64, Uid64V1, parse_id
+from idmint.errors import InvalidId
+from idmint.schemes import Elastic64, Mode, Muid, Short60, Uid64, Uid64V1, Uuid7, parse_id
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 UTC = dt.timezone.utc
@@ -350,3 +352,58 @@ def test_elastic64_same_bits_other_width_is_another_id() -> None:
     assert (wide.node, wide.burst) == (65535, 0)
     assert narrow != wide
     assert narrow.int == wide.int
+
+
+# -- uuid7 -----------------------------------------------------------------------------
+
+# RFC 9562 appendix A.6's example UUIDv7: only its time is RFC 9562's to define; the
+# other fields are what idmint's layout reads from its (random) bits.
+RFC9562_UUIDV7 = "017F22E2-79B0-7CC3-98C4-DC0C0C07398F"
+
+
+def test_uuid7_reads_rfc_9562s_example() -> None:
+    value = Uuid7(RFC9562_UUIDV7)
+    assert value.timestamp_ms == 1645557742000
+    assert value.time == at_ms(1645557742000)
+    assert str(value) == RFC9562_UUIDV7.lower()
+    assert value.uuid == uuid.UUID(RFC9562_UUIDV7)
+    check_int_and_bytes(value, 0x017F22E279B07CC398C4DC0C0C07398F, 16)
+    assert value.to_dict() == {
+        "scheme": "uuid7",
+        "id": "017f22e2-79b0-7cc3-98c4-dc0c0c07398f",
+        "time": "2022-02-22T19:22:22.000Z",
+        "timestamp_ms": 1645557742000,
+        # rand_a 0xCC3 and rand_b's top 6 bits 0b011000, read as idmint's counter;
+        "counter": 0xCC3 << 6 | 0b011000,
+        # rand_b's next 16 bits, read as the node; its last 40 as the random bits.
+        "node": 0xC4DC,
+        "random": 0x0C0C07398F,
+    }
+
+
+def test_uuid7_places_its_fields_as_the_module_draws_them() -> None:
+    # Worked by hand: ms 0x0123456789AB; version 7; counter 0x2A5F3 = 0xA97 << 6 | 0x33;
+    # variant 10; node 0xBEEF; random 0x0102030405.
+    value = Uuid7.build(
+        timestamp_ms=0x0123456789AB, counter=0x2A5F3, node=0xBEEF, random=0x0102030405
+    )
+    assert str(value) == "01234567-89ab-7a97-b3be-ef0102030405"
+    assert Uuid7("01234567-89ab-7a97-b3be-ef0102030405").to_dict()["counter"] == 0x2A5F3
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("017F22E2-79B0-4CC3-98C4-DC0C0C07398F", "version"),  # version 4
+        ("017F22E2-79B0-7CC3-C8C4-DC0C0C07398F", "variant"),  # variant 110 (Microsoft)
+        ("017F22E2-79B0-7CC3-98C4-DC0C0C07398", "length"),
+        ("017F22E279B0-7CC3-98C4-DC0C0C07398F", "length"),
+        ("017F22E2-79B0-7CC3-98C4-DC0C0C07398G", "character"),
+        ("ffffffff-ffff-7fff-bfff-ffffffffffff", "range"),  # after 9999-12-31
+    ],
+)
+def test_uuid7_refuses_what_is_not_a_version_7_uuid(text: str, problem: str) -> None:
+    with pytest.raises(InvalidId) as caught:
+        Uuid7(text)
+    assert caught.value.problem == problem
+    assert caught.value.scheme == "uuid7"

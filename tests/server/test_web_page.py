@@ -506,7 +506,7 @@ def test_deep_link_decodes_and_decoding_updates_the_address(page: Any, server_ur
 
 # -- every scheme, wide and narrow -------------------------------------------------------------
 
-SCHEMES = ["uid64", "uid64-v1", "elastic64", "muid", "short60"]
+SCHEMES = ["uid64", "uid64-v1", "elastic64", "muid", "short60", "uuid7"]
 
 LAYOUT_PROBLEMS = (Path(__file__).with_name("layout_problems.js")).read_text()
 
@@ -574,6 +574,35 @@ def test_every_scheme_fits_and_reads_whole(
             assert tab.locator("#decode-error").is_hidden()
             assert tab.input_value("#scheme-select") == example_scheme
             assert_page_is_whole(tab, [*shown, canonical])
+
+
+def test_the_page_draws_uuid7s_128_bits_in_their_fields(tab: Any, server_url: str) -> None:
+    """RFC 9562's example: time, version and variant where the RFC puts them, the rest as
+    idmint's counter (split around the variant), node and random bits."""
+    text = "017f22e2-79b0-7cc3-98c4-dc0c0c07398f"
+    tab.goto(f"{server_url}?id={text.upper()}&scheme=uuid7")
+    wait_for_result(tab, text)
+    cells = tab.locator("#bits [data-bit]")
+    sync_api.expect(cells).to_have_count(128)
+    drawn = "".join(cells.all_inner_texts())
+    assert drawn == format(int(text.replace("-", ""), 16), "0128b")
+    edges = {
+        "timestamp": (127, 80),
+        "version": (79, 76),
+        "counter-high": (75, 64),
+        "variant": (63, 62),
+        "counter-low": (61, 56),
+        "node": (55, 40),
+        "random": (39, 0),
+    }
+    for field, bits in edges.items():
+        for bit in bits:
+            assert cells.nth(127 - bit).get_attribute("data-field") == field, (field, bit)
+    sync_api.expect(tab.locator("#decode-warning")).to_be_hidden()  # the bits agree
+    sync_api.expect(tab.locator('#fields tr[data-field="timestamp_ms"] td.value')).to_have_text(
+        "1645557742000"
+    )
+    assert_page_is_whole(tab, [text])
 
 
 def node_bits_of(tab: Any) -> dict[str, int]:

@@ -17,7 +17,17 @@ from pathlib import Path
 import pytest
 from tests.servers.postgres import PostgresServer
 
-from idmint import Elastic64, InvalidId, Mode, Muid, Short60, Uid64, Uid64V1
+from idmint import (
+    Elastic64,
+    InvalidId,
+    Mode,
+    Muid,
+    Short60,
+    Uid64,
+    Uid64V1,
+    Uuid7,
+    Uuid7Generator,
+)
 
 DATABASES = ("default", "postgres")
 TOP = 1 << 63
@@ -95,6 +105,7 @@ def test_fields_deconstruct_into_equal_fields(project: Project) -> None:
         "Elastic64Field",
         "MuidField",
         "Short60Field",
+        "Uuid7Field",
     }
     for field in fields:
         _, path, args, kwargs = field.deconstruct()
@@ -107,8 +118,20 @@ def test_columns_in_each_database(project: Project) -> None:
     from django.db import connections
 
     expected = {
-        "default": {"id": "bigint", "shard": "bigint", "short": "bigint", "batch": "blob"},
-        "postgres": {"id": "bigint", "shard": "bigint", "short": "bigint", "batch": "uuid"},
+        "default": {
+            "id": "bigint",
+            "shard": "bigint",
+            "short": "bigint",
+            "batch": "blob",
+            "public": "char(32)",  # as Django's UUIDField
+        },
+        "postgres": {
+            "id": "bigint",
+            "shard": "bigint",
+            "short": "bigint",
+            "batch": "uuid",
+            "public": "uuid",
+        },
     }
     for database, columns in expected.items():
         with connections[database].cursor() as cursor:
@@ -125,6 +148,28 @@ def test_columns_in_each_database(project: Project) -> None:
 
 
 # -- save and load ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("database", DATABASES)
+def test_a_uuid7_field_is_stored_as_a_uuidfield(project: Project, database: str) -> None:
+    from django.db import connections
+    from tests.storage.django_app.models import Order
+
+    rfc = Uuid7("017F22E2-79B0-7CC3-98C4-DC0C0C07398F")
+    minted = Uuid7Generator(node=3).batch(3)
+    for number, form in enumerate((rfc.uuid, str(minted[0]), minted[1].int, minted[2])):
+        Order.objects.using(database).create(public=form, note=f"uuid7 {number}")
+    loaded = Order.objects.using(database).filter(note__startswith="uuid7").order_by("public")
+    assert [order.public for order in loaded] == sorted([rfc, *minted])
+    assert all(type(order.public) is Uuid7 for order in loaded)
+    for form in (rfc, str(rfc), rfc.hex, rfc.uuid, "urn:uuid:" + str(rfc)):
+        assert Order.objects.using(database).filter(public=form).count() == 1
+    # What Django's UUIDField would have stored reads back as the same UUID.
+    with connections[database].cursor() as cursor:
+        cursor.execute("SELECT public FROM idmint_storage_order WHERE note = %s", ["uuid7 0"])
+        (stored,) = cursor.fetchone()
+    assert stored == (rfc.uuid if database == "postgres" else rfc.hex)
+    Order.objects.using(database).filter(note__startswith="uuid7").delete()
 
 
 @pytest.mark.parametrize("database", DATABASES)

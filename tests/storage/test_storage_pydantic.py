@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from typing import Annotated, Any
@@ -12,10 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from idmint import Elastic64, IdValue, Muid, Short60, Uid64, Uid64V1
+from idmint import Elastic64, IdValue, Muid, Short60, Uid64, Uid64V1, Uuid7
 from idmint.pydantic import NodeBits
 from idmint.schemes import elastic64 as e64
 from idmint.schemes import uid64 as u64
+from idmint.schemes import uuid7 as uu
 
 
 class Order(BaseModel):
@@ -75,6 +77,9 @@ ID_VALUES: st.SearchStrategy[IdValue] = st.one_of(
     st.integers(0, e64.MAX_VALUE).map(lambda v: Elastic64(v, node_bits=12)),
     st.integers(0, (1 << 128) - 1).map(Muid),
     st.integers(0, (1 << 60) - 1).map(Short60),
+    st.integers(0, ((uu.MAX_TIMESTAMP_MS + 1) << 80) - 1).map(
+        lambda v: Uuid7(v & ~uu.VERSION_VARIANT_MASK | uu.VERSION_VARIANT_BITS)
+    ),
 )
 
 
@@ -175,3 +180,27 @@ def test_importing_idmint_does_not_import_pydantic() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+class Event(BaseModel):
+    id: Uuid7
+
+
+def test_a_uuid7_field_takes_what_uuid_uuid_takes_and_gives_the_dashed_form() -> None:
+    rfc = Uuid7("017f22e2-79b0-7cc3-98c4-dc0c0c07398f")
+    for form in (
+        rfc,
+        rfc.uuid,
+        str(rfc).upper(),
+        "{" + str(rfc) + "}",
+        "urn:uuid:" + str(rfc),
+        rfc.hex,
+        rfc.int,
+        rfc.bytes,
+    ):
+        assert Event(id=form).id == rfc  # type: ignore[arg-type]
+    assert json.loads(Event(id=rfc).model_dump_json()) == {"id": str(rfc)}
+    pattern = re.compile(Event.model_json_schema()["properties"]["id"]["pattern"])
+    assert pattern.fullmatch("URN:UUID:" + str(rfc).upper())
+    with pytest.raises(ValidationError, match="version-4 UUID"):
+        Event(id="017f22e2-79b0-4cc3-98c4-dc0c0c07398f")  # type: ignore[arg-type]

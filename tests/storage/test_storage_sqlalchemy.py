@@ -29,9 +29,11 @@ from idmint import (
     Uid64,
     Uid64Generator,
     Uid64V1,
+    Uuid7,
 )
 from idmint.schemes import elastic64 as e64
 from idmint.schemes import uid64 as u64
+from idmint.schemes import uuid7 as uu
 from idmint.sqlalchemy import (
     Elastic64Type,
     IdType,
@@ -40,6 +42,7 @@ from idmint.sqlalchemy import (
     Short60Type,
     Uid64Type,
     Uid64V1Type,
+    Uuid7Type,
 )
 
 TOP = 1 << 63
@@ -98,12 +101,23 @@ EDGES: dict[str, list[IdValue]] = {
     ],
 }
 
+EDGES["uuid7"] = [
+    Uuid7.build(timestamp_ms=0),
+    Uuid7.build(timestamp_ms=0, random=1),
+    Uuid7.build(timestamp_ms=1, counter=0x3F),  # the counter's low part, atop rand_b
+    Uuid7.build(timestamp_ms=1, counter=0x40),  # its high part, in rand_a
+    Uuid7("017F22E2-79B0-7CC3-98C4-DC0C0C07398F"),  # RFC 9562's example
+    Uuid7.build(timestamp_ms=(1 << 47) - 1, counter=uu.MAX_COUNTER, node=uu.MAX_NODE),
+    Uuid7.last_at(uu.MAX_TIMESTAMP_MS),
+]
+
 COLUMN_TYPES: dict[str, Callable[[], IdType[Any]]] = {
     "uid64": Uid64Type,
     "uid64-v1": Uid64V1Type,
     "elastic64": lambda: Elastic64Type(node_bits=NODE_BITS),
     "short60": Short60Type,
     "muid": MuidType,
+    "uuid7": Uuid7Type,
 }
 
 
@@ -158,8 +172,11 @@ def test_column_types_in_the_database(engine: sa.Engine) -> None:
         assert isinstance(columns[name], sa.BigInteger), (name, columns[name])
     if engine.dialect.name == "postgresql":
         assert isinstance(columns["muid"], sa.Uuid), columns["muid"]
+        assert isinstance(columns["uuid7"], sa.Uuid), columns["uuid7"]
     else:
         assert isinstance(columns["muid"], sa.LargeBinary), columns["muid"]
+        # sa.Uuid's fallback: 32 hex digits, which sort as the UUIDs do.
+        assert columns["uuid7"].length == 32, columns["uuid7"]
 
 
 # -- order ---------------------------------------------------------------------------
@@ -245,7 +262,7 @@ def test_uid64_order_across_the_top_bit(
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-@pytest.mark.parametrize("scheme", ["uid64-v1", "elastic64", "short60", "muid"])
+@pytest.mark.parametrize("scheme", ["uid64-v1", "elastic64", "short60", "muid", "uuid7"])
 def test_other_schemes_order_by_is_python_order(
     engine: sa.Engine, order_tables: dict[str, sa.Table], scheme: str, data: st.DataObject
 ) -> None:
@@ -254,6 +271,10 @@ def test_other_schemes_order_by_is_python_order(
         ints = st.integers(0, e64.MAX_VALUE).map(lambda v: Elastic64(v, node_bits=NODE_BITS))
     elif value_type is Uid64V1:
         ints = st.integers(0, MAX64).map(lambda v: Uid64V1(v & ~u64.V1_RESERVED_MASK))
+    elif value_type is Uuid7:
+        ints = st.integers(0, ((uu.MAX_TIMESTAMP_MS + 1) << 80) - 1).map(
+            lambda v: Uuid7(v & ~uu.VERSION_VARIANT_MASK | uu.VERSION_VARIANT_BITS)
+        )
     else:
         ints = st.integers(0, value_type._max_int).map(value_type.from_int)
     values = data.draw(
@@ -289,6 +310,11 @@ TIME_ORDERED: dict[
         Short60Type,
         lambda t, i: Short60.build(timestamp_ms=t, sequence=i % 512, random=i % 512),
         lambda t: Short60.build(timestamp_ms=t),
+    ),
+    "uuid7": (
+        Uuid7Type,
+        lambda t, i: Uuid7.build(timestamp_ms=t, counter=i, node=i % 65536, random=i),
+        Uuid7.first_at,
     ),
 }
 

@@ -37,8 +37,9 @@ from idmint.errors import ConfigurationError
 from idmint.schemes import elastic64 as e64
 from idmint.schemes import short60 as s60
 from idmint.schemes import uid64 as u64
+from idmint.schemes import uuid7 as uu
 
-__all__ = ["CLUSTER", "GENERATOR", "NODE", "SHORT60", "SPACES", "Identity", "Space"]
+__all__ = ["CLUSTER", "GENERATOR", "NODE", "SHORT60", "SPACES", "UUID7", "Identity", "Space"]
 
 CLUSTER = "cluster"
 """The identity field that names a cluster, in the spaces that have clusters."""
@@ -125,6 +126,7 @@ GENERATOR = Space(
 )
 NODE = Space("node", "node", 1 << e64.MIN_NODE_BITS, "elastic64 node IDs", width="node_bits")
 SHORT60 = Space("short60", "node", s60.MAX_NODE + 1, "short60 node IDs")
+UUID7 = Space("uuid7", "node", uu.MAX_NODE + 1, "uuid7 node IDs")
 
-SPACES: tuple[Space, ...] = (GENERATOR, NODE, SHORT60)
+SPACES: tuple[Space, ...] = (GENERATOR, NODE, SHORT60, UUID7)
 """Every identity space, in the order ``claims list`` shows them."""

@@ -13,6 +13,7 @@ from idmint.generate.generators import (
     Short60Generator,
     Uid64Generator,
     Uid64V1Generator,
+    Uuid7Generator,
 )
 
 __all__ = [
@@ -32,4 +33,5 @@ __all__ = [
     "TickGenerator",
     "Uid64Generator",
     "Uid64V1Generator",
+    "Uuid7Generator",
 ]

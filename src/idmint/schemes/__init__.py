@@ -1,4 +1,4 @@
-"""The five ID schemes: value types and codecs, pure code with no I/O.
+"""The six ID schemes: value types and codecs, pure code with no I/O.
 
 ``SCHEMES`` maps each scheme's name (as the CLI and the server spell it) to its
 value type, which describes the scheme to everything above (fields and their
@@ -25,6 +25,7 @@ from idmint.schemes.elastic64 import Elastic64
 from idmint.schemes.muid import Muid
 from idmint.schemes.short60 import Short60
 from idmint.schemes.uid64 import Mode, Uid64, Uid64V1
+from idmint.schemes.uuid7 import Uuid7
 
 __all__ = [
     "SCHEMES",
@@ -36,6 +37,7 @@ __all__ = [
     "Short60",
     "Uid64",
     "Uid64V1",
+    "Uuid7",
     "a_scheme",
     "check_field",
     "coerce_id",
@@ -52,6 +54,7 @@ SCHEMES: Final[dict[str, type[IdValue]]] = {
     "elastic64": Elastic64,
     "muid": Muid,
     "short60": Short60,
+    "uuid7": Uuid7,
 }
 
 _MUID_SHAPE = re.compile(Muid.text_pattern)
@@ -59,6 +62,11 @@ _HEX16_SHAPE = re.compile(Uid64.text_pattern)
 _DECIMAL_SHAPE = re.compile(Elastic64.text_pattern)
 _SHORT60_SHAPE = re.compile(Short60.text_pattern)
 _SHORT60_FULL_LENGTH = Short60.text_length
+# A UUID as people write it: dashed, in braces or a URN (32 bare hex digits are a muid).
+_UUID_SHAPE = re.compile(
+    r"(?i:urn:uuid:)?[{]?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}[}]?"
+    r"|(?i:urn:uuid:)[0-9a-fA-F]{32}|[{][0-9a-fA-F]{32}[}]"
+)
 
 
 def scheme_type(name: str) -> type[IdValue]:
@@ -76,16 +84,18 @@ def scheme_type(name: str) -> type[IdValue]:
 def guess_scheme(text: str, *, node_bits: int | None = None) -> str:
     """Name the scheme ``text`` must be in, when its shape allows only one.
 
-    Only full-length forms are guessed: 32 hex digits (or the dashed 14-13-5
-    form) can only be a muid; 16 hex digits with a letter among them only a
-    uid64 (uid64-v1 IDs are uid64 IDs with the same fields); 10 base-64
-    characters with a non-digit only a short60 (every short60 minted since 2020
-    has 10). Decimal digits are an elastic64 ID when a width is given. Anything
-    else, such as 16 decimal digits (hex or decimal?) or a short string (a
-    short60 from before 2020, or a typo?), raises ``InvalidId`` asking for the
-    scheme.
+    Only full-length forms are guessed: a UUID's dashed 8-4-4-4-12 form (or braces, or
+    ``urn:uuid:``) can only be a uuid7 (a UUID of another version is then refused as one); 32
+    bare hex digits (or the dashed 14-13-5 form) are a muid, as they were before uuid7 (name the
+    scheme for a UUID written so); 16 hex digits with a letter among them only a uid64 (uid64-v1
+    IDs are uid64 IDs with the same fields); 10 base-64 characters with a non-digit only a
+    short60 (every short60 minted since 2020 has 10). Decimal digits are an elastic64 ID when a
+    width is given. Anything else, such as 16 decimal digits (hex or decimal?) or a short string
+    (a short60 from before 2020, or a typo?), raises ``InvalidId`` asking for the scheme.
     """
     candidate = text.strip()
+    if _UUID_SHAPE.fullmatch(candidate):
+        return "uuid7"
     if _MUID_SHAPE.fullmatch(candidate):
         return "muid"
     is_decimal = _DECIMAL_SHAPE.fullmatch(candidate) is not None
@@ -118,7 +128,7 @@ def guess_scheme(text: str, *, node_bits: int | None = None) -> str:
     raise InvalidId(
         None,
         f"{quoted(candidate)} has the shape of no scheme: expected 16 or 32 hex digits, "
-        "a short60 string of up to 10 base-64 characters, or decimal digits",
+        "a dashed UUID, a short60 string of up to 10 base-64 characters, or decimal digits",
         problem="format",
     )
 

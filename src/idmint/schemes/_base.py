@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import inspect
-from collections.abc import Container, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 from idmint.errors import InvalidId, quoted
 
@@ -107,6 +107,12 @@ class IdValue:
     needs_node_bits: ClassVar[bool] = False
     """Whether reading an ID needs the node-ID width it was minted under
     (elastic64): the readers then take it as their second argument."""
+    fixed_bits: ClassVar[tuple[int, int]] = (0, 0)
+    """Bits every ID of the scheme has at one value, as ``(mask, value)`` (uuid7's
+    version and variant): the bounds of an instant (:meth:`first_at`) keep them."""
+    bound_options: ClassVar[tuple[str, ...]] = ()
+    """What :meth:`first_at` and the other bounds take besides the time, where the
+    layout depends on it (uid64's ``mode``, elastic64's ``node_bits``)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -216,6 +222,137 @@ class IdValue:
         obj = object.__new__(cls)
         obj._int = value
         return obj
+
+    # -- the IDs bounding an instant ------------------------------------------
+    # Range queries ("rows created yesterday") need the smallest and largest ID a
+    # time can be in. Where the time field stands as it is (a ``shift``) they are
+    # read from the declared fields: the time in place, every other bit as low or
+    # as high as it goes, the fixed bits kept. Such a scheme sorts by time when
+    # nothing but fixed bits lies above its time field.
+    @classmethod
+    def first_at(cls: type[IdT], when: _dt.datetime | int, **options: Any) -> IdT:
+        """The smallest ID whose time is the tick (the ms; the us for muid) holding ``when``.
+
+        ``when``: an aware datetime, or ms since 1970-01-01 UTC. ``options``: what
+        the layout depends on (:attr:`bound_options`: uid64's ``mode``,
+        elastic64's ``node_bits``). Every ID minted in that tick lies within
+        ``[first_at(when), last_at(when)]``. For a span of time, use
+        :meth:`between`, which refuses layouts that do not sort by time.
+        """
+        return cls._bound(when, 0, options)
+
+    @classmethod
+    def last_at(cls: type[IdT], when: _dt.datetime | int, **options: Any) -> IdT:
+        """The largest ID whose time is the tick holding ``when`` (see :meth:`first_at`)."""
+        return cls._bound(when, 1, options)
+
+    @classmethod
+    def between(
+        cls: type[IdT], start: _dt.datetime | int, end: _dt.datetime | int, **options: Any
+    ) -> tuple[IdT, IdT]:
+        """The smallest and largest ID of the times from ``start`` up to, not including,
+        ``end``: ``WHERE id BETWEEN low AND high`` finds the rows made in ``[start, end)``.
+
+        Only for layouts that sort by time (:meth:`orders_by_time`); others (uid64 in
+        spread mode, whose IDs of one second are spread over the whole key space)
+        raise ``InvalidId`` (problem ``"order"``): no range of IDs holds a span of
+        their times.
+        """
+        if not cls.orders_by_time(**options):
+            raise InvalidId(
+                cls.scheme,
+                f"{cls._layout_name(options)} do not sort by time, so no range of IDs "
+                "holds the IDs of a span of time; bound one tick with first_at() and "
+                "last_at(), or use a layout that sorts by time",
+                problem="order",
+            )
+        first, last = cls._tick_of(start), cls._tick_of(end, past_end=True) - 1
+        if last < first:
+            raise InvalidId(
+                cls.scheme, f"the span ends ({end}) where it starts ({start})", problem="time"
+            )
+        return cls._bound(first, 0, options, tick=True), cls._bound(last, 1, options, tick=True)
+
+    @classmethod
+    def orders_by_time(cls, **options: Any) -> bool:
+        """Whether IDs of this layout (with ``options``, as :meth:`first_at`'s) sort by time:
+        the time field is above every bit that varies."""
+        cls._check_bound_options(options)
+        field = cls._time_field
+        if field.shift is None:
+            return False
+        above = cls._max_int >> (field.shift + field.bits) << (field.shift + field.bits)
+        return above & ~cls.fixed_bits[0] == 0
+
+    @classmethod
+    def _layout_name(cls, options: Mapping[str, Any]) -> str:
+        """What IDs of this layout are called, for a refusal of a span of them."""
+        return "these IDs"
+
+    @classmethod
+    def _check_bound_options(cls, options: Mapping[str, Any]) -> None:
+        unknown = sorted(set(options) - set(cls.bound_options))
+        if unknown:
+            takes = ", ".join(cls.bound_options) or "nothing but the time"
+            raise TypeError(f"{cls.scheme} bounds take {takes}, not {', '.join(unknown)}")
+
+    @classmethod
+    def _tick_of(cls, when: object, *, past_end: bool = False) -> int:
+        """``when`` (an aware datetime or ms since 1970) in the scheme's time unit
+        (``past_end``: the end of a span, which may be one unit past the last time)."""
+        field = cls._time_field
+        if isinstance(when, _dt.datetime):
+            if when.utcoffset() is None:
+                raise InvalidId(
+                    cls.scheme,
+                    f"{when.isoformat()} is a naive datetime; give its time zone "
+                    "(tzinfo=datetime.timezone.utc)",
+                    problem="time",
+                )
+            micros = (when - UNIX_EPOCH) // _dt.timedelta(microseconds=1)
+            count = micros * field.per_second // 1_000_000
+        elif isinstance(when, int) and not isinstance(when, bool):
+            count = when * field.per_second // 1000
+        else:
+            raise InvalidId(
+                cls.scheme,
+                f"a time is an aware datetime or ms since 1970, not {type(when).__name__}",
+                problem="type",
+            )
+        if not field.low <= count <= field.high + past_end:
+            raise InvalidId(
+                cls.scheme,
+                f"{when} is outside the times {cls.scheme} IDs can hold "
+                f"({iso_time(field.low, field.per_second)} to "
+                f"{iso_time(field.high, field.per_second)})",
+                problem="range",
+            )
+        return count
+
+    @classmethod
+    def _bound(
+        cls: type[IdT],
+        when: object,
+        high: int,
+        options: Mapping[str, Any],
+        *,
+        tick: bool = False,
+    ) -> IdT:
+        cls._check_bound_options(options)
+        count = cast(int, when) if tick else cls._tick_of(when)
+        bounds = cls._tick_bounds(count, options)
+        return cast(IdT, cls._read(bounds[high], options.get("node_bits")))
+
+    @classmethod
+    def _tick_bounds(cls, count: int, options: Mapping[str, Any]) -> tuple[int, int]:
+        """The smallest and largest int of an ID whose time field holds ``count``."""
+        field = cls._time_field
+        if field.shift is None:  # pragma: no cover - such a scheme writes its own
+            raise NotImplementedError(f"{cls.scheme} must say where its time lies")
+        mask, fixed = cls.fixed_bits
+        low = (count - field.low) << field.shift
+        below = (1 << field.shift) - 1
+        return low & ~mask | fixed, (low | below) & ~mask | fixed
 
     # -- identity ---------------------------------------------------------
     def __int__(self) -> int:

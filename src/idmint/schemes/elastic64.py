@@ -16,6 +16,7 @@ bursts. The width is not stored in the ID, so decoding needs it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 from idmint.errors import InvalidId, quoted
@@ -58,6 +59,7 @@ class Elastic64(IdValue):
     bits = 64
     _forms = "decimal digits, 8 bytes or an int, with node_bits"
     needs_node_bits = True
+    bound_options = ("node_bits",)
     summary = (
         f"8 bytes: ms, burst, node ID of {MIN_NODE_BITS}..{MAX_NODE_BITS} bits; "
         f"2**({LOW_BITS}-bits) IDs/ms"
@@ -114,6 +116,16 @@ class Elastic64(IdValue):
     @classmethod
     def _read_text(cls, text: str, node_bits: int | None) -> Elastic64:
         return cls.from_text(text, node_bits)
+
+    @classmethod
+    def _tick_bounds(cls, count: int, options: Mapping[str, Any]) -> tuple[int, int]:
+        if options.get("node_bits") is None:
+            raise InvalidId(
+                cls.scheme,
+                "the bounds of a time need the node-ID width (node_bits, 8..16) of the IDs",
+                problem="node_bits",
+            )
+        return super()._tick_bounds(count, options)
 
     @classmethod
     def _coerce(cls, value: object, node_bits: int | None, where: str) -> Elastic64:

@@ -26,6 +26,7 @@ TIME_SEQUENTIAL stores the timestamp as is, so IDs sort by creation time.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from typing import Any, Final, TypeVar
 
 from idmint.errors import InvalidId
@@ -174,6 +175,32 @@ class _EightByteId(IdValue):
         """``mode`` read, where the layout has it (uid64-v1 has spread only)."""
         return Mode.parse(mode, cls.scheme)
 
+    # -- bounds of an instant: the timestamp is reversed in spread mode, so the IDs
+    # of one ms still share their top 42 bits, but a span of ms is spread out.
+    bound_options = ("mode",)
+    _low_bits_mask = (1 << TIMESTAMP_SHIFT) - 1
+
+    @classmethod
+    def _tick_bounds(cls, count: int, options: Mapping[str, Any]) -> tuple[int, int]:
+        mode = cls._mode(options.get("mode", Mode.SPREAD))
+        top = timestamp_field(count, mode)
+        if mode is Mode.TIME_SEQUENTIAL:
+            return top | MODE_BIT, top | cls._low_bits_mask
+        return top, top | cls._low_bits_mask & ~cls._spread_zero_bits
+
+    _spread_zero_bits = MODE_BIT
+    """The low bits a spread-mode ID of the layout always has at zero."""
+
+    @classmethod
+    def orders_by_time(cls, **options: Any) -> bool:
+        """Only time-sequential IDs sort by time (``mode="time-sequential"``)."""
+        cls._check_bound_options(options)
+        return cls._mode(options.get("mode", Mode.SPREAD)) is Mode.TIME_SEQUENTIAL
+
+    @classmethod
+    def _layout_name(cls, options: Mapping[str, Any]) -> str:
+        return "spread-mode IDs (their time bit-reversed)"
+
     # -- fields (sequence and cluster, which stand as they are, are made from theirs) ---
     sequence: int
     cluster: int
@@ -236,6 +263,8 @@ class Uid64V1(_EightByteId):
                 problem="reserved",
             )
         return super()._checked(value)
+
+    _spread_zero_bits = V1_RESERVED_MASK
 
     @classmethod
     def _mode(cls, mode: object) -> Mode:

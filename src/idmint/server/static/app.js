@@ -42,6 +42,16 @@
       seg("sequence", 9, "sequence"),
       seg("node", 9, "node"),
     ],
+    // RFC 9562 fixes the time, version and variant; the rest is idmint's layout.
+    uuid7: () => [
+      seg("timestamp", 48, "unix_ts_ms"),
+      seg("version", 4, "version", "reserved"),
+      seg("counter-high", 12, "counter bits 17–6", "sequence"),
+      seg("variant", 2, "variant", "reserved"),
+      seg("counter-low", 6, "counter bits 5–0", "sequence"),
+      seg("node", 16, "node"),
+      seg("random", 40, "random"),
+    ],
   };
 
   const SUMMARIES = {
@@ -61,6 +71,10 @@
       "60 bits: 42 bits of milliseconds since 2018-03-01, a 9-bit sequence and a 9-bit node " +
       "(random bits in uexky's IDs), " +
       "shown as rotated base 64.",
+    uuid7:
+      "An RFC 9562 version-7 UUID: a 48-bit millisecond timestamp, version 7 and variant 10; " +
+      "in idmint’s layout an 18-bit counter, a 16-bit claimed node and 40 random bits " +
+      "(in a UUIDv7 minted elsewhere those bits are that generator’s own).",
   };
 
   const ABOUT = {
@@ -78,9 +92,11 @@
     medallion: "the node that minted it",
     offset: "position within its transaction (0 = the transaction)",
     int: "the 60 bits as an integer",
+    counter: "position within its millisecond (idmint’s layout)",
+    random: "random bits",
   };
 
-  const BITS = { uid64: 64, "uid64-v1": 64, elastic64: 64, muid: 128, short60: 60 };
+  const BITS = { uid64: 64, "uid64-v1": 64, elastic64: 64, muid: 128, short60: 60, uuid7: 128 };
   const SHORT60_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
   const SHORT60_EPOCH_MS = 1519862400000n;
 
@@ -186,6 +202,11 @@
       if (!/^[0-9a-fA-F]{32}$/.test(hex)) throw new Error(`not 32 hex digits: ${t}`);
       return BigInt(`0x${hex}`);
     }
+    if (scheme === "uuid7") {
+      const hex = t.replace(/^urn:uuid:/i, "").replace(/^\{(.*)\}$/, "$1").replace(/-/g, "");
+      if (!/^[0-9a-fA-F]{32}$/.test(hex)) throw new Error(`not a UUID: ${t}`);
+      return BigInt(`0x${hex}`);
+    }
     if (scheme === "elastic64") {
       if (!/^\d{1,20}$/.test(t)) throw new Error(`not decimal digits: ${t}`);
       return BigInt(t);
@@ -268,6 +289,13 @@
           node: p.node,
           int: value,
         };
+      case "uuid7":
+        return {
+          timestamp_ms: p.timestamp,
+          counter: (p["counter-high"] << 6n) | p["counter-low"],
+          node: p.node,
+          random: p.random,
+        };
       default:
         return {};
     }
@@ -292,6 +320,16 @@
         return piece.value ? "1 = time-sequential" : "0 = spread";
       case "reserved":
         return "always zero";
+      case "version":
+        return `${piece.value} = version 7`;
+      case "variant":
+        return `${piece.value.toString(2)} = RFC 9562’s variant`;
+      case "counter-high":
+        return `counter ${data.counter} = ${piece.value} × 64 + low bits`;
+      case "counter-low":
+        return `low 6 bits of counter ${data.counter}`;
+      case "random":
+        return "fresh random bits";
       case "sequence":
         return "position within the millisecond";
       case "burst":
