@@ -1,4 +1,4 @@
-"""The database coordinators (PostgreSQL, Redis) failing under holders.
+"""The database coordinators (PostgreSQL, Redis, MySQL/MariaDB) failing under holders.
 
 Frozen, killed, crashed; forgetting the pool under holders with longer leases
 than their successor's; older claims data written back into the running store (a
@@ -29,6 +29,7 @@ from tests.integration.claims_helpers import (
     run_idmint,
     wait_for,
 )
+from tests.servers.mariadb import MariaDbServer
 from tests.servers.partition import TcpProxy
 from tests.servers.ports import LOOPBACK
 from tests.servers.postgres import PostgresServer
@@ -39,7 +40,10 @@ from idmint.coordinate import CoordinatorUrl
 
 TTL_S = 2.0
 
-stores = pytest.mark.parametrize("backend", backend_params(["postgres", "redis"]), indirect=True)
+stores = pytest.mark.parametrize(
+    "backend", backend_params(["postgres", "redis", "mysql"]), indirect=True
+)
+Store = PostgresServer | RedisServer | MariaDbServer
 
 
 def _mint_and_collect(
@@ -50,7 +54,7 @@ def _mint_and_collect(
     """Three holders of a four-ID pool mint; ``fault`` hits the store; a successor
     claims at once; everyone mints on. Every ID minted."""
     server = backend.server
-    assert isinstance(server, (PostgresServer, RedisServer))
+    assert isinstance(server, (PostgresServer, RedisServer, MariaDbServer))
     url = backend.url(ttl=TTL_S, generators="0-3", claim_timeout=60, wait_timeout=60)
     arguments = ("generate", "--coordinator", url, "--count", "0")
     holders = [exit_stack.enter_context(CliProcess(*arguments)) for _ in range(3)]
@@ -66,8 +70,11 @@ def _mint_and_collect(
             server.kill()
         server.start()
     elif fault == "crash-restart":
-        assert isinstance(server, PostgresServer)
-        server.crash()
+        if isinstance(server, PostgresServer):
+            server.crash()
+        else:
+            assert isinstance(server, MariaDbServer)
+            server.kill()
         server.start()
     successor = exit_stack.enter_context(CliProcess(*arguments))
     successor.wait_for_lines(10_000, timeout=60, what="the successor to mint")
@@ -92,11 +99,12 @@ def test_store_frozen_past_the_leases_then_killed_and_restarted_repeats_no_id(
     assert not duplicates, f"{len(duplicates)} IDs minted twice, e.g. {duplicates[:3]}"
 
 
-@pytest.mark.parametrize("backend", backend_params(["postgres"]), indirect=True)
-def test_postgres_crash_restart_under_holders_repeats_no_id(
+@pytest.mark.parametrize("backend", backend_params(["postgres", "mysql"]), indirect=True)
+def test_a_crash_and_restart_under_holders_repeats_no_id(
     backend: Backend, exit_stack: contextlib.ExitStack
 ) -> None:
-    """An immediate shutdown (crash recovery at the next start) under holders."""
+    """An immediate shutdown (PostgreSQL's SIGQUIT; MariaDB killed) under holders: crash
+    recovery at the next start."""
     every = _mint_and_collect(backend, exit_stack, "crash-restart")
     duplicates = [value for value, n in Counter(every).items() if n > 1]
     assert not duplicates, f"{len(duplicates)} IDs minted twice, e.g. {duplicates[:3]}"
@@ -128,8 +136,10 @@ def _duplicates(processes: Sequence[CliProcess]) -> list[int]:
 
 def _store_backend(request: pytest.FixtureRequest, store: str) -> Backend:
     server = request.getfixturevalue(store)
-    if isinstance(server, PostgresServer):
+    if isinstance(server, (PostgresServer, MariaDbServer)):
         server.create_database(CLAIMS_DATABASE)
+    if isinstance(server, MariaDbServer):
+        return Backend("mysql", server)
     return Backend("postgres" if isinstance(server, PostgresServer) else "redis", server)
 
 
@@ -146,17 +156,19 @@ def _through(proxy: TcpProxy) -> str:
 # -- the store forgets under holders with longer leases --------------------------------------
 
 
-def _forget(server: PostgresServer | RedisServer, root: str) -> None:
+def _forget(server: Store, root: str) -> None:
     """The store forgets the pool: its keys deleted (FLUSHALL, a restart without
     persistence), its rows deleted (a failover to a replica that never had them)."""
     if isinstance(server, RedisServer):
         with server.client() as client:
             client.delete(*(f"{root}:{space}" for space in ("generator", "node", "short60")))
+    elif isinstance(server, MariaDbServer):
+        server.sql(f"DELETE FROM `{root}`", database=CLAIMS_DATABASE)
     else:
         server.psql(f'DELETE FROM "{root}"', CLAIMS_DATABASE)
 
 
-@pytest.mark.parametrize("store", ["redis", "postgres"])
+@pytest.mark.parametrize("store", ["redis", "postgres", "mariadb"])
 def test_a_forget_under_holders_with_the_longest_leases_repeats_no_id(
     store: str, request: pytest.FixtureRequest, exit_stack: contextlib.ExitStack
 ) -> None:
@@ -171,7 +183,7 @@ def test_a_forget_under_holders_with_the_longest_leases_repeats_no_id(
     """
     backend = _store_backend(request, store)
     server = backend.server
-    assert isinstance(server, (PostgresServer, RedisServer))
+    assert isinstance(server, (PostgresServer, RedisServer, MariaDbServer))
     root = backend.new_root()
     common = {"generators": "0-1", "claim_timeout": 60, "wait_timeout": 60}
     with TcpProxy((LOOPBACK, server.port)) as proxy:
@@ -199,8 +211,13 @@ RESTORE_TTL_S = 4.0
 goes on minting up to 3.6 s, longer than a successor process takes to start."""
 
 
-def _saved(server: PostgresServer | RedisServer, root: str) -> Any:
+def _saved(server: Store, root: str) -> Any:
     """The pool's claims data as it is now, as a backup keeps it."""
+    if isinstance(server, MariaDbServer):
+        server.sql(
+            f"CREATE TABLE `{root}_saved` AS SELECT * FROM `{root}`", database=CLAIMS_DATABASE
+        )
+        return f"{root}_saved"
     if isinstance(server, RedisServer):
         key = f"{root}:generator"
         with server.client() as client:
@@ -209,8 +226,18 @@ def _saved(server: PostgresServer | RedisServer, root: str) -> Any:
     return f"{root}_saved"
 
 
-def _write_back(server: PostgresServer | RedisServer, root: str, saved: Any, how: str) -> None:
+def _write_back(server: Store, root: str, saved: Any, how: str) -> None:
     """Write the saved claims data back into the running store, ``how`` an operator would."""
+    if isinstance(server, MariaDbServer):
+        # What loading mysqldump's output of the table (--no-create-info) does.
+        server.sql(
+            "START TRANSACTION",
+            f"DELETE FROM `{root}`",
+            f"INSERT INTO `{root}` SELECT * FROM `{saved}`",
+            "COMMIT",
+            database=CLAIMS_DATABASE,
+        )
+        return
     if isinstance(server, PostgresServer):
         # What pg_restore --data-only into the emptied table does: rows written anew.
         server.psql(
@@ -246,7 +273,7 @@ def _restored_under_a_holder(
     then is cut off; the data are written back (``how``); ``after()``; C claims
     generator 0 at once. The IDs both minted."""
     server = backend.server
-    assert isinstance(server, (PostgresServer, RedisServer))
+    assert isinstance(server, (PostgresServer, RedisServer, MariaDbServer))
     options = {"generators": "0-0", "claim_timeout": 60, "wait_timeout": 60}
     url = backend.url(root, ttl=RESTORE_TTL_S, **options)
     with new_generator("uid64", coordinator=url) as first:
@@ -270,8 +297,13 @@ def _restored_under_a_holder(
 
 @pytest.mark.parametrize(
     ("store", "how"),
-    [("redis", "restore"), ("redis", "fields"), ("postgres", "rows")],
-    ids=["redis-restore-replace", "redis-fields-written-back", "postgres-rows-written-back"],
+    [("redis", "restore"), ("redis", "fields"), ("postgres", "rows"), ("mariadb", "rows")],
+    ids=[
+        "redis-restore-replace",
+        "redis-fields-written-back",
+        "postgres-rows-written-back",
+        "mariadb-rows-written-back",
+    ],
 )
 def test_older_claims_data_written_back_under_a_holder_repeats_no_id(
     store: str, how: str, request: pytest.FixtureRequest, exit_stack: contextlib.ExitStack
