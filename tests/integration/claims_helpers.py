@@ -34,9 +34,9 @@ from tests.cli_process import CliProcess as _CliProcess
 from tests.cli_process import assert_one_error_line, now_ms, run_idmint
 from tests.servers import wait_until
 from tests.servers.etcd import EtcdCluster
-from tests.servers.ports import LOOPBACK, free_port
 from tests.servers.mariadb import USER as MARIADB_USER
 from tests.servers.mariadb import MariaDbServer
+from tests.servers.ports import LOOPBACK, free_port
 from tests.servers.postgres import PostgresServer
 from tests.servers.redis import RedisServer
 from tests.servers.zookeeper import ZooKeeperEnsemble

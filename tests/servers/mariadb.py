@@ -44,6 +44,9 @@ USER = "idmint"
 class MariaDbServer:
     """One MariaDB server on 127.0.0.1 with a data directory of its own."""
 
+    database = "idmint"
+    """A database made at the first start, which :data:`USER` may use."""
+
     def __init__(self, tmpdir: Path | str, *, port: int | None = None) -> None:
         self.tmpdir = Path(tmpdir)
         self.port = port or free_port()
@@ -116,6 +119,7 @@ class MariaDbServer:
                 f"CREATE USER '{USER}'@'%' IDENTIFIED BY '{self.password}'",
                 f"GRANT ALL ON *.* TO '{USER}'@'%'",
             )
+            self.create_database(self.database)
 
     def stop(self, timeout: float = 30.0) -> None:
         """A clean shutdown (``SIGTERM``)."""
