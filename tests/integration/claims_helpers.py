@@ -369,7 +369,7 @@ def settle_pool(backend: Backend, root: str) -> None:
     if isinstance(server, RedisServer):
         admin_url = server.url(root)
     elif isinstance(server, MariaDbServer):
-        admin_url = backend.url(root, ttl=None)
+        admin_url = Backend("mysql", server).url(root, ttl=None)
     else:
         admin = Backend(
             "postgres",
