@@ -357,27 +357,65 @@ def test_redis_a_restore_that_keeps_the_keys_expiry_is_found_by_a_live_holder(
 # -- the claims table locked by another session ----------------------------------------------
 
 
-def test_postgres_a_locked_claims_table_is_waited_for_then_named(
-    request: pytest.FixtureRequest, exit_stack: contextlib.ExitStack
+class _Locker:
+    """Another session holding the claims table ``root`` locked, as a migration does."""
+
+    def __init__(self, backend: Backend, root: str, exit_stack: contextlib.ExitStack) -> None:
+        self.server = backend.server
+        self.root = root
+        if isinstance(self.server, MariaDbServer):
+            self.session = self.server.connect(CLAIMS_DATABASE)
+            exit_stack.callback(self.session.close)
+            with self.session.cursor() as cursor:
+                cursor.execute(f"LOCK TABLES `{root}` WRITE")
+            return
+        import psycopg
+
+        assert isinstance(self.server, PostgresServer)
+        settings: Any = self.server.connection_settings(CLAIMS_DATABASE)
+        self.session = psycopg.connect(**settings)
+        exit_stack.callback(self.session.close)
+        self.session.execute(f'LOCK TABLE "{root}" IN ACCESS EXCLUSIVE MODE')
+
+    def waited_for(self) -> bool:
+        """Whether another session waits for the lock."""
+        if isinstance(self.server, MariaDbServer):
+            rows = self.server.sql(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+                "WHERE STATE LIKE 'Waiting for table metadata lock%'"
+            )
+            return int(rows[0][0]) > 0
+        assert isinstance(self.server, PostgresServer)
+        waiting = (
+            "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+            f"WHERE c.relname = '{self.root}' AND NOT l.granted"
+        )
+        return int(self.server.psql(waiting, CLAIMS_DATABASE)) > 0
+
+    def let_go(self) -> None:
+        if isinstance(self.server, MariaDbServer):
+            with self.session.cursor() as cursor:
+                cursor.execute("UNLOCK TABLES")
+        else:
+            self.session.rollback()
+
+
+@pytest.mark.parametrize("backend", backend_params(["postgres", "mysql"]), indirect=True)
+def test_a_locked_claims_table_is_waited_for_then_named(
+    backend: Backend, exit_stack: contextlib.ExitStack
 ) -> None:
-    """Another session holds the claims table (``LOCK TABLE ... IN ACCESS EXCLUSIVE
-    MODE``, as a migration does). A new claimant looks again until ``connect_timeout``
-    has passed without an answer, then gives up with status 69 and one line naming
-    the lock; one whose ``connect_timeout`` outlasts the lock claims once it is let go.
+    """Another session holds the claims table (PostgreSQL's ``LOCK TABLE ... IN ACCESS
+    EXCLUSIVE MODE``, MariaDB's ``LOCK TABLES ... WRITE``, as a migration does). A new
+    claimant looks again until ``connect_timeout`` has passed without an answer, then
+    gives up with status 69 and one line naming the lock; one whose
+    ``connect_timeout`` outlasts the lock claims once it is let go.
 
     (Once both gave up after one 2 s statement timeout, saying psycopg's "cannot exit
     pipeline mode while busy".)
     """
-    import psycopg
-
-    backend = _store_backend(request, "postgres")
-    server = backend.server
-    assert isinstance(server, PostgresServer)
     root = backend.new_root()  # made, with its record
     connect_timeout_s = 4.0
-    locker = psycopg.connect(**server.connection_settings(CLAIMS_DATABASE))  # type: ignore[arg-type]
-    exit_stack.callback(locker.close)
-    locker.execute(f'LOCK TABLE "{root}" IN ACCESS EXCLUSIVE MODE')
+    locker = _Locker(backend, root, exit_stack)
     started = time.monotonic()
     gave_up = run_idmint(
         "generate",
@@ -398,16 +436,8 @@ def test_postgres_a_locked_claims_table_is_waited_for_then_named(
     patient = exit_stack.enter_context(
         CliProcess("generate", "--coordinator", patient_url, "--count", "1")
     )
-    waiting = (
-        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
-        f"WHERE c.relname = '{root}' AND NOT l.granted"
-    )
-    wait_for(
-        lambda: int(server.psql(waiting, CLAIMS_DATABASE)) > 0,
-        timeout=30,
-        what="the claimant to wait for the lock",
-    )
-    locker.rollback()  # the lock is let go
+    wait_for(locker.waited_for, timeout=30, what="the claimant to wait for the lock")
+    locker.let_go()
     assert patient.wait(timeout=30) == 0, patient.stderr
     assert len(patient.ids()) == 1
 
