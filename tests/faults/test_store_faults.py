@@ -214,10 +214,12 @@ goes on minting up to 3.6 s, longer than a successor process takes to start."""
 def _saved(server: Store, root: str) -> Any:
     """The pool's claims data as it is now, as a backup keeps it."""
     if isinstance(server, MariaDbServer):
-        server.sql(
-            f"CREATE TABLE `{root}_saved` AS SELECT * FROM `{root}`", database=CLAIMS_DATABASE
-        )
-        return f"{root}_saved"
+        for table in (root, f"{root}_witness"):
+            server.sql(
+                f"CREATE TABLE `{table}_saved` AS SELECT * FROM `{table}`",
+                database=CLAIMS_DATABASE,
+            )
+        return "_saved"
     if isinstance(server, RedisServer):
         key = f"{root}:generator"
         with server.client() as client:
@@ -230,13 +232,16 @@ def _write_back(server: Store, root: str, saved: Any, how: str) -> None:
     """Write the saved claims data back into the running store, ``how`` an operator would."""
     if isinstance(server, MariaDbServer):
         # What loading mysqldump's output of the table (--no-create-info) does.
-        server.sql(
-            "START TRANSACTION",
-            f"DELETE FROM `{root}`",
-            f"INSERT INTO `{root}` SELECT * FROM `{saved}`",
-            "COMMIT",
-            database=CLAIMS_DATABASE,
-        )
+        # The witness too when the whole database is restored from one copy.
+        tables = [root, f"{root}_witness"] if how == "rows-and-witness" else [root]
+        for table in tables:
+            server.sql(
+                "START TRANSACTION",
+                f"DELETE FROM `{table}`",
+                f"INSERT INTO `{table}` SELECT * FROM `{table}{saved}`",
+                "COMMIT",
+                database=CLAIMS_DATABASE,
+            )
         return
     if isinstance(server, PostgresServer):
         # What pg_restore --data-only into the emptied table does: rows written anew.
@@ -325,32 +330,49 @@ def test_older_claims_data_written_back_under_a_holder_repeats_no_id(
     assert not duplicates, f"{len(duplicates)} IDs minted by both B and C, e.g. {duplicates[:3]}"
 
 
-def test_redis_a_restore_that_keeps_the_keys_expiry_is_found_by_a_live_holder(
-    request: pytest.FixtureRequest, exit_stack: contextlib.ExitStack
+@pytest.mark.parametrize(
+    ("store", "how"),
+    [("redis", "restore-abs-ttl"), ("mariadb", "rows-and-witness")],
+    ids=["redis-restore-abs-ttl", "mariadb-rows-and-witness"],
+)
+def test_a_restore_that_writes_its_witness_back_too_is_found_by_a_live_holder(
+    store: str, how: str, request: pytest.FixtureRequest, exit_stack: contextlib.ExitStack
 ) -> None:
-    """A restore that writes the key back with its exact expiry (``RESTORE ... ABSTTL``)
-    leaves the hash as it was, witness and all; D, a holder of generator 1 that
-    still reaches Redis, finds the pool's generation below what its last renewal
-    saw, and the pool begins a new epoch: C, claiming generator 0 after that, waits
-    out B's lease (B cut off, minting on generator 0).
+    """A restore that writes the witness back with the data (Redis: the key with its
+    exact expiry, ``RESTORE ... ABSTTL``; MariaDB: the witness table too, the whole
+    database from one copy) leaves the pool as it was, witness and all; D, a holder
+    of generator 1 that still reaches the store, finds the pool's generation below
+    what its last renewal saw, and the pool begins a new epoch: C, claiming
+    generator 0 after that, waits out B's lease (B cut off, minting on generator 0).
     """
-    backend = _store_backend(request, "redis")
+    backend = _store_backend(request, store)
     server = backend.server
-    assert isinstance(server, RedisServer)
+    assert isinstance(server, (RedisServer, MariaDbServer))
     root = backend.new_root()
     bystander_url = backend.url(root, ttl=RESTORE_TTL_S, generators="1-1", claim_timeout=60)
     bystander = exit_stack.enter_context(new_generator("uid64", coordinator=bystander_url))
     bystander.batch(1_000)
 
-    def noticed() -> None:
-        with server.client() as client:
-            wait_for(
-                lambda: not client.hexists(f"{root}:generator", "pool"),
-                timeout=RESTORE_TTL_S,
-                what="D's renewal to find the pool's generation gone back",
-            )
+    def in_doubt() -> bool:
+        """Whether the pool's record is no longer vouched for."""
+        if isinstance(server, RedisServer):
+            with server.client() as client:
+                return not client.hexists(f"{root}:generator", "pool")
+        assert isinstance(server, MariaDbServer)
+        witness = server.sql(
+            f"SELECT 1 FROM `{root}_witness` WHERE space = 'generator' AND id = -1",
+            database=CLAIMS_DATABASE,
+        )
+        return not witness
 
-    duplicates = _restored_under_a_holder(backend, root, "restore-abs-ttl", exit_stack, noticed)
+    def noticed() -> None:
+        wait_for(
+            in_doubt,
+            timeout=RESTORE_TTL_S,
+            what="D's renewal to find the pool's generation gone back",
+        )
+
+    duplicates = _restored_under_a_holder(backend, root, how, exit_stack, noticed)
     assert not duplicates, f"{len(duplicates)} IDs minted by both B and C, e.g. {duplicates[:3]}"
 
 

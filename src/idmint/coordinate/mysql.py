@@ -655,7 +655,9 @@ class MysqlStore:
                     space=space,
                 )
                 for space, cluster, number, holder, since, ceiling, expires, lease in rows
-                if not (expires < now or expires > now + lease + STEP_BACK_SLACK_MS)
+                if expires is not None
+                and lease is not None
+                and not (expires < now or expires > now + lease + STEP_BACK_SLACK_MS)
             ),
             key=lambda row: (order.get(row.space, len(order)), row.cluster, row.generator),
         )
@@ -695,6 +697,10 @@ class MysqlCoordinator(Coordinator):
             if options.cert:
                 context.load_cert_chain(options.cert, options.key)
             settings["ssl"] = context
+        else:
+            # PyMySQL 2 otherwise tries TLS it does not verify, whose context alone
+            # costs ~0.1 s of CPU per connection: TLS is asked for, and then verified.
+            settings["ssl_disabled"] = True
         # The process's connection for these settings (the password only as a digest).
         key_settings = {**settings, "ssl": repr(sorted(vars(options).items()))}
         self._connection_key = hashlib.sha256(
@@ -738,6 +744,7 @@ _REFUSED_CODES = {
 }
 
 _LOCK_WAIT = 1205
+_DEADLOCK = 1213
 _OUTAGE_CODES = (1040, 1053, 1290, 1836, 1927, 2002, 2003, 2006, 2013, 2055)
 """Too many connections, shutting down, read-only (a replica), killed, cannot
 connect, gone away, lost."""
@@ -780,6 +787,10 @@ def _translate(error: BaseException, doing: str) -> CoordinationError:
             f"{doing}: another session holds a lock on the table ({message}); SHOW "
             "PROCESSLIST shows which (LOCK TABLES, a long transaction)"
         )
+    if code == _DEADLOCK:
+        # The server rolled the transaction back: nothing of it was written, and the
+        # request is sent again (a look, a take) or the renewal after it comes.
+        return CoordinatorUnavailable(f"{doing}: {message}")
     if code in _OUTAGE_CODES or isinstance(error, pymysql.err.InterfaceError):
         return CoordinatorUnavailable(f"{doing}: {message}")
     return CoordinationError(f"{doing}: MySQL said {message} (error {code or '-'})")
