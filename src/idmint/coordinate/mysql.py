@@ -76,7 +76,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import ssl
 import threading
 import uuid
@@ -97,10 +96,12 @@ from idmint.coordinate.leases import (
     SharedClients,
     Take,
     first_line,
+    forsake_connection,
+    in_pool_order,
     reach_within,
 )
 from idmint.coordinate.options import TlsOptions, identifier, option, with_options_table
-from idmint.coordinate.spaces import SPACES, Space
+from idmint.coordinate.spaces import Space
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import (
     ConfigurationError,
@@ -245,23 +246,12 @@ class _Connection:
         """
         connection, self._connection = self._connection, None
         self._lock = threading.Lock()
-        if connection is None:
-            return
-        with contextlib.suppress(Exception):
-            descriptor = connection._sock.fileno()
-            null = os.open(os.devnull, os.O_RDWR)
-            try:
-                os.dup2(null, descriptor)
-            finally:
-                os.close(null)
-        _FORSAKEN.append(connection)
+        if connection is not None:
+            forsake_connection(connection, lambda: int(connection._sock.fileno()))
 
 
 _ANSWER_SLACK_S = 1.0
 """How much longer than ``timeout`` a request waits for the server's answer."""
-
-_FORSAKEN: list[Any] = []
-"""Connections inherited through fork(): kept, so that nothing closes them early."""
 
 _CONNECTIONS: SharedClients[_Connection] = SharedClients(_Connection.forsake)
 
@@ -643,8 +633,7 @@ class MysqlStore:
             return int(now), list(cursor.fetchall())
 
         now, rows = self._run("listing the claims", request)
-        order = {space.name: index for index, space in enumerate(SPACES)}
-        return sorted(
+        return in_pool_order(
             (
                 ClaimInfo(
                     cluster=cluster,
@@ -659,7 +648,6 @@ class MysqlStore:
                 and lease is not None
                 and not (expires < now or expires > now + lease + STEP_BACK_SLACK_MS)
             ),
-            key=lambda row: (order.get(row.space, len(order)), row.cluster, row.generator),
         )
 
 
