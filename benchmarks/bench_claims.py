@@ -215,7 +215,6 @@ def _connecting_process(
             user=unquote(where.username or ""),
             password=unquote(where.password or ""),
             database=where.path.strip("/"),
-            ssl_disabled=True,  # as the driver connects without tls=true
         )
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
