@@ -1,8 +1,8 @@
-"""Claiming generator IDs through ZooKeeper, etcd, PostgreSQL and Redis: latency, pool fill,
+"""Claiming generator IDs through ZooKeeper, etcd, PostgreSQL, Redis and MySQL: latency, pool fill,
 hand-over, renewal load, round trips, the cost of a store that forgets.
 
-    .venv/bin/pip install -e '.[zookeeper,etcd,postgres,redis,test]'
-    scripts/install-test-deps.sh      # java + libzookeeper-java, etcd, postgresql, redis
+    .venv/bin/pip install -e '.[zookeeper,etcd,postgres,redis,mysql,test]'
+    scripts/install-test-deps.sh      # java + libzookeeper-java, etcd, postgresql, redis, mariadb
     .venv/bin/python benchmarks/bench_claims.py            # full run (~3 min)
     .venv/bin/python benchmarks/bench_claims.py --quick    # smaller samples (~1 min)
     .venv/bin/python benchmarks/bench_claims.py --only fill --fill-limit 300
@@ -15,7 +15,10 @@ its transaction log before it answers a write, as production runs it
 (``--zk-force-sync no`` turns that off, as the tests do); etcd always fsyncs.
 PostgreSQL (the harness's ``PostgresServer``) flushes its log at each commit
 (``--pg-fsync no``: the tests' settings); Redis runs without persistence, the
-case the driver is built to survive. Every run uses a
+case the driver is built to survive; MariaDB (``MariaDbServer``) with the tests'
+settings (the log flushed once a second). Each store's 64 processes are also
+given as a ratio of their p99 to that of 64 processes that only connect and make
+one trivial request on the same store (the floor). Every run uses a
 fresh root / prefix. Run it on a quiet machine: client, servers and renewal
 traffic all share the same cores.
 
@@ -189,7 +192,8 @@ def _connecting_process(
     url: str, barrier: Barrier, results: Queue[Any], release: Connection
 ) -> None:
     """What a claimant's process cannot avoid: connect and make one trivial request
-    (PostgreSQL ``SELECT 1``, Redis ``PING``), timed as a claim is; held until released."""
+    (PostgreSQL and MySQL ``SELECT 1``, Redis ``PING``), timed as a claim is; held until
+    released."""
     _worker_setup()
     barrier.wait(60)
     start, cpu = time.monotonic(), time.process_time()
@@ -199,6 +203,22 @@ def _connecting_process(
 
         connection = redis.Redis.from_url(url)
         connection.ping()
+    elif url.startswith("mysql"):
+        from urllib.parse import unquote, urlsplit
+
+        import pymysql
+
+        where = urlsplit(url)
+        connection = pymysql.connect(
+            host=where.hostname,
+            port=where.port or 3306,
+            user=unquote(where.username or ""),
+            password=unquote(where.password or ""),
+            database=where.path.strip("/"),
+        )
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchall()
     else:
         import psycopg
 
@@ -365,6 +385,14 @@ class LatencyRow:
     """Each run's own p99, for targets that every run must meet."""
     cpu: list[float] = field(default_factory=list)
     """CPU seconds each claim cost its process (all threads)."""
+    floor: LatencyRow | None = None
+    """The same claimants connecting and making one trivial request, on the same store."""
+
+    def p99_over_floor(self) -> float | None:
+        """This row's p99 as a multiple of its floor's."""
+        if self.floor is None or not self.latencies or not self.floor.latencies:
+            return None
+        return percentile(self.latencies, 99) / percentile(self.floor.latencies, 99)
 
     def add(self, run: Run, expected: int) -> None:
         good = run.good
@@ -842,6 +870,15 @@ def print_latency(rows: list[LatencyRow], runs: int) -> None:
             f"| {requests} | {cpu} | {each} |"
         )
     _print_errors((row.coordinator, row.claimants, row.errors) for row in rows)
+    ratios = [(row, row.p99_over_floor()) for row in rows]
+    print("\n| store | claimants | p99 ms | floor p99 ms | p99 / floor |")
+    print("|---|---|---:|---:|---:|")
+    for row, ratio in ratios:
+        if ratio is not None and row.floor is not None:
+            print(
+                f"| {row.coordinator} | {row.claimants} | {ms(percentile(row.latencies, 99))} "
+                f"| {ms(percentile(row.floor.latencies, 99))} | {ratio:.1f} |"
+            )
 
 
 def print_fill(rows: list[FillRow], ttl_s: int) -> None:
@@ -919,8 +956,15 @@ def _print_errors(items: Iterable[tuple[str, str, list[str]]]) -> None:
 # The database coordinators, in the same run as ZooKeeper and etcd: their own servers,
 # pools and cases, through the same claimant processes and Bench._run.
 
-STORE_PRELOAD = ["idmint.coordinate.postgres", "idmint.coordinate.redis", "psycopg", "redis"]
-STORE_KINDS = (("PostgreSQL", "postgres"), ("Redis", "redis"))
+STORE_PRELOAD = [
+    "idmint.coordinate.postgres",
+    "idmint.coordinate.redis",
+    "idmint.coordinate.mysql",
+    "psycopg",
+    "redis",
+    "pymysql",
+]
+STORE_KINDS = (("PostgreSQL", "postgres"), ("Redis", "redis"), ("MariaDB", "mysql"))
 
 
 @dataclass
@@ -937,6 +981,7 @@ class StoreServers:
 
     postgres: Any
     redis: Any
+    mariadb: Any
     database: str
     """The PostgreSQL database of the pools (the claims tests')."""
     _pg_admin: Any = None
@@ -949,7 +994,8 @@ class StoreServers:
         """The claims tests' description of the store (URLs, pools)."""
         from tests.integration.claims_helpers import Backend
 
-        return Backend(kind, self.postgres if kind == "postgres" else self.redis)
+        servers = {"postgres": self.postgres, "redis": self.redis, "mysql": self.mariadb}
+        return Backend(kind, servers[kind])
 
     def url(self, kind: str, root: str, **options: object) -> str:
         ttl = options.pop("ttl", None)
@@ -971,6 +1017,12 @@ class StoreServers:
                 .fetchone()
             )
             return int(row[0]) - own
+        if kind == "mysql":
+            # Statements clients sent; each reading is one more.
+            own = self._readings[kind]
+            self._readings[kind] += 1
+            rows = self.mariadb.sql("SHOW GLOBAL STATUS LIKE 'Questions'")
+            return int(rows[0][1]) - own
         if self._redis_commands is None:
             self._redis_commands = self.redis.commands()
         return len(self._redis_commands.sent())
@@ -996,6 +1048,9 @@ class StoreServers:
             self._close_pg()
             self.postgres.stop()
             self.postgres.start()
+        elif kind == "mysql":
+            self.mariadb.restart()
+            self._readings[kind] = 0  # its count starts again from 0
         else:
             self._close_redis()
             if self._redis_commands is not None:  # its count starts again from 0
@@ -1041,6 +1096,7 @@ def private_store_servers(*, pg_fsync: bool = True) -> Iterator[StoreServers]:
     the driver is built to survive), on free ports."""
     sys.path.insert(0, str(REPO))
     from tests.integration.claims_helpers import CLAIMS_DATABASE
+    from tests.servers.mariadb import MariaDbServer
     from tests.servers.postgres import FAST_SETTINGS, PostgresServer
     from tests.servers.redis import RedisServer
 
@@ -1059,17 +1115,21 @@ def private_store_servers(*, pg_fsync: bool = True) -> Iterator[StoreServers]:
         }
         postgres = PostgresServer(Path(tmp) / "postgres", settings=settings)
         redis = RedisServer(Path(tmp) / "redis", persistence=False)
-        servers = StoreServers(postgres, redis, CLAIMS_DATABASE)
+        mariadb = MariaDbServer(Path(tmp) / "mariadb")
+        servers = StoreServers(postgres, redis, mariadb, CLAIMS_DATABASE)
         try:
             postgres.start()
             postgres.create_database(CLAIMS_DATABASE)
             postgres.psql("CREATE EXTENSION pg_stat_statements", CLAIMS_DATABASE)
             redis.start()
+            mariadb.start()
+            mariadb.create_database(CLAIMS_DATABASE)
             yield servers
         finally:
             servers.close()
             postgres.close()
             redis.stop()
+            mariadb.close()
 
 
 def store_latency_rows(
@@ -1092,6 +1152,8 @@ def store_latency_rows(
                     workers = [(_claimant_process, (barrier,))] * claimants
                 row.add(bench._run(kind, url, workers, expected=claimants, limit_s=60), claimants)
             rows.append(row)
+            if not as_threads:
+                claims = row
         row = LatencyRow(label, "1 process, alone", skip=2)
         url = servers.url(kind, servers.settled_pool(kind))
         alone = [(_filler, (22, bench.ctx.Barrier(1)))]
@@ -1100,13 +1162,14 @@ def store_latency_rows(
         row = LatencyRow(
             f"{label}: connect + 1 request, no claim (the floor)", f"{claimants} processes"
         )
-        bare = servers.url(kind, servers.new_pool(kind)).split("?")[0]  # libpq / redis-py's
+        bare = servers.url(kind, servers.new_pool(kind)).split("?")[0]  # the client's own
         barrier = bench.ctx.Barrier(claimants)
         workers = [(_connecting_process, (barrier,))] * claimants
         run = bench._run(kind, bare, workers, expected=claimants, limit_s=60)
         run.listed = len(run.good)  # no claims, so none listed
         row.add(run, claimants)
         rows.append(row)
+        claims.floor = row
         row = LatencyRow(f"{label}, brand-new pool (settles TTL + skew)", f"{claimants} processes")
         url = servers.url(kind, servers.new_pool(kind))
         barrier = bench.ctx.Barrier(claimants)
@@ -1364,7 +1427,7 @@ def round_trip_rows(bench: Bench, store_bench: Bench) -> list[RoundTripRow]:
         ("etcd", (host, int(port)), lambda at: f"etcd://{at}{fresh_root()}")
     ]
     for label, kind in STORE_KINDS:
-        server = stores.postgres if kind == "postgres" else stores.redis
+        server = stores.backend(kind).server
         root = stores.settled_pool(kind)
         direct = stores.url(kind, root)
         # A server that has run the scripts before, as a fleet's has (a Redis that
@@ -1479,7 +1542,7 @@ def cpu_rows(bench: Bench, store_bench: Bench, runs: int, claimants: int) -> lis
                 label,
                 kind,
                 partial(_settled_url, stores, kind),
-                (stores.postgres if kind == "postgres" else stores.redis).process.pid,
+                stores.backend(kind).server.process.pid,
             )
             for label, kind in STORE_KINDS
         ),

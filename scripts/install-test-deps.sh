@@ -17,7 +17,8 @@
 #   (19 MB to download; its service is kept from starting, as below).
 # - PostgreSQL (postgresql: server binaries in /usr/lib/postgresql/<version>/bin) for the
 #   storage and postgresql:// claims tests, and util-linux's setpriv, which runs it as an
-#   unprivileged user; redis-server for the redis:// claims tests.
+#   unprivileged user; redis-server for the redis:// claims tests; mariadb-server
+#   (mariadbd, mariadb-install-db) for the mysql:// claims tests.
 #
 # Runs `apt-get update` once, and only when something has to be installed; prints
 # nothing when everything is there already. Uses sudo when not run as root.
@@ -35,6 +36,7 @@ readonly COORDINATOR_PACKAGES=(
     etcd-server
     etcd-client
     redis-server
+    mariadb-server
 )
 readonly PACKAGES=(
     gcc
@@ -135,11 +137,14 @@ if [ -d /run/systemd/system ]; then
     if [[ " ${missing[*]} " == *" prometheus "* ]]; then
         "${SUDO[@]}" systemctl disable --now prometheus.service >/dev/null 2>&1 || true
     fi
+    if [[ " ${missing[*]} " == *" mariadb-server "* ]]; then
+        "${SUDO[@]}" systemctl disable --now mariadb.service >/dev/null 2>&1 || true
+    fi
 fi
 
 # Check that what the test harness runs is now there.
 problems=()
-commands=(java etcd etcdctl redis-server)
+commands=(java etcd etcdctl redis-server mariadbd mariadb-install-db)
 [ "${1:-all}" = coordinators ] || commands+=(wrk setpriv fish promtool)
 for command in "${commands[@]}"; do
     command -v "$command" >/dev/null 2>&1 || problems+=("command $command")

@@ -200,6 +200,7 @@ DRIVER_MODULES = {
     "idmint.coordinate.etcd",
     "idmint.coordinate.local",
     "idmint.coordinate.memory",
+    "idmint.coordinate.mysql",
     "idmint.coordinate.postgres",
     "idmint.coordinate.redis",
     "idmint.coordinate.static",

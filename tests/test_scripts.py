@@ -263,8 +263,8 @@ def test_bootstrap_venv_installs_only_extras_not_installed_since_pyproject_chang
         return pip.read_text().splitlines()
 
     install = "-m pip install --quiet --disable-pip-version-check -e "
-    assert bootstrap(".[test,server,zookeeper,postgres,redis]") == [
-        install + ".[test,server,zookeeper,postgres,redis]"
+    assert bootstrap(".[test,server,zookeeper,postgres,redis,mysql]") == [
+        install + ".[test,server,zookeeper,postgres,redis,mysql]"
     ]
     assert bootstrap() == []  # scripts/run's extras: installed already
     assert bootstrap(".[server]") == []
@@ -273,7 +273,7 @@ def test_bootstrap_venv_installs_only_extras_not_installed_since_pyproject_chang
     with (tmp_path / "pyproject.toml").open("a") as project:
         project.write("\n# changed\n")
     assert bootstrap(".[server]") == [install + ".[server]"]
-    assert bootstrap() == [install + ".[server,zookeeper,postgres,redis]"]
+    assert bootstrap() == [install + ".[server,zookeeper,postgres,redis,mysql]"]
 
 
 def _run_script(path: Path, *arguments: str) -> subprocess.CompletedProcess[str]:

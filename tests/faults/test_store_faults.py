@@ -1,4 +1,4 @@
-"""The database coordinators (PostgreSQL, Redis) failing under holders.
+"""The database coordinators (PostgreSQL, Redis, MySQL/MariaDB) failing under holders.
 
 Frozen, killed, crashed; forgetting the pool under holders with longer leases
 than their successor's; older claims data written back into the running store (a
@@ -29,6 +29,7 @@ from tests.integration.claims_helpers import (
     run_idmint,
     wait_for,
 )
+from tests.servers.mariadb import MariaDbServer
 from tests.servers.partition import TcpProxy
 from tests.servers.ports import LOOPBACK
 from tests.servers.postgres import PostgresServer
@@ -39,7 +40,10 @@ from idmint.coordinate import CoordinatorUrl
 
 TTL_S = 2.0
 
-stores = pytest.mark.parametrize("backend", backend_params(["postgres", "redis"]), indirect=True)
+stores = pytest.mark.parametrize(
+    "backend", backend_params(["postgres", "redis", "mysql"]), indirect=True
+)
+Store = PostgresServer | RedisServer | MariaDbServer
 
 
 def _mint_and_collect(
@@ -50,7 +54,7 @@ def _mint_and_collect(
     """Three holders of a four-ID pool mint; ``fault`` hits the store; a successor
     claims at once; everyone mints on. Every ID minted."""
     server = backend.server
-    assert isinstance(server, (PostgresServer, RedisServer))
+    assert isinstance(server, (PostgresServer, RedisServer, MariaDbServer))
     url = backend.url(ttl=TTL_S, generators="0-3", claim_timeout=60, wait_timeout=60)
     arguments = ("generate", "--coordinator", url, "--count", "0")
     holders = [exit_stack.enter_context(CliProcess(*arguments)) for _ in range(3)]
@@ -66,8 +70,11 @@ def _mint_and_collect(
             server.kill()
         server.start()
     elif fault == "crash-restart":
-        assert isinstance(server, PostgresServer)
-        server.crash()
+        if isinstance(server, PostgresServer):
+            server.crash()
+        else:
+            assert isinstance(server, MariaDbServer)
+            server.kill()
         server.start()
     successor = exit_stack.enter_context(CliProcess(*arguments))
     successor.wait_for_lines(10_000, timeout=60, what="the successor to mint")
@@ -92,11 +99,12 @@ def test_store_frozen_past_the_leases_then_killed_and_restarted_repeats_no_id(
     assert not duplicates, f"{len(duplicates)} IDs minted twice, e.g. {duplicates[:3]}"
 
 
-@pytest.mark.parametrize("backend", backend_params(["postgres"]), indirect=True)
-def test_postgres_crash_restart_under_holders_repeats_no_id(
+@pytest.mark.parametrize("backend", backend_params(["postgres", "mysql"]), indirect=True)
+def test_a_crash_and_restart_under_holders_repeats_no_id(
     backend: Backend, exit_stack: contextlib.ExitStack
 ) -> None:
-    """An immediate shutdown (crash recovery at the next start) under holders."""
+    """An immediate shutdown (PostgreSQL's SIGQUIT; MariaDB killed) under holders: crash
+    recovery at the next start."""
     every = _mint_and_collect(backend, exit_stack, "crash-restart")
     duplicates = [value for value, n in Counter(every).items() if n > 1]
     assert not duplicates, f"{len(duplicates)} IDs minted twice, e.g. {duplicates[:3]}"
@@ -128,8 +136,10 @@ def _duplicates(processes: Sequence[CliProcess]) -> list[int]:
 
 def _store_backend(request: pytest.FixtureRequest, store: str) -> Backend:
     server = request.getfixturevalue(store)
-    if isinstance(server, PostgresServer):
+    if isinstance(server, (PostgresServer, MariaDbServer)):
         server.create_database(CLAIMS_DATABASE)
+    if isinstance(server, MariaDbServer):
+        return Backend("mysql", server)
     return Backend("postgres" if isinstance(server, PostgresServer) else "redis", server)
 
 
@@ -146,17 +156,19 @@ def _through(proxy: TcpProxy) -> str:
 # -- the store forgets under holders with longer leases --------------------------------------
 
 
-def _forget(server: PostgresServer | RedisServer, root: str) -> None:
+def _forget(server: Store, root: str) -> None:
     """The store forgets the pool: its keys deleted (FLUSHALL, a restart without
     persistence), its rows deleted (a failover to a replica that never had them)."""
     if isinstance(server, RedisServer):
         with server.client() as client:
             client.delete(*(f"{root}:{space}" for space in ("generator", "node", "short60")))
+    elif isinstance(server, MariaDbServer):
+        server.sql(f"DELETE FROM `{root}`", database=CLAIMS_DATABASE)
     else:
         server.psql(f'DELETE FROM "{root}"', CLAIMS_DATABASE)
 
 
-@pytest.mark.parametrize("store", ["redis", "postgres"])
+@pytest.mark.parametrize("store", ["redis", "postgres", "mariadb"])
 def test_a_forget_under_holders_with_the_longest_leases_repeats_no_id(
     store: str, request: pytest.FixtureRequest, exit_stack: contextlib.ExitStack
 ) -> None:
@@ -171,7 +183,7 @@ def test_a_forget_under_holders_with_the_longest_leases_repeats_no_id(
     """
     backend = _store_backend(request, store)
     server = backend.server
-    assert isinstance(server, (PostgresServer, RedisServer))
+    assert isinstance(server, (PostgresServer, RedisServer, MariaDbServer))
     root = backend.new_root()
     common = {"generators": "0-1", "claim_timeout": 60, "wait_timeout": 60}
     with TcpProxy((LOOPBACK, server.port)) as proxy:
@@ -199,8 +211,15 @@ RESTORE_TTL_S = 4.0
 goes on minting up to 3.6 s, longer than a successor process takes to start."""
 
 
-def _saved(server: PostgresServer | RedisServer, root: str) -> Any:
+def _saved(server: Store, root: str) -> Any:
     """The pool's claims data as it is now, as a backup keeps it."""
+    if isinstance(server, MariaDbServer):
+        for table in (root, f"{root}_witness"):
+            server.sql(
+                f"CREATE TABLE `{table}_saved` AS SELECT * FROM `{table}`",
+                database=CLAIMS_DATABASE,
+            )
+        return "_saved"
     if isinstance(server, RedisServer):
         key = f"{root}:generator"
         with server.client() as client:
@@ -209,8 +228,21 @@ def _saved(server: PostgresServer | RedisServer, root: str) -> Any:
     return f"{root}_saved"
 
 
-def _write_back(server: PostgresServer | RedisServer, root: str, saved: Any, how: str) -> None:
+def _write_back(server: Store, root: str, saved: Any, how: str) -> None:
     """Write the saved claims data back into the running store, ``how`` an operator would."""
+    if isinstance(server, MariaDbServer):
+        # What loading mysqldump's output of the table (--no-create-info) does.
+        # The witness too when the whole database is restored from one copy.
+        tables = [root, f"{root}_witness"] if how == "rows-and-witness" else [root]
+        for table in tables:
+            server.sql(
+                "START TRANSACTION",
+                f"DELETE FROM `{table}`",
+                f"INSERT INTO `{table}` SELECT * FROM `{table}{saved}`",
+                "COMMIT",
+                database=CLAIMS_DATABASE,
+            )
+        return
     if isinstance(server, PostgresServer):
         # What pg_restore --data-only into the emptied table does: rows written anew.
         server.psql(
@@ -246,7 +278,7 @@ def _restored_under_a_holder(
     then is cut off; the data are written back (``how``); ``after()``; C claims
     generator 0 at once. The IDs both minted."""
     server = backend.server
-    assert isinstance(server, (PostgresServer, RedisServer))
+    assert isinstance(server, (PostgresServer, RedisServer, MariaDbServer))
     options = {"generators": "0-0", "claim_timeout": 60, "wait_timeout": 60}
     url = backend.url(root, ttl=RESTORE_TTL_S, **options)
     with new_generator("uid64", coordinator=url) as first:
@@ -270,8 +302,13 @@ def _restored_under_a_holder(
 
 @pytest.mark.parametrize(
     ("store", "how"),
-    [("redis", "restore"), ("redis", "fields"), ("postgres", "rows")],
-    ids=["redis-restore-replace", "redis-fields-written-back", "postgres-rows-written-back"],
+    [("redis", "restore"), ("redis", "fields"), ("postgres", "rows"), ("mariadb", "rows")],
+    ids=[
+        "redis-restore-replace",
+        "redis-fields-written-back",
+        "postgres-rows-written-back",
+        "mariadb-rows-written-back",
+    ],
 )
 def test_older_claims_data_written_back_under_a_holder_repeats_no_id(
     store: str, how: str, request: pytest.FixtureRequest, exit_stack: contextlib.ExitStack
@@ -293,59 +330,114 @@ def test_older_claims_data_written_back_under_a_holder_repeats_no_id(
     assert not duplicates, f"{len(duplicates)} IDs minted by both B and C, e.g. {duplicates[:3]}"
 
 
-def test_redis_a_restore_that_keeps_the_keys_expiry_is_found_by_a_live_holder(
-    request: pytest.FixtureRequest, exit_stack: contextlib.ExitStack
+@pytest.mark.parametrize(
+    ("store", "how"),
+    [("redis", "restore-abs-ttl"), ("mariadb", "rows-and-witness")],
+    ids=["redis-restore-abs-ttl", "mariadb-rows-and-witness"],
+)
+def test_a_restore_that_writes_its_witness_back_too_is_found_by_a_live_holder(
+    store: str, how: str, request: pytest.FixtureRequest, exit_stack: contextlib.ExitStack
 ) -> None:
-    """A restore that writes the key back with its exact expiry (``RESTORE ... ABSTTL``)
-    leaves the hash as it was, witness and all; D, a holder of generator 1 that
-    still reaches Redis, finds the pool's generation below what its last renewal
-    saw, and the pool begins a new epoch: C, claiming generator 0 after that, waits
-    out B's lease (B cut off, minting on generator 0).
+    """A restore that writes the witness back with the data (Redis: the key with its
+    exact expiry, ``RESTORE ... ABSTTL``; MariaDB: the witness table too, the whole
+    database from one copy) leaves the pool as it was, witness and all; D, a holder
+    of generator 1 that still reaches the store, finds the pool's generation below
+    what its last renewal saw, and the pool begins a new epoch: C, claiming
+    generator 0 after that, waits out B's lease (B cut off, minting on generator 0).
     """
-    backend = _store_backend(request, "redis")
+    backend = _store_backend(request, store)
     server = backend.server
-    assert isinstance(server, RedisServer)
+    assert isinstance(server, (RedisServer, MariaDbServer))
     root = backend.new_root()
     bystander_url = backend.url(root, ttl=RESTORE_TTL_S, generators="1-1", claim_timeout=60)
     bystander = exit_stack.enter_context(new_generator("uid64", coordinator=bystander_url))
     bystander.batch(1_000)
 
-    def noticed() -> None:
-        with server.client() as client:
-            wait_for(
-                lambda: not client.hexists(f"{root}:generator", "pool"),
-                timeout=RESTORE_TTL_S,
-                what="D's renewal to find the pool's generation gone back",
-            )
+    def in_doubt() -> bool:
+        """Whether the pool's record is no longer vouched for."""
+        if isinstance(server, RedisServer):
+            with server.client() as client:
+                return not client.hexists(f"{root}:generator", "pool")
+        assert isinstance(server, MariaDbServer)
+        witness = server.sql(
+            f"SELECT 1 FROM `{root}_witness` WHERE space = 'generator' AND id = -1",
+            database=CLAIMS_DATABASE,
+        )
+        return not witness
 
-    duplicates = _restored_under_a_holder(backend, root, "restore-abs-ttl", exit_stack, noticed)
+    def noticed() -> None:
+        wait_for(
+            in_doubt,
+            timeout=RESTORE_TTL_S,
+            what="D's renewal to find the pool's generation gone back",
+        )
+
+    duplicates = _restored_under_a_holder(backend, root, how, exit_stack, noticed)
     assert not duplicates, f"{len(duplicates)} IDs minted by both B and C, e.g. {duplicates[:3]}"
 
 
 # -- the claims table locked by another session ----------------------------------------------
 
 
-def test_postgres_a_locked_claims_table_is_waited_for_then_named(
-    request: pytest.FixtureRequest, exit_stack: contextlib.ExitStack
+class _Locker:
+    """Another session holding the claims table ``root`` locked, as a migration does."""
+
+    def __init__(self, backend: Backend, root: str, exit_stack: contextlib.ExitStack) -> None:
+        self.server = backend.server
+        self.root = root
+        if isinstance(self.server, MariaDbServer):
+            self.session = self.server.connect(CLAIMS_DATABASE)
+            exit_stack.callback(self.session.close)
+            with self.session.cursor() as cursor:
+                cursor.execute(f"LOCK TABLES `{root}` WRITE")
+            return
+        import psycopg
+
+        assert isinstance(self.server, PostgresServer)
+        settings: Any = self.server.connection_settings(CLAIMS_DATABASE)
+        self.session = psycopg.connect(**settings)
+        exit_stack.callback(self.session.close)
+        self.session.execute(f'LOCK TABLE "{root}" IN ACCESS EXCLUSIVE MODE')
+
+    def waited_for(self) -> bool:
+        """Whether another session waits for the lock."""
+        if isinstance(self.server, MariaDbServer):
+            rows = self.server.sql(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+                "WHERE STATE LIKE 'Waiting for table metadata lock%'"
+            )
+            return int(rows[0][0]) > 0
+        assert isinstance(self.server, PostgresServer)
+        waiting = (
+            "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+            f"WHERE c.relname = '{self.root}' AND NOT l.granted"
+        )
+        return int(self.server.psql(waiting, CLAIMS_DATABASE)) > 0
+
+    def let_go(self) -> None:
+        if isinstance(self.server, MariaDbServer):
+            with self.session.cursor() as cursor:
+                cursor.execute("UNLOCK TABLES")
+        else:
+            self.session.rollback()
+
+
+@pytest.mark.parametrize("backend", backend_params(["postgres", "mysql"]), indirect=True)
+def test_a_locked_claims_table_is_waited_for_then_named(
+    backend: Backend, exit_stack: contextlib.ExitStack
 ) -> None:
-    """Another session holds the claims table (``LOCK TABLE ... IN ACCESS EXCLUSIVE
-    MODE``, as a migration does). A new claimant looks again until ``connect_timeout``
-    has passed without an answer, then gives up with status 69 and one line naming
-    the lock; one whose ``connect_timeout`` outlasts the lock claims once it is let go.
+    """Another session holds the claims table (PostgreSQL's ``LOCK TABLE ... IN ACCESS
+    EXCLUSIVE MODE``, MariaDB's ``LOCK TABLES ... WRITE``, as a migration does). A new
+    claimant looks again until ``connect_timeout`` has passed without an answer, then
+    gives up with status 69 and one line naming the lock; one whose
+    ``connect_timeout`` outlasts the lock claims once it is let go.
 
     (Once both gave up after one 2 s statement timeout, saying psycopg's "cannot exit
     pipeline mode while busy".)
     """
-    import psycopg
-
-    backend = _store_backend(request, "postgres")
-    server = backend.server
-    assert isinstance(server, PostgresServer)
     root = backend.new_root()  # made, with its record
     connect_timeout_s = 4.0
-    locker = psycopg.connect(**server.connection_settings(CLAIMS_DATABASE))  # type: ignore[arg-type]
-    exit_stack.callback(locker.close)
-    locker.execute(f'LOCK TABLE "{root}" IN ACCESS EXCLUSIVE MODE')
+    locker = _Locker(backend, root, exit_stack)
     started = time.monotonic()
     gave_up = run_idmint(
         "generate",
@@ -366,16 +458,8 @@ def test_postgres_a_locked_claims_table_is_waited_for_then_named(
     patient = exit_stack.enter_context(
         CliProcess("generate", "--coordinator", patient_url, "--count", "1")
     )
-    waiting = (
-        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
-        f"WHERE c.relname = '{root}' AND NOT l.granted"
-    )
-    wait_for(
-        lambda: int(server.psql(waiting, CLAIMS_DATABASE)) > 0,
-        timeout=30,
-        what="the claimant to wait for the lock",
-    )
-    locker.rollback()  # the lock is let go
+    wait_for(locker.waited_for, timeout=30, what="the claimant to wait for the lock")
+    locker.let_go()
     assert patient.wait(timeout=30) == 0, patient.stderr
     assert len(patient.ids()) == 1
 

@@ -34,6 +34,8 @@ from tests.cli_process import CliProcess as _CliProcess
 from tests.cli_process import assert_one_error_line, now_ms, run_idmint
 from tests.servers import wait_until
 from tests.servers.etcd import EtcdCluster
+from tests.servers.mariadb import USER as MARIADB_USER
+from tests.servers.mariadb import MariaDbServer
 from tests.servers.ports import LOOPBACK, free_port
 from tests.servers.postgres import PostgresServer
 from tests.servers.redis import RedisServer
@@ -81,7 +83,7 @@ __all__ = [
     "wait_for_new_claim",
 ]
 
-SERVER_BACKENDS: list[str] = ["zk", "etcd", "postgres", "redis"]
+SERVER_BACKENDS: list[str] = ["zk", "etcd", "postgres", "redis", "mysql"]
 """Coordinators that are servers: they can be unreachable, and other processes share them."""
 
 SESSION_BACKENDS: list[str] = ["memory", *SERVER_BACKENDS]
@@ -106,9 +108,14 @@ STATIC_CLUSTER = 3
 """The identity the static backend configures (anything but the defaults)."""
 
 CLAIMS_DATABASE = "idmint_claims"
-"""The PostgreSQL database the claims tests' tables live in (one table per test)."""
+"""The PostgreSQL and MariaDB database the claims tests' tables live in (one table per
+test)."""
 
-Server = ZooKeeperEnsemble | EtcdCluster | PostgresServer | RedisServer
+Server = ZooKeeperEnsemble | EtcdCluster | PostgresServer | RedisServer | MariaDbServer
+SingleServer = (PostgresServer, RedisServer, MariaDbServer)
+"""The servers a test stops and starts whole (not a member of a cluster)."""
+TABLES = ("postgres", "mysql")
+"""Stores whose pool is a table of the URL's database."""
 
 
 def backend_params(names: Iterable[str], *, xfail: dict[str, str] | None = None) -> list[Any]:
@@ -200,7 +207,7 @@ class Backend:
     @property
     def stores(self) -> bool:
         """Whether the coordinator is a database that may forget (PostgreSQL, Redis)."""
-        return self.name in ("postgres", "redis")
+        return self.name in ("postgres", "redis", "mysql")
 
     def new_root(self, *, settled: bool = True) -> str:
         """A pool of its own: a ZooKeeper root, an etcd prefix, a PostgreSQL table, a
@@ -215,7 +222,7 @@ class Backend:
         if self.name == "memory":
             self.roots.append(unique_root().strip("/"))
             return self.roots[-1]
-        if self.name == "postgres":
+        if self.name in TABLES:
             root = f"t_{uuid.uuid4().hex}"
         elif self.name == "redis":
             root = f"{self.root_prefix}t-{uuid.uuid4().hex}"
@@ -231,7 +238,7 @@ class Backend:
         server = self._server()
         if isinstance(server, ZooKeeperEnsemble):
             return server.hosts
-        if isinstance(server, (PostgresServer, RedisServer)):
+        if isinstance(server, SingleServer):
             return f"{LOOPBACK}:{server.port}"
         return ",".join(server.endpoints)
 
@@ -274,10 +281,12 @@ class Backend:
         path = root if root is not None else self.new_root()
         if self.stores:
             # The URL's path is the database; the pool is a table or a key prefix.
-            query = {("table" if self.name == "postgres" else "prefix"): path, **query}
+            query = {("table" if self.name in TABLES else "prefix"): path, **query}
             if self.name == "postgres" and not userinfo:
                 userinfo = "postgres@"
-            path = f"/{CLAIMS_DATABASE}" if self.name == "postgres" else "/0"
+            if isinstance(self.server, MariaDbServer) and not userinfo:
+                userinfo = f"{MARIADB_USER}:{quote(self.server.password, safe='')}@"
+            path = f"/{CLAIMS_DATABASE}" if self.name in TABLES else "/0"
         text = f"{self.scheme}://{userinfo}{location}{path}"
         return f"{text}?{urlencode(query, safe='/:')}" if query else text
 
@@ -296,13 +305,13 @@ class Backend:
 
         class WithServer(adapter):  # type: ignore[valid-type,misc]
             def stop_server(self, url: CoordinatorUrl) -> None:
-                if isinstance(server, (PostgresServer, RedisServer)):
+                if isinstance(server, SingleServer):
                     server.stop()
                 else:
                     server.stop_member(0)
 
             def start_server(self, url: CoordinatorUrl) -> None:
-                if isinstance(server, (PostgresServer, RedisServer)):
+                if isinstance(server, SingleServer):
                     server.start()
                 else:
                     server.start_member(0)
@@ -314,7 +323,7 @@ class Backend:
         root = None if self.name in ("local", "static") else self.new_root(settled=False)
         if self.name == "local":
             root = str(Path(os.environ["IDMINT_LOCAL_DIR"]) / unique_root().strip("/"))
-        if self.name == "postgres":
+        if self.name in TABLES:
             root = "idmint_claims"  # the kit's pools are tables beside it
         return CoordinatorUrl.parse(self.url(root, ttl=ttl))
 
@@ -359,6 +368,8 @@ def settle_pool(backend: Backend, root: str) -> None:
     server = backend._server()
     if isinstance(server, RedisServer):
         admin_url = server.url(root)
+    elif isinstance(server, MariaDbServer):
+        admin_url = Backend("mysql", server).url(root, ttl=None)
     else:
         admin = Backend(
             "postgres",
@@ -401,6 +412,10 @@ def make_backend(name: str, request: pytest.FixtureRequest) -> Backend:
         return Backend("postgres", postgres)
     if name == "redis":
         return Backend("redis", request.getfixturevalue("redis"))
+    if name == "mysql":
+        mariadb: MariaDbServer = request.getfixturevalue("mariadb")
+        mariadb.create_database(CLAIMS_DATABASE)
+        return Backend("mysql", mariadb)
     raise ValueError(f"unknown backend {name!r}")
 
 

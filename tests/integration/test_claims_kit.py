@@ -37,7 +37,7 @@ LONG_TTL_S = 5.0
 """The TTL of the checks that need a long one (see the module docs)."""
 SCHEMES = {"static": "static", "postgres": "postgresql", "zk-lockfree": "zk"}
 CONFIGURED = {"static"}
-SERVED = {"zk", "zk-lockfree", "etcd", "postgres", "redis"}
+SERVED = {"zk", "zk-lockfree", "etcd", "postgres", "redis", "mysql"}
 """Backends whose server the session runs, which Backend.hooks() can stop and start."""
 
 
@@ -79,7 +79,7 @@ def test_every_check_runs_somewhere_and_every_backend_runs_the_core() -> None:
     for name in ALL_BACKENDS:
         assert core <= {found.name for runs_on, found in RUNS if runs_on == name}, name
     # The rules of sessions and servers run wherever the old suites ran them.
-    for name in ["memory", "zk", "zk-lockfree", "etcd", "postgres", "redis"]:
+    for name in ["memory", "zk", "zk-lockfree", "etcd", "postgres", "redis", "mysql"]:
         ran = {found.name for runs_on, found in RUNS if runs_on == name}
         assert {"an_expired_claim_moves_to_a_free_id", "a_long_outage_fences_then_resumes"} <= ran
 
@@ -93,7 +93,7 @@ PLAIN_CHECKS = (
 hold-off, a store's forgotten holders) and one that claims and mints. The whole run
 passes too, in about a minute per driver (docs/architecture.md)."""
 
-FORGETTING = {"postgres", "redis"}
+FORGETTING = {"postgres", "redis", "mysql"}
 
 
 def _plain_url(backend: Backend) -> str:
@@ -103,19 +103,23 @@ def _plain_url(backend: Backend) -> str:
         return f"postgresql://postgres@{where}/{CLAIMS_DATABASE}"
     if backend.name == "redis":
         return f"redis://{where}/0"
+    if backend.name == "mysql":
+        # The URL as a deployment gives it: the user, its password and the database.
+        return backend.url(ttl=None).partition("?")[0]
     return f"{backend.scheme}://{where}/plain-{uuid.uuid4().hex[:12]}"
 
 
 def test_the_command_passes_every_server_driver_on_a_plain_url(
     request: pytest.FixtureRequest,
 ) -> None:
-    """``python -m idmint.testing URL`` on ZooKeeper, etcd, PostgreSQL and Redis with no
-    option in the URL (the four at once): every check passes, and a check that
+    """``python -m idmint.testing URL`` on ZooKeeper, etcd, PostgreSQL, Redis and
+    MariaDB with no option in the URL (the five at once): every check passes, and a check that
     cannot run there (a store that forgets, on ZooKeeper and etcd) is named as not
     run in the closing line. (Once: a_successor_with_a_clock_far_behind_refuses
     failed on all four, allowing 4 s while the default TTL holds the ID off for 11 s.)
     """
-    backends = {name: make_backend(name, request) for name in ("zk", "etcd", "postgres", "redis")}
+    names = ("zk", "etcd", "postgres", "redis", "mysql")
+    backends = {name: make_backend(name, request) for name in names}
     selected = [f"--check={name}" for name in PLAIN_CHECKS]
     runs = {
         name: CliProcess(

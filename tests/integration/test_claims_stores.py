@@ -1,4 +1,4 @@
-"""What only databases that may forget must prove: PostgreSQL and Redis as coordinators.
+"""What only databases that may forget must prove: PostgreSQL, Redis and MySQL/MariaDB.
 
 The contract, fencing, process and fork suites run on both through the ``backend``
 fixture (``postgres``, ``redis``). Here: a new pool settles its first claims; a
@@ -35,6 +35,8 @@ from tests.integration.claims_helpers import (
     settle_pool,
     wait_for,
 )
+from tests.servers.mariadb import USER as MARIADB_USER
+from tests.servers.mariadb import MariaDbServer
 from tests.servers.postgres import PostgresServer
 from tests.servers.redis import USER, USER_KEYS, RedisCommands, RedisServer
 
@@ -47,7 +49,7 @@ from idmint import (
 )
 from idmint.coordinate import connect
 
-STORES = backend_params(["postgres", "redis"])
+STORES = backend_params(["postgres", "redis", "mysql"])
 stores = pytest.mark.parametrize("backend", STORES, indirect=True)
 
 TTL_S = 2.0
@@ -63,6 +65,15 @@ def _record(backend: Backend, root: str) -> dict[str, Any]:
         assert raw is not None, "the pool has no record"
         found: dict[str, Any] = json.loads(raw)
         return found
+    if isinstance(server, MariaDbServer):
+        rows = server.sql(
+            f"SELECT incarnation, since_ms, lease_ms FROM `{root}` "
+            "WHERE space = 'generator' AND id = -1",
+            database=CLAIMS_DATABASE,
+        )
+        assert rows, "the pool has no record"
+        incarnation, since, max_ttl = rows[0]
+        return {"incarnation": incarnation, "since_ms": since, "max_ttl_ms": max_ttl}
     assert isinstance(server, PostgresServer)
     text = server.psql(
         "SELECT json_build_object('incarnation', incarnation, 'since_ms', since_ms, "
@@ -334,21 +345,27 @@ def test_a_claim_whose_reply_was_lost_is_recognised_as_ours(
     assert set(held_generators(backend, url)) == {landed[0]}
 
 
-def _backend_pid(claim: Any) -> int:
+def _end_the_claims_connection(backend: Backend, claim: Any) -> None:
+    """The server ends the claim's connection (``pg_terminate_backend``, ``KILL
+    CONNECTION``), as an administrator or a failover does."""
     connection = claim.store.connection._connection
     assert connection is not None
+    server = backend.server
+    if isinstance(server, MariaDbServer):
+        server.sql(f"KILL CONNECTION {connection.thread_id()}")
+        return
+    assert isinstance(server, PostgresServer)
     pid: int = connection.pgconn.backend_pid
-    return pid
+    server.psql(f"SELECT pg_terminate_backend({pid})", CLAIMS_DATABASE)
 
 
-def test_postgres_terminating_a_claims_connection_costs_a_renewal_not_the_claim(
-    request: pytest.FixtureRequest, exit_stack: contextlib.ExitStack
+@pytest.mark.parametrize("backend", backend_params(["postgres", "mysql"]), indirect=True)
+def test_the_server_ending_a_claims_connection_costs_a_renewal_not_the_claim(
+    backend: Backend, exit_stack: contextlib.ExitStack
 ) -> None:
-    """``pg_terminate_backend`` of the claim's connection: the next renewal fails, the
-    one after reconnects; the claim and its generator ID stay."""
-    server: PostgresServer = request.getfixturevalue("postgres")
-    server.create_database(CLAIMS_DATABASE)
-    backend = Backend("postgres", server)
+    """``pg_terminate_backend`` (PostgreSQL), ``KILL CONNECTION`` (MariaDB) of the
+    claim's connection: the next renewal fails, the one after reconnects; the claim
+    and its generator ID stay."""
     generator = exit_stack.enter_context(new_generator("uid64", coordinator=backend.url()))
     claim = generator.claim
     assert claim is not None
@@ -356,7 +373,7 @@ def test_postgres_terminating_a_claims_connection_costs_a_renewal_not_the_claim(
     assert grant is not None
     before = generator.batch(2_000).ints()
     failures = claim.renewal_failures
-    server.psql(f"SELECT pg_terminate_backend({_backend_pid(claim)})", CLAIMS_DATABASE)
+    _end_the_claims_connection(backend, claim)
     wait_for(
         lambda: claim.renewal_failures > failures,
         timeout=TTL_S * 3,
@@ -390,7 +407,11 @@ def test_64_claimants_at_once_make_the_pool_and_get_64_ids(
 
     def claim(index: int) -> None:
         # A connection each: application_name (libpq) or a database-unique option.
-        extra = {"application_name": f"c{index}"} if backend.name == "postgres" else {}
+        extra: dict[str, object] = (
+            {"application_name": f"c{index}"} if backend.name == "postgres" else {}
+        )
+        if backend.name == "mysql":
+            extra["timeout"] = 2 + index / 1000
         url = backend.url(root, ttl=TTL_S, claim_timeout=60, **extra)
         if backend.name == "redis":
             url = url.replace("/0?", f"/0?timeout={2 + index / 1000}&")
@@ -550,17 +571,31 @@ def _secure_redis(server: RedisServer, password: str | None = None) -> Backend:
     )
 
 
+def _secure_mariadb(server: MariaDbServer, password: str | None = None) -> Backend:
+    server.create_database(CLAIMS_DATABASE)
+    return Backend(
+        "mysql",
+        server,
+        credentials=(MARIADB_USER, password if password is not None else server.password),
+    )
+
+
 SECURE = ["postgres_secure", "redis_secure"]
+"""Servers that ask for a password over TLS."""
+PASSWORDS = [*SECURE, "mariadb"]
+"""Servers that ask for a password (MariaDB's over TCP)."""
 
 
 def _secure(name: str, request: pytest.FixtureRequest, password: str | None = None) -> Backend:
     server = request.getfixturevalue(name)
     if name == "postgres_secure":
         return _secure_postgres(server, password)
+    if name == "mariadb":
+        return _secure_mariadb(server, password)
     return _secure_redis(server, password)
 
 
-@pytest.mark.parametrize("name", SECURE)
+@pytest.mark.parametrize("name", PASSWORDS)
 def test_claims_work_over_tls_with_credentials_and_the_password_is_never_shown(
     name: str, request: pytest.FixtureRequest, exit_stack: contextlib.ExitStack
 ) -> None:
@@ -587,7 +622,7 @@ def test_claims_work_over_tls_with_credentials_and_the_password_is_never_shown(
     assert not leaked, f"the password was printed: {leaked}"
 
 
-@pytest.mark.parametrize("name", SECURE)
+@pytest.mark.parametrize("name", PASSWORDS)
 def test_a_wrong_password_is_refused_with_status_77_and_one_line(
     name: str, request: pytest.FixtureRequest
 ) -> None:
@@ -682,6 +717,11 @@ MALFORMED = {
     "redis option": "rediss://127.0.0.1:6379/0?bogus=1",
     "postgres ttl over max_ttl": "postgresql://127.0.0.1/db?ttl=20",
     "redis ttl over max_ttl": "redis://127.0.0.1:6379/0?ttl=12&max_ttl=11",
+    "mysql database": "mysql://u:secret@127.0.0.1:3306",
+    "mysql table": "mysql://127.0.0.1/db?table=no-dashes",
+    "mysql hosts": "mariadb://127.0.0.1:3306,127.0.0.1:3307/db",
+    "mysql option": "mysql://127.0.0.1/db?sslmode=require",
+    "mysql ttl over max_ttl": "mysql://127.0.0.1/db?ttl=12",
 }
 
 
@@ -693,7 +733,7 @@ def test_malformed_store_urls_exit_2_with_one_line(url: str) -> None:
     assert_one_error_line(result.stderr)
 
 
-@pytest.mark.parametrize("name", SECURE)
+@pytest.mark.parametrize("name", PASSWORDS)
 def test_serve_workers_claim_each_their_own_and_never_show_the_password(
     name: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:

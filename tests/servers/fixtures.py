@@ -1,4 +1,4 @@
-"""Session fixtures giving tests real ZooKeeper, etcd, PostgreSQL and Redis servers.
+"""Session fixtures giving tests real ZooKeeper, etcd, PostgreSQL, Redis and MariaDB servers.
 
 Loaded by ``tests/conftest.py``, so every directory shares one server of each kind
 per session (integration, faults, client, storage and the docs test alike). Every
@@ -26,6 +26,7 @@ from typing import TypeVar
 
 import pytest
 from tests.servers.etcd import EtcdCluster
+from tests.servers.mariadb import MariaDbServer
 from tests.servers.postgres import PostgresServer
 from tests.servers.redis import RedisServer
 from tests.servers.zookeeper import ZooKeeperEnsemble
@@ -35,6 +36,7 @@ __all__ = [
     "etcd",
     "etcd3",
     "etcd_secure",
+    "mariadb",
     "postgres",
     "postgres_secure",
     "redis",
@@ -50,8 +52,8 @@ _started: list[ZooKeeperEnsemble | EtcdCluster] = []
 
 _C = TypeVar("_C", ZooKeeperEnsemble, EtcdCluster)
 
-_single_servers: list[PostgresServer | RedisServer] = []
-"""PostgreSQL and Redis servers of this session that tests stop, freeze or crash."""
+_single_servers: list[PostgresServer | RedisServer | MariaDbServer] = []
+"""PostgreSQL, Redis and MariaDB servers of this session that tests stop, freeze or crash."""
 
 
 def _serve(cluster: _C) -> Iterator[_C]:
@@ -151,6 +153,21 @@ def postgres_secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgr
         server.start()
         yield server
     finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDbServer]:
+    """A MariaDB server on a free port of 127.0.0.1: the user ``idmint`` with a password
+    (``.password``; ``.url(database)`` carries it), root without one for administration."""
+    server = MariaDbServer(tmp_path_factory.mktemp("mariadb"))
+    try:
+        server.start()
+        _single_servers.append(server)
+        yield server
+    finally:
+        if server in _single_servers:
+            _single_servers.remove(server)
         server.close()
 
 

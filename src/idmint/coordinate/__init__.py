@@ -14,6 +14,7 @@ scheme          driver                                          needs
 ``etcd://``     :class:`~idmint.coordinate.etcd.EtcdCoordinator`            ``idmint[etcd]``
 ``postgresql``  :class:`~idmint.coordinate.postgres.PostgresCoordinator`    ``idmint[postgres]``
 ``redis://``    :class:`~idmint.coordinate.redis.RedisCoordinator`          ``idmint[redis]``
+``mysql://``    :class:`~idmint.coordinate.mysql.MysqlCoordinator`          ``idmint[mysql]``
 ==============  ==============================================  ===========================
 
 >>> coordinator = connect("static://?generator=5")

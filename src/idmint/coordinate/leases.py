@@ -66,11 +66,12 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar
 
 from idmint.coordinate.base import (
+    ClaimInfo,
     ClaimSource,
     Coordinator,
     DriverClaim,
@@ -78,7 +79,7 @@ from idmint.coordinate.base import (
     holder_description,
 )
 from idmint.coordinate.options import ClaimOptions, option, seconds, ttl
-from idmint.coordinate.spaces import Space
+from idmint.coordinate.spaces import SPACES, Space
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import (
     ConfigurationError,
@@ -101,6 +102,8 @@ __all__ = [
     "SharedClients",
     "Take",
     "first_line",
+    "forsake_connection",
+    "in_pool_order",
     "reach_within",
 ]
 
@@ -189,6 +192,36 @@ def reach_within(
                     "are right, or wait longer with connect_timeout=SECONDS"
                 ) from error
         time.sleep(0.1)  # in the constructor: there is no claim to close yet
+
+
+def in_pool_order(claims: Iterable[ClaimInfo]) -> list[ClaimInfo]:
+    """``claims`` by space (as :data:`SPACES` lists them), cluster and identity."""
+    order = {space.name: index for index, space in enumerate(SPACES)}
+    return sorted(
+        claims, key=lambda row: (order.get(row.space, len(order)), row.cluster, row.generator)
+    )
+
+
+_FORSAKEN: list[Any] = []
+"""Connections inherited through fork(): kept, so that nothing closes them early."""
+
+
+def forsake_connection(connection: Any, descriptor: Callable[[], int]) -> None:
+    """In a child of ``fork()``: let go of the parent's ``connection`` without a word.
+
+    Closing it (or its being garbage collected) would send the client's goodbye
+    on the socket the parent shares, which ends the parent's session: the child's
+    copy of the socket (``descriptor()``) is replaced by /dev/null, and the
+    connection kept for as long as the process lives.
+    """
+    with contextlib.suppress(Exception):
+        number = descriptor()
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            os.dup2(null, number)
+        finally:
+            os.close(null)
+    _FORSAKEN.append(connection)
 
 
 PROBES = 8

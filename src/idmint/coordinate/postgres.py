@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -92,10 +91,12 @@ from idmint.coordinate.leases import (
     SharedClients,
     Take,
     first_line,
+    forsake_connection,
+    in_pool_order,
     reach_within,
 )
 from idmint.coordinate.options import identifier, option, with_options_table
-from idmint.coordinate.spaces import SPACES, Space
+from idmint.coordinate.spaces import Space
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import (
     ConfigurationError,
@@ -305,23 +306,12 @@ class _Connection:
         """
         connection, self._connection = self._connection, None
         self._lock = threading.Lock()
-        if connection is None:
-            return
-        with contextlib.suppress(Exception):
-            descriptor = connection.pgconn.socket
-            null = os.open(os.devnull, os.O_RDWR)
-            try:
-                os.dup2(null, descriptor)
-            finally:
-                os.close(null)
-        _FORSAKEN.append(connection)
+        if connection is not None:
+            forsake_connection(connection, lambda: int(connection.pgconn.socket))
 
 
 _ANSWER_SLACK_S = 1.0
 """How much longer than ``timeout`` a request waits for the server's answer."""
-
-_FORSAKEN: list[Any] = []
-"""Connections inherited through fork(): kept, so that nothing closes them early."""
 
 _CONNECTIONS: SharedClients[_Connection] = SharedClients(_Connection.forsake)
 
@@ -629,8 +619,7 @@ class PostgresStore:
              ORDER BY c.space, c.cluster, c.id
         """
         rows = self._run("listing the claims", lambda c: c.execute(query), _fetch_all)
-        order = {space.name: index for index, space in enumerate(SPACES)}
-        return sorted(
+        return in_pool_order(
             (
                 ClaimInfo(
                     cluster=cluster,
@@ -642,7 +631,6 @@ class PostgresStore:
                 )
                 for space, cluster, number, holder, since, ceiling in rows
             ),
-            key=lambda row: (order.get(row.space, len(order)), row.cluster, row.generator),
         )
 
 

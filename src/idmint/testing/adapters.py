@@ -28,6 +28,7 @@ from idmint.coordinate.local import (
     lock_key,
 )
 from idmint.coordinate.memory import MemoryCoordinator
+from idmint.coordinate.mysql import MysqlCoordinator
 from idmint.coordinate.postgres import INCARNATION_SQL, WRITTEN_XID_SQL, PostgresCoordinator
 from idmint.coordinate.redis import GENERATION_WITNESS_MS, RedisCoordinator
 from idmint.coordinate.spaces import SPACES, Identity, Space
@@ -43,6 +44,7 @@ __all__ = [
     "LeaseHooks",
     "LocalHooks",
     "MemoryHooks",
+    "MysqlHooks",
     "PostgresHooks",
     "RedisHooks",
     "StaticHooks",
@@ -301,3 +303,65 @@ class RedisHooks(LeaseHooks):
     def remove_pool(self, url: CoordinatorUrl) -> None:
         with _connected(url, RedisCoordinator) as redis:
             redis.store.client.delete(*(redis.store.key(space) for space in SPACES))
+
+
+class MysqlHooks(LeaseHooks):
+    """``mysql://``: a lease row ended; marks are columns of the claims table."""
+
+    def read_mark(
+        self, coordinator: Coordinator, space: Space, identity: Identity
+    ) -> HighWaterMark | None:
+        store = _driver(coordinator, MysqlCoordinator).store
+        query = (
+            f"SELECT ceiling_ms, renewed_ms, released_ms, mark_holder FROM {store.table} "
+            "WHERE space = %s AND cluster = %s AND id = %s AND ceiling_ms IS NOT NULL"
+        )
+
+        def read(cursor: Any) -> Any:
+            cursor.execute(query, (space.name, *space.numbered(identity)))
+            return cursor.fetchone()
+
+        row = store.connection.run("reading a high-water mark", read)
+        if row is None:
+            return None
+        ceiling, renewed, released, holder = row
+        return HighWaterMark(ceiling, renewed or 0, released, holder or "")
+
+    def settle(self, url: CoordinatorUrl) -> None:
+        with _connected(url, MysqlCoordinator) as mysql:
+            mysql.list_claims()  # makes the tables
+            store = mysql.store
+            epoch = _new_epoch()
+
+            def settle(cursor: Any) -> None:
+                _, incarnation = store.server(cursor)
+                for space in SPACES:
+                    # A record idmint vouches for, unless the pool has begun.
+                    cursor.execute(
+                        f"INSERT IGNORE INTO {store.table} (space, cluster, id, incarnation, "
+                        "since_ms, lease_ms, written) VALUES (%s, -1, -1, %s, 0, 0, 0)",
+                        (space.name, f"{incarnation}/{epoch}"),
+                    )
+                    cursor.execute(
+                        f"INSERT IGNORE INTO {store.witness} (space, cluster, id, written) "
+                        "VALUES (%s, -1, -1, 0)",
+                        (space.name,),
+                    )
+
+            store.connection.run("settling the pool", settle)
+
+    def forget(self, url: CoordinatorUrl) -> None:
+        # The claims and their witness emptied: the store forgot them, kept its run.
+        with _connected(url, MysqlCoordinator) as mysql:
+            store = mysql.store
+            store.connection.run(
+                "forgetting the pool",
+                lambda c: [c.execute(f"DELETE FROM {t}") for t in store.tables[:2]],
+            )
+
+    def remove_pool(self, url: CoordinatorUrl) -> None:
+        with _connected(url, MysqlCoordinator) as mysql:
+            tables = ", ".join(mysql.store.tables)
+            mysql.store.connection.run(
+                "removing the pool", lambda c: c.execute(f"DROP TABLE IF EXISTS {tables}")
+            )
