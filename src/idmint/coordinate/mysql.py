@@ -29,6 +29,7 @@ Three tables, named after ``table``::
         lease_ms INT,                  -- the holder's TTL; the record's: max_ttl
         ceiling_ms BIGINT, renewed_ms BIGINT, released_ms BIGINT,
         mark_holder VARCHAR(255),      -- the high-water mark ...
+        mark_holders MEDIUMTEXT,       -- ... who held the identity (JSON: idmint whois) ...
         incarnation VARCHAR(200),      -- ... and the pool incarnation it was written in
         written BIGINT,                -- the pool's generation when idmint last wrote it
         PRIMARY KEY (space, cluster, id)) ENGINE=InnoDB;
@@ -87,12 +88,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from idmint.coordinate.base import ClaimInfo, Coordinator, HighWaterMark
+from idmint.coordinate.base import ClaimInfo, HighWaterMark, holders_of_text, holders_text
 from idmint.coordinate.leases import (
     STEP_BACK_SLACK_MS,
     Free,
     Lease,
-    LeaseClaim,
+    LeaseCoordinator,
     LeaseOptions,
     Look,
     PoolRecord,
@@ -273,6 +274,7 @@ class _Row:
     renewed_ms: int | None
     released_ms: int | None
     mark_holder: str | None
+    mark_holders: str | None
     incarnation: str | None
     written: int | None
     intact: bool
@@ -294,7 +296,11 @@ class _Row:
         if self.ceiling_ms is None:
             return None
         return HighWaterMark(
-            self.ceiling_ms, self.renewed_ms or 0, self.released_ms, self.mark_holder or ""
+            self.ceiling_ms,
+            self.renewed_ms or 0,
+            self.released_ms,
+            self.mark_holder or "",
+            holders_of_text(self.mark_holders),
         )
 
     @property
@@ -305,7 +311,7 @@ class _Row:
 
 _ROW_COLUMNS = (
     "c.cluster, c.id, c.token, c.since_ms, c.expires_ms, c.lease_ms, c.ceiling_ms, "
-    "c.renewed_ms, c.released_ms, c.mark_holder, c.incarnation, c.written, "
+    "c.renewed_ms, c.released_ms, c.mark_holder, c.mark_holders, c.incarnation, c.written, "
     "COALESCE(c.written = w.written, FALSE)"
 )
 
@@ -352,7 +358,8 @@ class MysqlStore:
             f"""CREATE TABLE IF NOT EXISTS {self.table} ({key},
                 token VARCHAR(64), holder VARCHAR(255), since_ms BIGINT, expires_ms BIGINT,
                 lease_ms INT, ceiling_ms BIGINT, renewed_ms BIGINT, released_ms BIGINT,
-                mark_holder VARCHAR(255), incarnation VARCHAR(200), written BIGINT,
+                mark_holder VARCHAR(255), mark_holders MEDIUMTEXT, incarnation VARCHAR(200),
+                written BIGINT,
                 PRIMARY KEY (space, cluster, id)) ENGINE=InnoDB"""
         )
         cursor.execute(
@@ -547,6 +554,7 @@ class MysqlStore:
                     "renewed_ms": attempt.mark.renewed_ms,
                     "released_ms": None,
                     "mark_holder": attempt.holder,
+                    "mark_holders": holders_text(attempt.mark.holders),
                     "incarnation": attempt.stamp,
                 },
             )
@@ -604,6 +612,7 @@ class MysqlStore:
                     "ceiling_ms": mark.ceiling_ms,
                     "renewed_ms": mark.renewed_ms,
                     "mark_holder": mark.holder,
+                    "mark_holders": holders_text(mark.holders),
                     "incarnation": self._stamp(cursor, lease.space, incarnation),
                 },
             )
@@ -619,11 +628,22 @@ class MysqlStore:
                     renewed_ms=mark.renewed_ms,
                     released_ms=mark.released_ms,
                     mark_holder=mark.holder,
+                    mark_holders=holders_text(mark.holders),
                     incarnation=self._stamp(cursor, lease.space, incarnation),
                 )
             self._write(cursor, lease.space, (lease.cluster, lease.number), written, values)
 
         self._on_lease("releasing", lease, generation, write)
+
+    def read_mark(self, space: Space, cluster: int, number: int) -> HighWaterMark | None:
+        def request(cursor: Any) -> list[_Row]:
+            rows: list[_Row] = self._rows(
+                cursor, space, "c.cluster = %s AND c.id = %s", (cluster, number)
+            )
+            return rows
+
+        rows: list[_Row] = self._run("reading a high-water mark", request)
+        return rows[0].mark if rows else None
 
     def list_claims(self) -> list[ClaimInfo]:
         def request(cursor: Any) -> tuple[int, list[Any]]:
@@ -654,10 +674,10 @@ class MysqlStore:
         )
 
 
-class MysqlCoordinator(Coordinator):
+class MysqlCoordinator(LeaseCoordinator):
     """A MySQL or MariaDB table used as a pool of generator IDs (see the module docs)."""
 
-    claim_type = LeaseClaim
+    store: MysqlStore
     options_type = MysqlOptions
 
     def __init__(self, url: CoordinatorUrl) -> None:

@@ -308,25 +308,6 @@ class RedisHooks(LeaseHooks):
 class MysqlHooks(LeaseHooks):
     """``mysql://``: a lease row ended; marks are columns of the claims table."""
 
-    def read_mark(
-        self, coordinator: Coordinator, space: Space, identity: Identity
-    ) -> HighWaterMark | None:
-        store = _driver(coordinator, MysqlCoordinator).store
-        query = (
-            f"SELECT ceiling_ms, renewed_ms, released_ms, mark_holder FROM {store.table} "
-            "WHERE space = %s AND cluster = %s AND id = %s AND ceiling_ms IS NOT NULL"
-        )
-
-        def read(cursor: Any) -> Any:
-            cursor.execute(query, (space.name, *space.numbered(identity)))
-            return cursor.fetchone()
-
-        row = store.connection.run("reading a high-water mark", read)
-        if row is None:
-            return None
-        ceiling, renewed, released, holder = row
-        return HighWaterMark(ceiling, renewed or 0, released, holder or "")
-
     def settle(self, url: CoordinatorUrl) -> None:
         with _connected(url, MysqlCoordinator) as mysql:
             mysql.list_claims()  # makes the tables
