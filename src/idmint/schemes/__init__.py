@@ -1,4 +1,4 @@
-"""The five ID schemes: value types and codecs, pure code with no I/O.
+"""The ID schemes: value types and codecs, pure code with no I/O.
 
 ``SCHEMES`` maps each scheme's name (as the CLI and the server spell it) to its
 value type, which describes the scheme to everything above (fields and their
@@ -24,6 +24,7 @@ from idmint.schemes._base import (
 from idmint.schemes.elastic64 import Elastic64
 from idmint.schemes.muid import Muid
 from idmint.schemes.short60 import Short60
+from idmint.schemes.snowflake import Snowflake
 from idmint.schemes.uid64 import Mode, Uid64, Uid64V1
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "Mode",
     "Muid",
     "Short60",
+    "Snowflake",
     "Uid64",
     "Uid64V1",
     "a_scheme",
@@ -52,6 +54,7 @@ SCHEMES: Final[dict[str, type[IdValue]]] = {
     "elastic64": Elastic64,
     "muid": Muid,
     "short60": Short60,
+    "snowflake": Snowflake,
 }
 
 _MUID_SHAPE = re.compile(Muid.text_pattern)
@@ -80,10 +83,11 @@ def guess_scheme(text: str, *, node_bits: int | None = None) -> str:
     form) can only be a muid; 16 hex digits with a letter among them only a
     uid64 (uid64-v1 IDs are uid64 IDs with the same fields); 10 base-64
     characters with a non-digit only a short60 (every short60 minted since 2020
-    has 10). Decimal digits are an elastic64 ID when a width is given. Anything
-    else, such as 16 decimal digits (hex or decimal?) or a short string (a
-    short60 from before 2020, or a typo?), raises ``InvalidId`` asking for the
-    scheme.
+    has 10). Decimal digits are an elastic64 ID when a width is given; without
+    one they could as well be a snowflake (of any layout), so they are never
+    guessed. Anything else, such as 16 decimal digits (hex or decimal?) or a
+    short string (a short60 from before 2020, or a typo?), raises ``InvalidId``
+    asking for the scheme.
     """
     candidate = text.strip()
     if _MUID_SHAPE.fullmatch(candidate):
@@ -104,7 +108,7 @@ def guess_scheme(text: str, *, node_bits: int | None = None) -> str:
             problem="ambiguous",
         )
     if is_decimal:
-        readings = ["elastic64 (give its node_bits)"]
+        readings = ["elastic64 (give its node_bits)", "snowflake"]
         if len(candidate) == 16:
             readings.insert(0, "uid64 (hex)")
         if len(candidate) <= 10:
