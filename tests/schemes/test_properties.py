@@ -40,7 +40,15 @@ SHORT60_SEQUENCE = st.integers(0, 511)
 SHORT60_RANDOM = st.integers(0, 511)
 NODE_BITS = st.integers(8, 16)
 
-BYTE_LENGTH = {"uid64": 8, "uid64-v1": 8, "elastic64": 8, "muid": 16, "short60": 8}
+BYTE_LENGTH = {
+    "uid64": 8,
+    "uid64-v1": 8,
+    "elastic64": 8,
+    "muid": 16,
+    "short60": 8,
+    "snowflake": 8,
+}
+TWITTER_EPOCH_MS = 1_288_834_974_657
 
 
 @st.composite
@@ -78,6 +86,13 @@ FIELDS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     ),
     "short60": st.fixed_dictionaries(
         {"timestamp_ms": SHORT60_TIMESTAMP, "sequence": SHORT60_SEQUENCE, "random": SHORT60_RANDOM}
+    ),
+    "snowflake": st.fixed_dictionaries(
+        {
+            "timestamp_ms": st.integers(TWITTER_EPOCH_MS, TWITTER_EPOCH_MS + 2**41 - 1),
+            "worker": st.integers(0, 1023),
+            "sequence": st.integers(0, 4095),
+        }
     ),
 }
 assert set(FIELDS) == set(SCHEMES)
@@ -387,6 +402,7 @@ SAMPLES: dict[str, IdValue] = {
     "elastic64": Elastic64("115816896921601023", 8),
     "muid": Muid("05D5EAC793E61F17B9F5B9479DF94AC0"),
     "short60": Short60("xinaS8QBh"),
+    "snowflake": SCHEMES["snowflake"]("1212092628029698048"),
 }
 
 

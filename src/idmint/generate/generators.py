@@ -661,20 +661,8 @@ class SnowflakeGenerator(TickGenerator[Snowflake]):
     identity_fields = ("worker",)
     space = sf.TWITTER.space
     layout: ClassVar[sf.Layout] = sf.TWITTER
-    options_about: ClassVar[Mapping[str, str]] = {
-        "layout": "the bit layout: " + ", ".join(sf.PRESETS),
-        "epoch_ms": "the layout's epoch, in ms since 1970-01-01 UTC",
-        "tick_ms": "the ms one unit of the layout's time counts",
-        "time_bits": "the layout's time width",
-        "worker_bits": "the layout's worker width",
-        "sequence_bits": "the layout's sequence width",
-        "order": "which of worker and sequence lies lower: " + ", ".join(sf.ORDERS),
-        "until_year": "refuse a layout that runs out before this year",
-    }
-    options_choices: ClassVar[Mapping[str, tuple[str, ...]]] = {
-        "layout": tuple(sf.PRESETS),
-        "order": sf.ORDERS,
-    }
+    options_about = Snowflake.variant_options
+    options_choices = Snowflake.variant_choices
 
     @classmethod
     def specialised(cls, options: Mapping[str, Any]) -> type[SnowflakeGenerator]:
@@ -758,21 +746,8 @@ class SnowflakeGenerator(TickGenerator[Snowflake]):
 
 def _layout_of(options: Mapping[str, Any]) -> sf.Layout:
     """The layout the generator options name (``ConfigurationError`` if unusable)."""
-    return sf.Layout.of(
-        options.get("layout"),
-        **{name: options.get(name) for name in _LAYOUT_PARTS},
-    )
-
-
-_LAYOUT_PARTS = (
-    "epoch_ms",
-    "tick_ms",
-    "time_bits",
-    "worker_bits",
-    "sequence_bits",
-    "order",
-    "until_year",
-)
+    named = {name: options[name] for name in Snowflake.variant_options if name in options}
+    return cast(type[Snowflake], Snowflake.variant(**named)).layout
 
 
 @functools.cache

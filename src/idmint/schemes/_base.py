@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import inspect
-from collections.abc import Container, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -107,6 +107,24 @@ class IdValue:
     needs_node_bits: ClassVar[bool] = False
     """Whether reading an ID needs the node-ID width it was minted under
     (elastic64): the readers then take it as their second argument."""
+    variant_options: ClassVar[Mapping[str, str]] = {}
+    """The options that pick one of the scheme's layouts (snowflake's ``layout``,
+    ``epoch_ms``, ...), which :meth:`variant` takes, and what each is;
+    generators take them too."""
+    variant_choices: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    """The values those of them that are text may take."""
+
+    @classmethod
+    def variant(cls, **options: Any) -> type[IdValue]:
+        """The value type of the layout ``options`` name (``ConfigurationError`` if
+        it cannot be used); the type itself where the scheme has one layout."""
+        if options:
+            from idmint.errors import ConfigurationError
+
+            raise ConfigurationError(
+                f"{cls.scheme} IDs have one layout: no {', '.join(sorted(options))}"
+            )
+        return cls
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

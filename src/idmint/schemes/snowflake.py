@@ -27,6 +27,7 @@ the decimal integer, as Twitter's API prints it.
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from functools import cache
 from typing import Any, ClassVar, Final
@@ -282,11 +283,33 @@ class Snowflake(IdValue):
     json_description = "A snowflake ID: decimal digits"
     json_example = "1212092628029698048"
 
+    variant_options: ClassVar[Mapping[str, str]] = {
+        "layout": "the bit layout: " + ", ".join(PRESETS),
+        "epoch_ms": "the layout's epoch, in ms since 1970-01-01 UTC",
+        "tick_ms": "the ms one unit of the layout's time counts",
+        "time_bits": "the layout's time width",
+        "worker_bits": "the layout's worker width",
+        "sequence_bits": "the layout's sequence width",
+        "order": "which of worker and sequence lies lower: " + ", ".join(ORDERS),
+        "until_year": "refuse a layout that runs out before this year",
+    }
+    variant_choices: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "layout": tuple(PRESETS),
+        "order": ORDERS,
+    }
+
     @staticmethod
     def of(layout: Layout | str | None = None, **parts: Any) -> type[Snowflake]:
         """The value type of ``layout`` (a preset's name, or a :class:`Layout`), with
         the parts given changed (see :meth:`Layout.of`)."""
         return _type_of(Layout.of(layout, **parts))
+
+    @classmethod
+    def variant(cls, **options: Any) -> type[Snowflake]:
+        unknown = sorted(set(options) - set(cls.variant_options))
+        if unknown:
+            raise ConfigurationError(f"snowflake layouts have no {', '.join(unknown)}")
+        return cls.of(options.pop("layout", None), **options)
 
     # -- the fields, wherever the layout puts them --------------------------------------
     @property
