@@ -47,6 +47,7 @@ DECODE_KEYS = {
     "elastic64": {"scheme", "id", "time", "timestamp_ms", "burst", "node", "node_bits"},
     "muid": {"scheme", "id", "time", "timestamp_us", "medallion", "offset"},
     "short60": {"scheme", "id", "time", "timestamp_ms", "sequence", "node", "int"},
+    "snowflake": {"scheme", "id", "time", "timestamp_ms", "worker", "sequence"},
 }
 # What `generate` needs besides --scheme; elastic64 has no default node ID.
 GENERATE_OPTIONS: dict[str, list[str]] = {
@@ -55,6 +56,7 @@ GENERATE_OPTIONS: dict[str, list[str]] = {
     "elastic64": ["--node", "5"],
     "muid": [],
     "short60": [],
+    "snowflake": [],
 }
 NODE_BITS = {"elastic64": 8}  # generate's default width
 
@@ -547,6 +549,7 @@ def test_encode_json(capsys: pytest.CaptureFixture[str], scheme: str) -> None:
         "elastic64": ["--timestamp-ms", "1785000000123", "--node", "513", "--node-bits", "11"],
         "muid": ["--timestamp-us", "1642579230975519", "--medallion", "417399343184351"],
         "short60": ["--timestamp-ms", "1562179504129", "--sequence", "270", "--node", "98"],
+        "snowflake": ["--timestamp-ms", "1577820376771", "--worker", "327", "--sequence", "9"],
     }[scheme]
     result = run_main(capsys, ["encode", "--scheme", scheme, "--format", "json", *argv])
     assert result.status == 0

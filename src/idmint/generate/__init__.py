@@ -11,6 +11,7 @@ from idmint.generate.generators import (
     MuidGenerator,
     MuidTransaction,
     Short60Generator,
+    SnowflakeGenerator,
     Uid64Generator,
     Uid64V1Generator,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "MuidTransaction",
     "OffsetClock",
     "Short60Generator",
+    "SnowflakeGenerator",
     "SystemClock",
     "TickGenerator",
     "Uid64Generator",
