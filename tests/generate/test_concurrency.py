@@ -16,6 +16,7 @@ from idmint.generate import (
     Elastic64Generator,
     MuidGenerator,
     Short60Generator,
+    SnowflakeGenerator,
     TickGenerator,
     Uid64Generator,
 )
@@ -169,8 +170,13 @@ def _in_child(body: Callable[[], object]) -> object:
 
 @pytest.mark.parametrize(
     "make",
-    [lambda: Uid64Generator(12), lambda: Elastic64Generator(300, 10)],
-    ids=["uid64", "elastic64"],
+    [
+        lambda: Uid64Generator(12),
+        lambda: Elastic64Generator(300, 10),
+        lambda: SnowflakeGenerator(12),
+        lambda: SnowflakeGenerator(12, layout="sonyflake"),
+    ],
+    ids=["uid64", "elastic64", "snowflake", "snowflake-sonyflake"],
 )
 def test_static_identity_refuses_in_a_forked_child(make: Callable[[], TickGenerator[Any]]) -> None:
     generator = make()
