@@ -9,6 +9,7 @@ with a given or guessed scheme.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Final
 
 from idmint.errors import InvalidId, quoted
@@ -46,6 +47,7 @@ __all__ = [
     "iso_ms",
     "parse_id",
     "scheme_type",
+    "variant_of",
 ]
 
 SCHEMES: Final[dict[str, type[IdValue]]] = {
@@ -74,6 +76,18 @@ def scheme_type(name: str) -> type[IdValue]:
             f"unknown scheme {quoted(name)}; expected one of {', '.join(SCHEMES)}",
             problem="scheme",
         ) from None
+
+
+def variant_of(scheme: str, options: Mapping[str, object]) -> type[IdValue]:
+    """The value type of ``scheme`` in the layout ``options`` pick (generator options,
+    say: snowflake's ``layout``...); the scheme's own type where they pick none."""
+    id_type = scheme_type(scheme)
+    picked = {
+        name: value
+        for name, value in options.items()
+        if name in id_type.variant_options and value is not None
+    }
+    return id_type.variant(**picked) if picked else id_type
 
 
 def guess_scheme(text: str, *, node_bits: int | None = None) -> str:

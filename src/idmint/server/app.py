@@ -45,7 +45,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote
 
 from idmint.errors import GeneratorError, IdmintError, InvalidId, quoted
-from idmint.schemes import SCHEMES, parse_id
+from idmint.schemes import SCHEMES, parse_id, variant_of
 from idmint.server import openapi
 from idmint.server.config import ServerConfig, given_config
 from idmint.server.credentials import Credentials
@@ -137,6 +137,8 @@ class IdServer:
         self._start_lock = asyncio.Lock()
         self._issuing_watch: asyncio.Task[None] | None = None
         self._openapi = json.dumps(openapi.openapi_document(config, ROUTES)).encode()
+        # IDs of the scheme this server mints are read in its layout (snowflake's).
+        self._minted_type = variant_of(config.scheme, config.options)
         self._page = PageFiles()
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -417,7 +419,10 @@ class IdServer:
                 )
             node_bits = int(node_bits_text)
         try:
-            value = parse_id(text, scheme, node_bits=node_bits)
+            if scheme == self.config.scheme and node_bits is None:
+                value = self._minted_type._read_text(text, None)
+            else:
+                value = parse_id(text, scheme, node_bits=node_bits)
         except InvalidId as error:
             raise HttpError(422, "invalid ID", str(error)) from None
         return 200, _JSON, json.dumps(value.to_dict()).encode()

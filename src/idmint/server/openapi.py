@@ -12,9 +12,10 @@ description is written with.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, is_dataclass
 from typing import Any
 
-from idmint.schemes import SCHEMES, Field, IdValue
+from idmint.schemes import SCHEMES, Field, IdValue, variant_of
 from idmint.server.config import ServerConfig
 from idmint.server.routes import Route
 
@@ -101,16 +102,20 @@ def _field_schema(field: Field, wider: list[Field]) -> dict[str, Any]:
     return _integer(min(each.low for each in wider), max(each.high for each in wider))
 
 
-def _decoded_schemas() -> dict[str, Any]:
+def _decoded_schemas(config: ServerConfig) -> dict[str, Any]:
     """One schema per family of schemes (uid64 and uid64-v1 share one): every field
-    ``idmint decode`` prints for it, and only those, with the value types' ranges."""
+    ``idmint decode`` prints for it, and only those, with the value types' ranges
+    (in the layout this server mints and reads its scheme's IDs in); a scheme with
+    layouts says which (``x-layout``: its parts, which the page draws)."""
     time_field = {
         "type": "string",
         "format": "date-time",
         "description": "When the ID was minted, ISO 8601 UTC",
     }
     families: dict[type[IdValue], list[type[IdValue]]] = {}
-    for id_type in SCHEMES.values():
+    for name, id_type in SCHEMES.items():
+        if name == config.scheme:
+            id_type = variant_of(name, config.options)
         families.setdefault(id_type._family, []).append(id_type)
     schemas: dict[str, Any] = {}
     for members in families.values():
@@ -125,11 +130,12 @@ def _decoded_schemas() -> dict[str, Any]:
             "time": time_field,
             **fields,
         }
-        schemas[f"Decoded{members[0].__name__}"] = {
+        schemas[f"Decoded{members[0]._family.__name__}"] = {
             "type": "object",
             "required": list(properties),
             "properties": properties,
             "additionalProperties": False,
+            **_layout_of(members[0]),
         }
     return {
         **schemas,
@@ -138,6 +144,12 @@ def _decoded_schemas() -> dict[str, Any]:
             "oneOf": [{"$ref": f"#/components/schemas/{name}"} for name in schemas],
         },
     }
+
+
+def _layout_of(id_type: type[IdValue]) -> dict[str, Any]:
+    """``x-layout``: the parts of the layout a scheme with layouts reads IDs in."""
+    layout = getattr(id_type, "layout", None)
+    return {"x-layout": asdict(layout)} if is_dataclass(layout) else {}
 
 
 def _node_bits_schema() -> dict[str, Any]:
@@ -290,7 +302,7 @@ def openapi_document(config: ServerConfig, routes: Iterable[Route]) -> dict[str,
                     },
                 },
                 "Claims": _claims_schema(),
-                **_decoded_schemas(),
+                **_decoded_schemas(config),
             },
         },
     }
