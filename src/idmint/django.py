@@ -32,7 +32,16 @@ from typing import Any, ClassVar
 
 from idmint import _storage
 from idmint.errors import ConfigurationError, InvalidId, needs_extra
-from idmint.schemes import Elastic64, IdValue, Muid, Short60, Uid64, Uid64V1, coerce_id
+from idmint.schemes import (
+    Elastic64,
+    IdValue,
+    Muid,
+    Short60,
+    Snowflake,
+    Uid64,
+    Uid64V1,
+    coerce_id,
+)
 from idmint.schemes.elastic64 import check_node_bits
 
 with needs_extra("django", "django", needed_by="idmint.django"):
@@ -46,6 +55,7 @@ __all__ = [
     "IdFormField",
     "MuidField",
     "Short60Field",
+    "SnowflakeField",
     "Uid64Field",
     "Uid64V1Field",
 ]
@@ -155,6 +165,26 @@ class Short60Field(IdField):
 
     id_type = Short60
     description = "A short60 ID"
+
+
+class SnowflakeField(IdField):
+    """A snowflake ID of one layout (Twitter's by default): ``bigint`` holding the
+    63-bit int as it is; values of another layout are refused."""
+
+    id_type = Snowflake
+    description = "A snowflake ID"
+
+    def __init__(self, *args: Any, layout: str = "twitter", **kwargs: Any) -> None:
+        # The layout's own value type, for this field alone.
+        setattr(self, "id_type", Snowflake.of(layout))  # noqa: B010 - a class variable's default
+        self.layout = layout
+        super().__init__(*args, **kwargs)
+
+    def deconstruct(self) -> Any:
+        name, path, args, kwargs = super().deconstruct()
+        if self.layout != "twitter":
+            kwargs["layout"] = self.layout
+        return name, path, args, kwargs
 
 
 class Elastic64Field(IdField):

@@ -41,7 +41,16 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from idmint import _storage
 from idmint.errors import ConfigurationError, InvalidId, needs_extra
-from idmint.schemes import Elastic64, IdValue, Muid, Short60, Uid64, Uid64V1, coerce_id
+from idmint.schemes import (
+    Elastic64,
+    IdValue,
+    Muid,
+    Short60,
+    Snowflake,
+    Uid64,
+    Uid64V1,
+    coerce_id,
+)
 from idmint.schemes.elastic64 import check_node_bits
 
 with needs_extra("sqlalchemy", "sqlalchemy", needed_by="idmint.sqlalchemy"):
@@ -57,6 +66,7 @@ __all__ = [
     "InvalidColumnValue",
     "MuidType",
     "Short60Type",
+    "SnowflakeType",
     "Uid64Type",
     "Uid64V1Type",
 ]
@@ -152,6 +162,27 @@ class Short60Type(IdType[Short60]):
 
     id_type = Short60
     cache_ok = True
+
+
+class SnowflakeType(IdType[Snowflake]):
+    """A snowflake column of one layout (Twitter's by default): ``BIGINT`` holding the
+    63-bit int as it is. Values of another layout are refused (their bits mean
+    another time and worker)."""
+
+    id_type = Snowflake
+    cache_ok = True
+
+    def __init__(self, layout: str = "twitter") -> None:
+        # The layout's own value type, for this column alone.
+        setattr(self, "id_type", Snowflake.of(layout))  # noqa: B010 - a class variable's default
+        self.layout = layout
+        super().__init__()
+
+    def _where(self) -> str:
+        return f"a SnowflakeType(layout={self.layout!r}) column"
+
+    def __repr__(self) -> str:
+        return f"SnowflakeType(layout={self.layout!r})"
 
 
 class Elastic64Type(IdType[Elastic64]):

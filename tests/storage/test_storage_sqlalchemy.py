@@ -26,6 +26,7 @@ from idmint import (
     MuidGenerator,
     Short60,
     Short60Generator,
+    Snowflake,
     Uid64,
     Uid64Generator,
     Uid64V1,
@@ -38,6 +39,7 @@ from idmint.sqlalchemy import (
     InvalidColumnValue,
     MuidType,
     Short60Type,
+    SnowflakeType,
     Uid64Type,
     Uid64V1Type,
 )
@@ -82,6 +84,9 @@ EDGES: dict[str, list[IdValue]] = {
         Elastic64(value, node_bits=NODE_BITS) for value in (0, 1, TOP - 1, TOP, e64.MAX_VALUE)
     ],
     "short60": [Short60(value) for value in (0, 1, 11093174944930914, (1 << 60) - 1)],
+    "snowflake": [
+        Snowflake.of("sonyflake")(value) for value in (0, 1, 1212092628029698048, TOP - 1)
+    ],
     "muid": [
         Muid(value)
         for value in (
@@ -104,6 +109,7 @@ COLUMN_TYPES: dict[str, Callable[[], IdType[Any]]] = {
     "elastic64": lambda: Elastic64Type(node_bits=NODE_BITS),
     "short60": Short60Type,
     "muid": MuidType,
+    "snowflake": lambda: SnowflakeType("sonyflake"),
 }
 
 
@@ -289,6 +295,11 @@ TIME_ORDERED: dict[
         Short60Type,
         lambda t, i: Short60.build(timestamp_ms=t, sequence=i % 512, random=i % 512),
         lambda t: Short60.build(timestamp_ms=t),
+    ),
+    "snowflake": (
+        SnowflakeType,
+        lambda t, i: Snowflake.build(timestamp_ms=t, worker=i % 1024, sequence=i % 4096),
+        lambda t: Snowflake.build(timestamp_ms=t),
     ),
 }
 

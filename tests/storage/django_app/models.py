@@ -6,7 +6,14 @@ from __future__ import annotations
 from django.db import models
 
 from idmint import Muid, MuidGenerator, Uid64, Uid64Generator
-from idmint.django import Elastic64Field, MuidField, Short60Field, Uid64Field, Uid64V1Field
+from idmint.django import (
+    Elastic64Field,
+    MuidField,
+    Short60Field,
+    SnowflakeField,
+    Uid64Field,
+    Uid64V1Field,
+)
 
 _order_ids = Uid64Generator(generator=6, mode="time-sequential")
 _line_ids = MuidGenerator(medallion=(1 << 48) + 6)
@@ -26,6 +33,8 @@ class Order(models.Model):
     shard = Elastic64Field(node_bits=12, null=True, blank=True, db_index=True)
     batch = MuidField(null=True, blank=True)
     short = Short60Field(null=True, blank=True, unique=True)
+    tweet = SnowflakeField(null=True, blank=True)
+    sony = SnowflakeField(layout="sonyflake", null=True, blank=True)
     note = models.CharField(max_length=40, blank=True, default="")
 
     class Meta:
