@@ -146,8 +146,10 @@ def test_each_errors_status_is_its_class_fact(kind: type[errors.IdmintError]) ->
         (["decode", "--scheme", "snowflake", str(1 << 63)], "out of range"),
         (["encode", "--scheme", "snowflake", "--timestamp-ms", "1"], "out of range"),
         (
-            ["encode", "--scheme", "snowflake", "--layout", "sonyflake"]
-            + ["--timestamp-ms", "1409529600005"],
+            [
+                *("encode", "--scheme", "snowflake", "--layout", "sonyflake"),
+                *("--timestamp-ms", "1409529600005"),
+            ],
             "5 ms into a 10 ms tick",
         ),
     ],

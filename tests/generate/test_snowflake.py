@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from idmint import new_generator
@@ -47,7 +49,7 @@ def test_strictly_increasing_across_a_clock_step_back(layout: str) -> None:
     clock.step_back_ms(25)
     after = [generator.generate() for _ in range(2 * per_tick)]
     values = [int(i) for i in before + after]
-    assert all(a < b for a, b in zip(values, values[1:], strict=False)), "went back"
+    assert all(a < b for a, b in itertools.pairwise(values)), "went back"
     assert generator.clock_steps_back >= 1
     clock.step_back_ms(500)
     with pytest.raises(ClockMovedBackwards):
@@ -93,7 +95,8 @@ def test_layouts_claim_in_the_pool_of_their_worker_width() -> None:
     ):
         # Twitter's and Discord's layouts share a pool: never one worker at once.
         assert twitter.worker != discord.worker
-        assert twitter.claim is not None and sonyflake.claim is not None
+        assert twitter.claim is not None
+        assert sonyflake.claim is not None
         assert str(twitter.claim.space) == TWITTER.space == "snowflake-w10"
         assert str(sonyflake.claim.space) == SONYFLAKE.space == "snowflake-w16"
         spaces = {row.space for row in twitter.claim.coordinator.list_claims()}

@@ -132,18 +132,18 @@ SPACES: tuple[Space, ...] = (GENERATOR, NODE, SHORT60)
 
 # -- snowflake: one pool per worker width ------------------------------------------------
 # Every snowflake layout of a W-bit worker claims in ``snowflake-wW``
-# (``Layout.space``), whatever its epoch, tick and order. Layouts of one width with other epochs or ticks
-# (Twitter's and Discord's) make ints of one range, which a column may hold
-# side by side: in one pool they never hold the same worker at once, so IDs
-# minted at the same time differ in the worker bits. A pool per layout would
-# let both hold worker 5 together. Layouts of two widths put the worker in
-# other bits, so no pool could keep their ints apart: they claim apart, and
-# each width's pool is as large as the width. (What no pool prevents: a
-# worker passing to a layout whose time runs behind, a later epoch, repeats
-# the first layout's past IDs, because a high-water mark is wall-clock time
-# and knows no epoch; docs/schemes.md says to keep one layout per column.)
+# (``Layout.space``), whatever its epoch, tick and order. Layouts of one width
+# with other epochs or ticks (Twitter's and Discord's) make ints of one range,
+# which a column may hold side by side: in one pool they never hold the same
+# worker at once, so IDs minted at the same time differ in the worker bits. A
+# pool per layout would let both hold worker 5 together. Layouts of two widths
+# put the worker in other bits, so no pool could keep their ints apart: they
+# claim apart, and each width's pool is as large as the width. (What no pool
+# prevents: a worker passing to a layout whose time runs behind, a later epoch,
+# repeats the first layout's past IDs, because a high-water mark is wall-clock
+# time and knows no epoch; docs/schemes.md says to keep one layout per column.)
 SNOWFLAKE: tuple[Space, ...] = tuple(
-    Space(sf.space_name(bits), "worker", 1 << bits, f"snowflake {bits}-bit worker IDs")
-    for bits in range(1, sf.MAX_WORKER_BITS + 1)
+    Space(sf.space_name(width), "worker", 1 << width, f"snowflake {width}-bit worker IDs")
+    for width in range(1, sf.MAX_WORKER_BITS + 1)
 )
 SPACES += SNOWFLAKE

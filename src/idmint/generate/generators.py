@@ -747,7 +747,7 @@ class SnowflakeGenerator(TickGenerator[Snowflake]):
 def _layout_of(options: Mapping[str, Any]) -> sf.Layout:
     """The layout the generator options name (``ConfigurationError`` if unusable)."""
     named = {name: options[name] for name in Snowflake.variant_options if name in options}
-    return cast(type[Snowflake], Snowflake.variant(**named)).layout
+    return Snowflake.variant(**named).layout
 
 
 @functools.cache

@@ -23,7 +23,7 @@ from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-from idmint.errors import InvalidId, quoted
+from idmint.errors import ConfigurationError, InvalidId, quoted
 
 UNIX_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 # datetime cannot go past year 9999; IDs whose time would land later are refused
@@ -119,12 +119,16 @@ class IdValue:
         """The value type of the layout ``options`` name (``ConfigurationError`` if
         it cannot be used); the type itself where the scheme has one layout."""
         if options:
-            from idmint.errors import ConfigurationError
-
             raise ConfigurationError(
                 f"{cls.scheme} IDs have one layout: no {', '.join(sorted(options))}"
             )
         return cls
+
+    @classmethod
+    def variant_parts(cls) -> dict[str, Any]:
+        """The parts of the layout this type reads IDs in, for those who draw it (the
+        server's page); empty where the scheme has one layout."""
+        return {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

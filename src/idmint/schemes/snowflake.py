@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from functools import cache
 from typing import Any, ClassVar, Final
 
@@ -88,7 +88,7 @@ class Layout:
                     + ", ".join(PRESETS)
                 )
             base = PRESETS[name]
-        changed = {
+        changed: dict[str, Any] = {
             name: value
             for name, value in (
                 ("epoch_ms", epoch_ms),
@@ -303,6 +303,10 @@ class Snowflake(IdValue):
         """The value type of ``layout`` (a preset's name, or a :class:`Layout`), with
         the parts given changed (see :meth:`Layout.of`)."""
         return _type_of(Layout.of(layout, **parts))
+
+    @classmethod
+    def variant_parts(cls) -> dict[str, Any]:
+        return asdict(cls.layout)
 
     @classmethod
     def variant(cls, **options: Any) -> type[Snowflake]:

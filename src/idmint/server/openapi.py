@@ -12,7 +12,6 @@ description is written with.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from idmint.schemes import SCHEMES, Field, IdValue, variant_of
@@ -113,10 +112,9 @@ def _decoded_schemas(config: ServerConfig) -> dict[str, Any]:
         "description": "When the ID was minted, ISO 8601 UTC",
     }
     families: dict[type[IdValue], list[type[IdValue]]] = {}
-    for name, id_type in SCHEMES.items():
-        if name == config.scheme:
-            id_type = variant_of(name, config.options)
-        families.setdefault(id_type._family, []).append(id_type)
+    for name, own_type in SCHEMES.items():
+        read_as = variant_of(name, config.options) if name == config.scheme else own_type
+        families.setdefault(read_as._family, []).append(read_as)
     schemas: dict[str, Any] = {}
     for members in families.values():
         fields = {
@@ -148,8 +146,8 @@ def _decoded_schemas(config: ServerConfig) -> dict[str, Any]:
 
 def _layout_of(id_type: type[IdValue]) -> dict[str, Any]:
     """``x-layout``: the parts of the layout a scheme with layouts reads IDs in."""
-    layout = getattr(id_type, "layout", None)
-    return {"x-layout": asdict(layout)} if is_dataclass(layout) else {}
+    parts = id_type.variant_parts()
+    return {"x-layout": parts} if parts else {}
 
 
 def _node_bits_schema() -> dict[str, Any]:
