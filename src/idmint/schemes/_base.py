@@ -31,6 +31,7 @@ UNIX_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 LAST_DATETIME_MS = 253_402_300_799_999
 
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+_DECIMAL_DIGITS = frozenset("0123456789")
 
 IdT = TypeVar("IdT", bound="IdValue")
 
@@ -415,6 +416,20 @@ def int_from_hex(scheme: str, text: str, length: int, what: str = "hex digits") 
         )
     check_characters(scheme, text, _HEX_DIGITS, "a hex digit 0-9 or a-f")
     return int(text, 16)
+
+
+def int_from_decimal(scheme: str, text: str, length: int) -> int:
+    """The int that 1 to ``length`` decimal digits (surrounding space stripped) write."""
+    stripped = text.strip()
+    if not stripped or len(stripped) > length:
+        raise InvalidId(
+            scheme,
+            f"expected 1 to {length} decimal digits, got {len(stripped)} characters: "
+            f"{quoted(text)}",
+            problem="length",
+        )
+    check_characters(scheme, stripped, _DECIMAL_DIGITS, "a decimal digit")
+    return int(stripped)
 
 
 def check_characters(scheme: str, text: str, allowed: Container[str], expected: str) -> None:

@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from functools import cache
 from typing import Any, ClassVar, Final
 
-from idmint.errors import ConfigurationError, InvalidId, quoted
-from idmint.schemes._base import LAST_DATETIME_MS, Field, IdValue, check_characters, iso_ms
+from idmint.errors import ConfigurationError, InvalidId
+from idmint.schemes._base import LAST_DATETIME_MS, Field, IdValue, int_from_decimal, iso_ms
 
 ID_BITS: Final = 63  # the sign bit of a signed 64-bit int stays 0
 MAX_WORKER_BITS: Final = 16
@@ -44,7 +44,6 @@ TIME_WORKER_SEQUENCE: Final = "time-worker-sequence"
 TIME_SEQUENCE_WORKER: Final = "time-sequence-worker"
 ORDERS: Final = (TIME_WORKER_SEQUENCE, TIME_SEQUENCE_WORKER)
 
-_DECIMAL_DIGITS: Final = frozenset("0123456789")
 _TEXT_LENGTH: Final = len(str((1 << ID_BITS) - 1))
 
 
@@ -348,16 +347,7 @@ class Snowflake(IdValue):
     @classmethod
     def from_text(cls, text: str) -> Any:
         """Read the decimal text form."""
-        stripped = text.strip()
-        if not stripped or len(stripped) > cls.text_length:
-            raise InvalidId(
-                cls.scheme,
-                f"expected 1 to {cls.text_length} decimal digits, got {len(stripped)} "
-                f"characters: {quoted(text)}",
-                problem="length",
-            )
-        check_characters(cls.scheme, stripped, _DECIMAL_DIGITS, "a decimal digit")
-        return cls.from_int(int(stripped))
+        return cls.from_int(int_from_decimal(cls.scheme, text, cls.text_length))
 
     @classmethod
     def text_of_int(cls, value: int) -> str:
