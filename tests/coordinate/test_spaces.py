@@ -21,14 +21,29 @@ from idmint.coordinate.spaces import GENERATOR, NODE, SHORT60, SPACES, Space
 from idmint.coordinate.static import StaticOptions
 
 
+SNOWFLAKE_WIDTHS = range(1, 17)
+
+
 def test_the_spaces_and_their_stored_names() -> None:
-    assert [space.name for space in SPACES] == ["generator", "node", "short60"]
-    assert [(space.size, space.clusters) for space in SPACES] == [(2048, 16), (256, 1), (512, 1)]
+    snowflake = [f"snowflake-w{width}" for width in SNOWFLAKE_WIDTHS]
+    assert [space.name for space in SPACES] == ["generator", "node", "short60", *snowflake]
+    assert [(space.size, space.clusters) for space in SPACES] == [
+        (2048, 16),
+        (256, 1),
+        (512, 1),
+        *((1 << width, 1) for width in SNOWFLAKE_WIDTHS),
+    ]
+    assert {space.counted for space in SPACES[3:]} == {"worker"}
 
 
 @pytest.mark.parametrize(
     ("space", "root"),
-    [(GENERATOR, "/idmint"), (NODE, "/idmint/node"), (SHORT60, "/idmint/short60")],
+    [
+        (GENERATOR, "/idmint"),
+        (NODE, "/idmint/node"),
+        (SHORT60, "/idmint/short60"),
+        (Space.of("snowflake-w16"), "/idmint/snowflake-w16"),
+    ],
     ids=str,
 )
 def test_a_tree_keeps_java_uniqueids_space_at_its_root_and_the_others_under_their_name(
@@ -45,6 +60,8 @@ def test_a_tree_keeps_java_uniqueids_space_at_its_root_and_the_others_under_thei
         (NODE, {"node": 7}, "7"),
         (NODE, {"node": 300, "node_bits": 11}, "44"),  # held by its low 8 bits
         (SHORT60, {"node": 511}, "511"),
+        (Space.of("snowflake-w10"), {"worker": 1023}, "1023"),
+        (Space.of("snowflake-w16"), {"worker": 65535}, "65535"),
     ],
 )
 def test_this_hosts_lock_keys(space: Space, identity: dict[str, int], key: str) -> None:
@@ -57,6 +74,7 @@ def test_redis_keeps_a_hash_per_space() -> None:
         "orders:generator",
         "orders:node",
         "orders:short60",
+        *(f"orders:snowflake-w{width}" for width in SNOWFLAKE_WIDTHS),
     ]
 
 

@@ -44,7 +44,7 @@ MALFORMED = [
     ),
     ("memory://m?ttl=0.1", "memory:// option ttl must be at least 0.5, got 0.1"),
     ("local:///srv/ids?ttl=x", "local:// option ttl must be a number, got 'x'"),
-    ("memory://m?generators=0-2048", "generators=0-2048 must satisfy 0 <= LO <= HI <= 2047"),
+    ("memory://m?generators=0-65536", "generators=0-65536 must satisfy 0 <= LO <= HI <= 65535"),
     ("memory://m?generators=a-b", "generators must look like LO-HI (e.g. 0-63), got 'a-b'"),
     ("memory://m?cluster=16", "memory:// option cluster 16 is out of range; expected 0..15"),
     ("memory://m?skew=-1", "memory:// option skew must be at least 0, got -1"),
