@@ -20,7 +20,6 @@ from idmint.coordinate.redis import RedisStore
 from idmint.coordinate.spaces import GENERATOR, NODE, SHORT60, SPACES, Space
 from idmint.coordinate.static import StaticOptions
 
-
 SNOWFLAKE_WIDTHS = range(1, 17)
 
 
