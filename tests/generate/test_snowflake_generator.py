@@ -153,3 +153,16 @@ def test_ticks_shorter_than_a_ms_cannot_be_claimed() -> None:
     """A claim's marks are whole ms: muid's us ticks are never claimed."""
     assert SnowflakeGenerator.tick_ns == MS
     assert SnowflakeGenerator.specialised({"layout": "sonyflake"}).tick_ns == 10 * MS
+
+
+def test_the_mark_a_claim_records_covers_the_newest_tick_to_its_last_ms() -> None:
+    """A claim records a generator's newest tick in ms: for 10 ms ticks, the tick's
+    last ms, so that a successor floored there starts after the whole tick."""
+    clock = ManualClock()
+    generator = SnowflakeGenerator(4, layout="sonyflake", clock=clock)
+    assert generator._highest_tick() == -1
+    newest = generator.generate()
+    assert generator._highest_tick() == newest.timestamp_ms + 9
+    clock.advance_ms(25)
+    newest = generator.generate()
+    assert generator._highest_tick() == newest.timestamp_ms + 9
