@@ -71,6 +71,7 @@ from idmint import (
     Elastic64Generator,
     MuidGenerator,
     Short60Generator,
+    SnowflakeGenerator,
     Uid64Generator,
     Uuid7Generator,
 )
@@ -107,9 +108,9 @@ BLOCK_WARM_UP = 5
 """Bursts at the start of each block that are not counted."""
 
 
-def _wait_for_next_ms() -> None:
-    start = time.time_ns() // 1_000_000
-    while time.time_ns() // 1_000_000 == start:
+def _wait_for_next_ms(tick_ns: int = 1_000_000) -> None:
+    start = time.time_ns() // tick_ns
+    while time.time_ns() // tick_ns == start:
         pass
 
 
@@ -120,11 +121,13 @@ class LockedUid64Generator(Uid64Generator):
     locked_path = True
 
 
-def burst_sampler(call: Callable[[], object], per_burst: int) -> Callable[[], float]:
-    """One sample: ns per call over ``per_burst`` calls, starting a fresh ms."""
+def burst_sampler(
+    call: Callable[[], object], per_burst: int, tick_ns: int = 1_000_000
+) -> Callable[[], float]:
+    """One sample: ns per call over ``per_burst`` calls, starting a fresh ms (tick)."""
 
     def sample() -> float:
-        _wait_for_next_ms()
+        _wait_for_next_ms(tick_ns)
         start = time.perf_counter_ns()
         for _ in range(per_burst):
             call()
@@ -229,6 +232,25 @@ def cost_table(bursts: int) -> list[Row]:
         ("uuid7 generate()", 500, burst_sampler(uuid7.generate, 500)),
         ("uuid7 batch(500)", 500, batch_sampler(uuid7.batch, 500)),
         ("floor: time.time_ns()", 60, burst_sampler(time.time_ns, 60)),
+    ]
+    # snowflake, Twitter's layout beside snowflake-id's (the same 41/10/12 bits), and
+    # Sonyflake's: 256 IDs per 10 ms tick, so its bursts start a fresh tick, after a
+    # longer spin than the others'; Twitter's again after the same spin, for scale.
+    snowflake = SnowflakeGenerator(1)
+    sonyflake = SnowflakeGenerator(1, layout="sonyflake")
+    cases += [
+        ("snowflake generate()", 60, burst_sampler(snowflake.generate, 60)),
+        ("snowflake batch(60).ints()", 60, batch_sampler(lambda n: snowflake.batch(n).ints(), 60)),
+        (
+            "snowflake generate(), bursts a 10 ms tick apart",
+            60,
+            burst_sampler(snowflake.generate, 60, sonyflake.tick_ns),
+        ),
+        (
+            "snowflake sonyflake generate(), bursts a 10 ms tick apart",
+            60,
+            burst_sampler(sonyflake.generate, 60, sonyflake.tick_ns),
+        ),
     ]
     ints_floor = _ints_floor()
     if ints_floor is not None:

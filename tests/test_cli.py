@@ -48,6 +48,7 @@ DECODE_KEYS = {
     "muid": {"scheme", "id", "time", "timestamp_us", "medallion", "offset"},
     "short60": {"scheme", "id", "time", "timestamp_ms", "sequence", "node", "int"},
     "uuid7": {"scheme", "id", "time", "timestamp_ms", "counter", "node", "random"},
+    "snowflake": {"scheme", "id", "time", "timestamp_ms", "worker", "sequence"},
 }
 # What `generate` needs besides --scheme; elastic64 has no default node ID.
 GENERATE_OPTIONS: dict[str, list[str]] = {
@@ -57,6 +58,7 @@ GENERATE_OPTIONS: dict[str, list[str]] = {
     "muid": [],
     "short60": [],
     "uuid7": [],
+    "snowflake": [],
 }
 NODE_BITS = {"elastic64": 8}  # generate's default width
 
@@ -550,6 +552,7 @@ def test_encode_json(capsys: pytest.CaptureFixture[str], scheme: str) -> None:
         "muid": ["--timestamp-us", "1642579230975519", "--medallion", "417399343184351"],
         "short60": ["--timestamp-ms", "1562179504129", "--sequence", "270", "--node", "98"],
         "uuid7": ["--timestamp-ms", "1645557742000", "--counter", "209112", "--node", "50396"],
+        "snowflake": ["--timestamp-ms", "1577820376771", "--worker", "327", "--sequence", "9"],
     }[scheme]
     result = run_main(capsys, ["encode", "--scheme", scheme, "--format", "json", *argv])
     assert result.status == 0

@@ -125,3 +125,37 @@ def test_each_errors_status_is_its_class_fact(kind: type[errors.IdmintError]) ->
     error = kind.__new__(kind)
     assert exit_status(error) == kind.exit_status
     assert kind.exit_status in (1, 2, 69, 77)
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["generate", "--scheme", "snowflake", "--time-bits", "42"], "make 64"),
+        (["generate", "--scheme", "snowflake", "--worker-bits", "17"], "make 70"),
+        (
+            ["generate", "--scheme", "snowflake", "--worker-bits", "17", "--sequence-bits", "5"],
+            "worker_bits must be 1..16",
+        ),
+        (["generate", "--scheme", "snowflake", "--until-year", "2100"], "before 2100"),
+        (["generate", "--scheme", "snowflake", "--tick-ms", "10"], "whole number of 10 ms"),
+        (["generate", "--scheme", "snowflake", "--worker", "1024"], "worker 1024"),
+        (["generate", "--scheme", "uid64", "--layout", "sonyflake"], "no layout option"),
+        (["decode", "--layout", "sonyflake", "1"], "name the scheme too"),
+        (["decode", "--scheme", "uid64", "--layout", "sonyflake", "1"], "one layout"),
+        (["decode", "1212092628029698048"], "elastic64 (give its node_bits) or snowflake"),
+        (["decode", "--scheme", "snowflake", str(1 << 63)], "out of range"),
+        (["encode", "--scheme", "snowflake", "--timestamp-ms", "1"], "out of range"),
+        (
+            [
+                *("encode", "--scheme", "snowflake", "--layout", "sonyflake"),
+                *("--timestamp-ms", "1409529600005"),
+            ],
+            "5 ms into a 10 ms tick",
+        ),
+    ],
+)
+def test_snowflake_layout_errors_are_one_line_and_2(argv: list[str], fragment: str) -> None:
+    done = run_idmint(*argv)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert fragment in assert_one_error_line(done.stderr)

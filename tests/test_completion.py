@@ -38,7 +38,8 @@ def test_commands() -> None:
 
 def test_options_and_their_values() -> None:
     assert complete("generate", "--node") == ["--node", "--node-bits"]
-    assert complete("generate", "--scheme", "s") == ["short60"]
+    assert complete("generate", "--scheme", "sh") == ["short60"]
+    assert complete("generate", "--layout", "s") == ["sonyflake"]
     assert complete("decode", "--format", "") == ["json", "text"]
 
 
@@ -99,7 +100,7 @@ def test_fish_completes_options_and_their_values(tmp_path: Path) -> None:
         "--generator",
         "--generators",
     }
-    assert set(fish_complete("idmint generate --scheme s", tmp_path)) == {"short60"}
+    assert set(fish_complete("idmint generate --scheme s", tmp_path)) == {"short60", "snowflake"}
     assert set(fish_complete("idmint decode --format ", tmp_path)) == {"json", "text"}
     # Each command its own options: claims list has no --scheme.
     assert fish_complete("idmint claims list --sch", tmp_path) == {}

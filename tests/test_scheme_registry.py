@@ -441,7 +441,10 @@ def test_every_scheme_flag_is_an_option_of_a_generator_class_or_a_field_of_build
     assert _flags_of("generate", "scheme options") == _as_flags(taken)
     assert _flags_of("serve", "scheme options") == _as_flags(taken - identities)
     built = set().union(*(set(sum(t.build_fields(), ())) for t in SCHEMES.values()))
-    assert _flags_of("encode") - {"--help", "--scheme", "--format"} == _as_flags(built)
+    variants = set().union(*(set(t.variant_options) for t in SCHEMES.values()))
+    assert variants, "snowflake's layout options"
+    assert _flags_of("encode") - {"--help", "--scheme", "--format"} == _as_flags(built | variants)
+    assert _flags_of("decode", "layout options") == _as_flags(variants)
 
 
 # Modules above the schemes that take a scheme's facts from its value type or

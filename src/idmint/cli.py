@@ -281,6 +281,9 @@ def _generator_options(*, identities: bool = True) -> list[_SchemeOption]:
             about = generator_class.options_about.get(name) or (
                 field.about if field else name.replace("_", " ")
             )
+            choices = generator_class.options_choices.get(name)
+            if choices:  # text taking one of some values (snowflake's layout)
+                field = Field(name, about, choices=choices)
             options.append(_SchemeOption(scheme, name, about, field, default))
     return options
 
@@ -296,6 +299,34 @@ def _build_options() -> list[_SchemeOption]:
                 _SchemeOption(scheme, name, field.about, field, parameters[name].default)
             )
     return options
+
+
+def _variant_options() -> list[_SchemeOption]:
+    """Every option that picks a layout of some scheme (snowflake's ``layout``...)."""
+    return [
+        _SchemeOption(
+            scheme,
+            name,
+            about,
+            Field(name, about, choices=id_type.variant_choices[name])
+            if name in id_type.variant_choices
+            else None,
+            None,
+        )
+        for scheme, id_type in SCHEMES.items()
+        for name, about in id_type.variant_options.items()
+    ]
+
+
+def _variant(args: argparse.Namespace) -> type[IdValue] | None:
+    """The value type the layout options given pick (None: none given)."""
+    given = {name: getattr(args, name) for name in args.variants}
+    given = {name: value for name, value in given.items() if value is not None}
+    if not given:
+        return None
+    if args.scheme is None:
+        raise UsageError(f"{_flags(sorted(given))}: name the scheme too (--scheme)")
+    return scheme_type(args.scheme).variant(**given)
 
 
 def _add_scheme_flags(parser: Any, options: Iterable[_SchemeOption]) -> tuple[str, ...]:
@@ -603,6 +634,8 @@ def _add_decode_encode(commands: Any) -> None:
         "--scheme", choices=list(SCHEMES), help="the IDs' scheme (default: guessed from the shape)"
     )
     decode.add_argument("--node-bits", type=_integer, help=_node_bits_help())
+    variants = _add_scheme_flags(decode.add_argument_group("layout options"), _variant_options())
+    decode.set_defaults(variants=variants)
     _add_format(decode, "JSON lines or one line of text", default="json")
     decode.add_argument("ids", nargs="*", metavar="ID", help="IDs, or - to read stdin")
 
@@ -615,8 +648,9 @@ def _add_decode_encode(commands: Any) -> None:
     )
     encode.add_argument("--scheme", choices=list(SCHEMES), required=True, help="the ID scheme")
     names = _add_scheme_flags(encode, _build_options())
+    variants = _add_scheme_flags(encode.add_argument_group("layout options"), _variant_options())
     _add_format(encode, "the text form or JSON")
-    encode.set_defaults(fields=names)
+    encode.set_defaults(fields=names, variants=variants)
 
     _add_bounds(commands)
 
@@ -805,9 +839,13 @@ def _cmd_decode(args: argparse.Namespace, out: _Output) -> int:
     if not args.ids:
         raise UsageError("give the IDs to decode as arguments, or - to read them from stdin")
     status = 0
+    variant = _variant(args)
     for where, text in _decode_inputs(args.ids):
         try:
-            value = parse_id(text, args.scheme, node_bits=args.node_bits)
+            if variant is None:
+                value = parse_id(text, args.scheme, node_bits=args.node_bits)
+            else:
+                value = variant._read_text(text, args.node_bits)
         except InvalidId as error:
             hint = _DECODE_HINTS.get(error.problem, "")
             _print_error(f"{where}{error}{hint}")
@@ -843,7 +881,7 @@ def _decode_inputs(arguments: Sequence[str]) -> Iterator[tuple[str, str]]:
 
 
 def _cmd_encode(args: argparse.Namespace, out: _Output) -> int:
-    id_type = scheme_type(args.scheme)
+    id_type = _variant(args) or scheme_type(args.scheme)
     required, optional = id_type.build_fields()
     known = set(required) | set(optional)
     given = {name: getattr(args, name) for name in args.fields if getattr(args, name) is not None}

@@ -38,6 +38,7 @@ from idmint.schemes import (
     IdValue,
     Muid,
     Short60,
+    Snowflake,
     Uid64,
     Uid64V1,
     Uuid7,
@@ -56,6 +57,7 @@ __all__ = [
     "IdFormField",
     "MuidField",
     "Short60Field",
+    "SnowflakeField",
     "Uid64Field",
     "Uid64V1Field",
     "Uuid7Field",
@@ -166,6 +168,26 @@ class Short60Field(IdField):
 
     id_type = Short60
     description = "A short60 ID"
+
+
+class SnowflakeField(IdField):
+    """A snowflake ID of one layout (Twitter's by default): ``bigint`` holding the
+    63-bit int as it is; values of another layout are refused."""
+
+    id_type = Snowflake
+    description = "A snowflake ID"
+
+    def __init__(self, *args: Any, layout: str = "twitter", **kwargs: Any) -> None:
+        # The layout's own value type, for this field alone.
+        setattr(self, "id_type", Snowflake.of(layout))  # noqa: B010 - a class variable's default
+        self.layout = layout
+        super().__init__(*args, **kwargs)
+
+    def deconstruct(self) -> Any:
+        name, path, args, kwargs = super().deconstruct()
+        if self.layout != "twitter":
+            kwargs["layout"] = self.layout
+        return name, path, args, kwargs
 
 
 class Elastic64Field(IdField):

@@ -137,8 +137,8 @@ def coordinator_for(scheme: str, coordinator: UrlLike | None = None, **options: 
     ``local://``; its password hidden. ``None`` where no identity is claimed
     (muid, short60 with random bits).
     """
-    generator_class = _generator_class(scheme)
     given = _given(options)
+    generator_class = _generator_class(scheme).specialised(given)
     if generator_class.identity_free_because(given) is not None:
         return None
     return _url(generator_class, coordinator, given).redacted()
@@ -173,6 +173,7 @@ def new_generators(
     generator_class = _generator_class(scheme)
     given = _given(options)
     _check_options(generator_class, given)
+    generator_class = generator_class.specialised(given)
     refusal = generator_class.identity_free_because(given)
     if refusal is not None:
         if coordinator is not None:
@@ -237,6 +238,7 @@ def generator_on(claim: Claim, scheme: str, **options: Any) -> TickGenerator[Any
     generator_class = _generator_class(scheme)
     given = _given(options)
     _check_options(generator_class, given)
+    generator_class = generator_class.specialised(given)
     if given.keys() & set(generator_class.identity_fields):
         raise ConfigurationError(f"the identity comes from {claim.description}, not from options")
     return _on_claim(generator_class, claim, given)

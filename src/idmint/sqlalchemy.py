@@ -48,6 +48,7 @@ from idmint.schemes import (
     IdValue,
     Muid,
     Short60,
+    Snowflake,
     Uid64,
     Uid64V1,
     Uuid7,
@@ -68,6 +69,7 @@ __all__ = [
     "InvalidColumnValue",
     "MuidType",
     "Short60Type",
+    "SnowflakeType",
     "Uid64Type",
     "Uid64V1Type",
     "Uuid7Type",
@@ -164,6 +166,27 @@ class Short60Type(IdType[Short60]):
 
     id_type = Short60
     cache_ok = True
+
+
+class SnowflakeType(IdType[Snowflake]):
+    """A snowflake column of one layout (Twitter's by default): ``BIGINT`` holding the
+    63-bit int as it is. Values of another layout are refused (their bits mean
+    another time and worker)."""
+
+    id_type = Snowflake
+    cache_ok = True
+
+    def __init__(self, layout: str = "twitter") -> None:
+        # The layout's own value type, for this column alone.
+        setattr(self, "id_type", Snowflake.of(layout))  # noqa: B010 - a class variable's default
+        self.layout = layout
+        super().__init__()
+
+    def _where(self) -> str:
+        return f"a SnowflakeType(layout={self.layout!r}) column"
+
+    def __repr__(self) -> str:
+        return f"SnowflakeType(layout={self.layout!r})"
 
 
 class Elastic64Type(IdType[Elastic64]):

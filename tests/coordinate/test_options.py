@@ -96,6 +96,7 @@ SAMPLES = {
     "generator": 7,
     "node": 9,
     "node_bits": 10,
+    "worker": 11,
     "ordinal": "pod",
     "block": 4,
     "first": 100,
@@ -126,7 +127,13 @@ def test_static_ordinal_gives_each_counted_field_the_pods_id(
     monkeypatch.setenv("IDMINT_POD_INDEX", "3")
     url = parse_url("static://?ordinal=pod&block=4&first=100&cluster=2&node_bits=10")
     fields = StaticOptions.from_url(url).fields()
-    assert fields == {"generator": 112, "cluster": 2, "node": 112, "node_bits": 10}
+    assert fields == {
+        "generator": 112,
+        "cluster": 2,
+        "node": 112,
+        "node_bits": 10,
+        "worker": 112,
+    }
 
 
 def test_postgresql_gives_every_other_option_to_libpq() -> None:

@@ -20,15 +20,20 @@ from idmint.coordinate.redis import RedisStore
 from idmint.coordinate.spaces import GENERATOR, NODE, SHORT60, SPACES, UUID7, Space
 from idmint.coordinate.static import StaticOptions
 
+SNOWFLAKE_WIDTHS = range(1, 17)
+
 
 def test_the_spaces_and_their_stored_names() -> None:
-    assert [space.name for space in SPACES] == ["generator", "node", "short60", "uuid7"]
+    snowflake = [f"snowflake-w{width}" for width in SNOWFLAKE_WIDTHS]
+    assert [space.name for space in SPACES] == ["generator", "node", "short60", "uuid7", *snowflake]
     assert [(space.size, space.clusters) for space in SPACES] == [
         (2048, 16),
         (256, 1),
         (512, 1),
         (65536, 1),
+        *((1 << width, 1) for width in SNOWFLAKE_WIDTHS),
     ]
+    assert {space.counted for space in SPACES[4:]} == {"worker"}
 
 
 @pytest.mark.parametrize(
@@ -38,6 +43,7 @@ def test_the_spaces_and_their_stored_names() -> None:
         (NODE, "/idmint/node"),
         (SHORT60, "/idmint/short60"),
         (UUID7, "/idmint/uuid7"),
+        (Space.of("snowflake-w16"), "/idmint/snowflake-w16"),
     ],
     ids=str,
 )
@@ -56,6 +62,8 @@ def test_a_tree_keeps_java_uniqueids_space_at_its_root_and_the_others_under_thei
         (NODE, {"node": 300, "node_bits": 11}, "44"),  # held by its low 8 bits
         (SHORT60, {"node": 511}, "511"),
         (UUID7, {"node": 65535}, "65535"),
+        (Space.of("snowflake-w10"), {"worker": 1023}, "1023"),
+        (Space.of("snowflake-w16"), {"worker": 65535}, "65535"),
     ],
 )
 def test_this_hosts_lock_keys(space: Space, identity: dict[str, int], key: str) -> None:
@@ -69,6 +77,7 @@ def test_redis_keeps_a_hash_per_space() -> None:
         "orders:node",
         "orders:short60",
         "orders:uuid7",
+        *(f"orders:snowflake-w{width}" for width in SNOWFLAKE_WIDTHS),
     ]
 
 

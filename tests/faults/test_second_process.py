@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from tests.cli_process import CliProcess, assert_one_error_line, run_idmint
 
-from idmint import Short60, Uid64, Uuid7
+from idmint import Short60, Snowflake, Uid64, Uuid7
 from idmint.coordinate import COORDINATOR_VARIABLE
 from idmint.server.config import SETTINGS
 
@@ -63,6 +63,22 @@ def test_short60_processes_never_collide(processes: int, count: int) -> None:
     nodes = [{Short60(line).node for line in p.lines} for p in started]
     assert all(len(used) == 1 for used in nodes)
     assert len({used.pop() for used in nodes}) == processes
+
+
+@pytest.mark.parametrize(
+    ("layout", "count"), [("twitter", 100_000), ("sonyflake", 20_000)], ids=["twitter", "sonyflake"]
+)
+def test_eight_snowflake_processes_on_the_host_pool_never_collide(layout: str, count: int) -> None:
+    """Each claims a worker of its own from this host's pool (``snowflake-w10``,
+    ``snowflake-w16``): 8 processes at once, no ID twice."""
+    started = _run_together(count, 8, "--scheme", "snowflake", "--layout", layout)
+    everything = [line for process in started for line in process.lines]
+    assert len(everything) == 8 * count
+    _assert_distinct(everything)
+    kind = Snowflake.of(layout)
+    workers = [{kind(line).worker for line in p.lines} for p in started]
+    assert all(len(used) == 1 for used in workers)
+    assert len({used.pop() for used in workers}) == 8
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from idmint.generate import (
     Elastic64Generator,
     MuidGenerator,
     Short60Generator,
+    SnowflakeGenerator,
     TickGenerator,
     Uid64Generator,
     Uuid7Generator,
@@ -194,8 +195,14 @@ def _in_child(body: Callable[[], object]) -> object:
 
 @pytest.mark.parametrize(
     "make",
-    [lambda: Uid64Generator(12), lambda: Elastic64Generator(300, 10), lambda: Uuid7Generator(9)],
-    ids=["uid64", "elastic64", "uuid7"],
+    [
+        lambda: Uid64Generator(12),
+        lambda: Elastic64Generator(300, 10),
+        lambda: Uuid7Generator(9),
+        lambda: SnowflakeGenerator(12),
+        lambda: SnowflakeGenerator(12, layout="sonyflake"),
+    ],
+    ids=["uid64", "elastic64", "uuid7", "snowflake", "snowflake-sonyflake"],
 )
 def test_static_identity_refuses_in_a_forked_child(make: Callable[[], TickGenerator[Any]]) -> None:
     generator = make()

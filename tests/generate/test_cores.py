@@ -35,6 +35,7 @@ from idmint.generate import (
     ManualClock,
     MuidGenerator,
     Short60Generator,
+    SnowflakeGenerator,
     TickGenerator,
     Uid64Generator,
     Uid64V1Generator,
@@ -207,6 +208,10 @@ PLAYED: dict[str, Callable[[Any], TickGenerator[Any]]] = {
     "elastic64": lambda clock: Elastic64Generator(300, 9, max_ahead_ms=3, clock=clock),
     "short60": lambda clock: Short60Generator(7, clock=clock),
     "muid": lambda clock: MuidGenerator(2**48 + 3, max_ahead_us=50, clock=clock),
+    "snowflake": lambda clock: SnowflakeGenerator(33, clock=clock, max_clock_wait_ms=5),
+    "snowflake-sonyflake": lambda clock: SnowflakeGenerator(
+        33, layout="sonyflake", clock=clock, max_clock_wait_ms=15
+    ),
 }
 
 steps = st.lists(
@@ -294,6 +299,8 @@ def test_random_bits_come_from_the_compiled_core_and_differ() -> None:
         lambda: Elastic64Generator(65_000, 16, max_ahead_ms=0),
         lambda: Short60Generator(17),
         lambda: Short60Generator(random=True),
+        lambda: SnowflakeGenerator(1023),
+        lambda: SnowflakeGenerator(65_535, layout="sonyflake"),
     ],
     ids=[
         "uid64",
@@ -303,6 +310,8 @@ def test_random_bits_come_from_the_compiled_core_and_differ() -> None:
         "elastic64/16",
         "short60",
         "short60-random",
+        "snowflake",
+        "snowflake-sonyflake",
     ],
 )
 def test_compiled_texts_are_the_value_types_own(make: Callable[[], TickGenerator[Any]]) -> None:
@@ -319,7 +328,7 @@ def test_compiled_texts_are_the_value_types_own(make: Callable[[], TickGenerator
         assert batch.texts() == [str(value) for value in batch]
 
 
-@pytest.mark.parametrize("scheme", ["uid64", "uid64-v1", "elastic64", "short60"])
+@pytest.mark.parametrize("scheme", ["uid64", "uid64-v1", "elastic64", "short60", "snowflake"])
 @settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_compiled_texts_of_any_ints(scheme: str, data: st.DataObject) -> None:
@@ -349,6 +358,23 @@ def _counting_take_locked(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(TickGenerator, "_take_locked", counted)
     return calls
+
+
+@pytest.mark.parametrize("layout", ["twitter", "sonyflake"])
+def test_the_compiled_core_opens_snowflake_ticks_without_python(
+    layout: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Snowflake's layouts are the compiled core's too (Sonyflake's 10 ms ticks
+    included): once armed, it opens the ticks after the first by itself."""
+    require_compiled_core()
+    calls = _counting_take_locked(monkeypatch)
+    generator = SnowflakeGenerator(9, layout=layout)
+    assert generator.core == "c"
+    per_tick = generator.ids_per_tick
+    ids = [value for _ in range(12) for value in generator.batch(per_tick).ints()]
+    assert len(set(ids)) == len(ids) == per_tick * 12
+    assert len(calls) <= 2, f"the Python core opened {len(calls)} ticks of 12"
+    assert generator._run.armed
 
 
 @pytest.mark.parametrize("call", ["generate", "batch"])

@@ -23,7 +23,7 @@ from tests.integration.claims_helpers import (
     wait_for,
 )
 
-from idmint import Uuid7
+from idmint import Snowflake, Uuid7
 
 PROCESSES = 16
 IDS_PER_PROCESS = 50_000
@@ -65,6 +65,30 @@ def test_sixteen_processes_mint_800000_unique_ids(
     assert not duplicates, f"{len(duplicates)} IDs minted twice, e.g. {duplicates[:5]}"
     assert len(set(used)) == PROCESSES, f"generator IDs shared: {sorted(used)}"
     assert held_generators(backend, url) == {}, "every process should have released its claim"
+
+
+@shared_backends
+def test_eight_sonyflake_processes_mint_unique_ids(
+    backend: Backend, exit_stack: contextlib.ExitStack
+) -> None:
+    """Sonyflake's layout (10 ms ticks, a 16-bit worker) claimed from each coordinator."""
+    url = backend.url(ttl=10)
+    arguments = ("generate", "--scheme", "snowflake", "--layout", "sonyflake")
+    processes = [
+        exit_stack.enter_context(CliProcess(*arguments, "--coordinator", url, "--count", "20000"))
+        for _ in range(8)
+    ]
+    for process in processes:
+        assert process.wait(timeout=120) == 0, process.stderr
+    sonyflake = Snowflake.of("sonyflake")
+    every_id = [line for process in processes for line in process.lines]
+    assert len(every_id) == 8 * 20_000
+    duplicates = [value for value, n in Counter(every_id).items() if n > 1]
+    assert not duplicates, f"{len(duplicates)} IDs minted twice, e.g. {duplicates[:5]}"
+    workers = [{sonyflake(line).worker for line in process.lines} for process in processes]
+    assert all(len(used) == 1 for used in workers)
+    assert len({used.pop() for used in workers}) == 8, f"workers shared: {workers}"
+    assert backend.list_claims(url) == [], "every process should have released its claim"
 
 
 @server_backends

@@ -320,6 +320,7 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
     "muid": {"timestamp_us": 1, "medallion": 0, "offset": 0},
     "short60": {"timestamp_ms": 1_519_862_400_000, "sequence": 0, "random": 0},
     "uuid7": {"timestamp_ms": 1, "counter": 0, "node": 0, "random": 0},
+    "snowflake": {"timestamp_ms": 1_288_834_974_657, "worker": 0, "sequence": 0},
 }
 
 # (scheme, field, lowest, highest) with the other fields at VALID_FIELDS
@@ -346,6 +347,9 @@ FIELD_RANGES: list[tuple[str, str, int, int]] = [
     ("uuid7", "counter", 0, 2**18 - 1),
     ("uuid7", "node", 0, 2**16 - 1),
     ("uuid7", "random", 0, 2**40 - 1),
+    ("snowflake", "timestamp_ms", 1_288_834_974_657, 1_288_834_974_657 + 2**41 - 1),
+    ("snowflake", "worker", 0, 1023),
+    ("snowflake", "sequence", 0, 4095),
 ]
 
 
@@ -475,7 +479,8 @@ def test_guess_scheme_unambiguous(text: str, node_bits: int | None, scheme: str)
         ("12345", ("short60", "elastic64")),  # short decimal: base 64 or decimal
         ("7", ("short60", "elastic64")),
         ("1234567890", ("short60", "elastic64")),
-        ("12345678901", ("elastic64",)),  # decimal too long for short60, no width given
+        ("12345678901", ("elastic64", "snowflake")),  # too long for short60, no width given
+        ("1212092628029698048", ("elastic64", "snowflake")),  # a tweet: never guessed
         # Base-64 text shorter than every short60 since 2020: a typo as likely as an ID.
         ("xinaS8QBh", ("short60", "9 characters")),
         ("zzzz", ("short60", "4 characters")),

@@ -43,7 +43,16 @@ SHORT60_SEQUENCE = st.integers(0, 511)
 SHORT60_RANDOM = st.integers(0, 511)
 NODE_BITS = st.integers(8, 16)
 
-BYTE_LENGTH = {"uid64": 8, "uid64-v1": 8, "elastic64": 8, "muid": 16, "short60": 8, "uuid7": 16}
+BYTE_LENGTH = {
+    "uid64": 8,
+    "uid64-v1": 8,
+    "elastic64": 8,
+    "muid": 16,
+    "short60": 8,
+    "uuid7": 16,
+    "snowflake": 8,
+}
+TWITTER_EPOCH_MS = 1_288_834_974_657
 
 
 @st.composite
@@ -88,6 +97,13 @@ FIELDS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
             "counter": st.integers(0, 2**18 - 1),
             "node": st.integers(0, 2**16 - 1),
             "random": st.integers(0, 2**40 - 1),
+        }
+    ),
+    "snowflake": st.fixed_dictionaries(
+        {
+            "timestamp_ms": st.integers(TWITTER_EPOCH_MS, TWITTER_EPOCH_MS + 2**41 - 1),
+            "worker": st.integers(0, 1023),
+            "sequence": st.integers(0, 4095),
         }
     ),
 }
@@ -434,6 +450,7 @@ SAMPLES: dict[str, IdValue] = {
     "muid": Muid("05D5EAC793E61F17B9F5B9479DF94AC0"),
     "short60": Short60("xinaS8QBh"),
     "uuid7": Uuid7("017f22e2-79b0-7cc3-98c4-dc0c0c07398f"),
+    "snowflake": SCHEMES["snowflake"]("1212092628029698048"),
 }
 
 

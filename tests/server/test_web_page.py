@@ -25,7 +25,7 @@ from tests.server.server_helpers import IdmintServer
 
 from idmint import parse_id
 from idmint.errors import InvalidId
-from idmint.schemes import Muid, Uid64
+from idmint.schemes import Muid, Snowflake, Uid64
 
 CHROMIUM = os.environ.get("IDMINT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -293,6 +293,52 @@ def test_decode_elastic64_with_its_node_bits(page: Any, server_url: str) -> None
     assert len(bit_cells(page, "node")) == 13
 
 
+def test_decode_a_tweet_draws_twitters_layout(page: Any, server_url: str) -> None:
+    text = "1212092628029698048"
+    page.goto(server_url)
+    decode_text(page, text, "snowflake")
+    wait_for_result(page, text)
+    assert shown_fields(page) == expected_fields(text, "snowflake")
+    assert shown_fields(page)["timestamp_ms"] == "1577820376771"
+    assert page.locator("#decode-warning").is_hidden()
+    assert field_bits(page, "sign") == "0"
+    assert len(bit_cells(page, "timestamp")) == 41
+    assert field_bits(page, "worker") == f"{327:010b}"
+    assert field_bits(page, "sequence") == "0" * 12
+
+
+def test_a_sonyflake_servers_page_draws_sonyflakes_layout(
+    page: Any, start_idmint_server: Callable[..., str], tmp_path: Path
+) -> None:
+    """The server reads its scheme's IDs in the layout it mints (``--layout``), and
+    its API description tells the page which, so the picture is Sonyflake's: the
+    sequence above a 16-bit worker, 39 bits of 10 ms ticks."""
+    url = start_idmint_server(
+        "--scheme", "snowflake", "--layout", "sonyflake", "--coordinator", f"local://{tmp_path}"
+    )
+    page.goto(url)
+    minted = mint(page, 2)
+    page.locator("#minted button").first.click()
+    wait_for_result(page, minted[0])
+    expected = {k: str(v) for k, v in Snowflake.of("sonyflake")(minted[0]).to_dict().items()}
+    assert shown_fields(page) == expected
+    assert page.locator("#decode-warning").is_hidden()
+    value = int(minted[0])
+    assert [len(bit_cells(page, f)) for f in ("sign", "timestamp", "sequence", "worker")] == [
+        1,
+        39,
+        8,
+        16,
+    ]
+    assert field_bits(page, "worker") == f"{value & 0xFFFF:016b}"
+    assert field_bits(page, "sequence") == f"{value >> 16 & 0xFF:08b}"
+    # A deep link is drawn in the server's layout too, not Twitter's.
+    page.goto(f"{url}?id={minted[1]}&scheme=snowflake")
+    wait_for_result(page, minted[1])
+    assert len(bit_cells(page, "worker")) == 16
+    assert page.locator("#decode-warning").is_hidden()
+
+
 @pytest.mark.parametrize(
     ("text", "scheme"),
     [("not*an*id", ""), ("1234567890123456", ""), ("ffffffffffffffff", "uid64-v1")],
@@ -506,7 +552,7 @@ def test_deep_link_decodes_and_decoding_updates_the_address(page: Any, server_ur
 
 # -- every scheme, wide and narrow -------------------------------------------------------------
 
-SCHEMES = ["uid64", "uid64-v1", "elastic64", "muid", "short60", "uuid7"]
+SCHEMES = ["uid64", "uid64-v1", "elastic64", "muid", "short60", "uuid7", "snowflake"]
 
 LAYOUT_PROBLEMS = (Path(__file__).with_name("layout_problems.js")).read_text()
 

@@ -23,6 +23,7 @@ from idmint import (
     Mode,
     Muid,
     Short60,
+    Snowflake,
     Uid64,
     Uid64V1,
     Uuid7,
@@ -106,12 +107,14 @@ def test_fields_deconstruct_into_equal_fields(project: Project) -> None:
         "MuidField",
         "Short60Field",
         "Uuid7Field",
+        "SnowflakeField",
     }
     for field in fields:
         _, path, args, kwargs = field.deconstruct()
         clone = import_string(path)(*args, **kwargs)
         assert clone.deconstruct()[1:] == (path, args, kwargs)
         assert getattr(clone, "node_bits", None) == getattr(field, "node_bits", None)
+        assert getattr(clone, "id_type", None) is getattr(field, "id_type", None)
 
 
 def test_columns_in_each_database(project: Project) -> None:
@@ -124,6 +127,7 @@ def test_columns_in_each_database(project: Project) -> None:
             "short": "bigint",
             "batch": "blob",
             "public": "char(32)",  # as Django's UUIDField
+            "sony": "bigint",
         },
         "postgres": {
             "id": "bigint",
@@ -131,6 +135,7 @@ def test_columns_in_each_database(project: Project) -> None:
             "short": "bigint",
             "batch": "uuid",
             "public": "uuid",
+            "sony": "bigint",
         },
     }
     for database, columns in expected.items():
@@ -178,11 +183,14 @@ def test_save_and_load_every_field(project: Project, database: str) -> None:
 
     shard = Elastic64.build(timestamp_ms=1_700_000_000_000, node=300, node_bits=12)
     batch = Muid("05D5EAC793E61F-17B9F5B9479DF-94AC0")
+    sony = Snowflake.of("sonyflake")(648196499762577408)
     order = Order(
         legacy=str(Uid64V1(TOP + 0x3F0)),  # text
         shard=shard.int,  # an int
         batch=batch.bytes,  # bytes
         short=Short60(11093174944930914),
+        tweet="1212092628029698048",
+        sony=sony,
         note=database,
     )
     order.save(using=database)
@@ -195,6 +203,10 @@ def test_save_and_load_every_field(project: Project, database: str) -> None:
     assert loaded.shard == shard
     assert loaded.batch == batch
     assert loaded.short == Short60("xinaS8QBh")
+    assert loaded.tweet == Snowflake("1212092628029698048")
+    assert loaded.tweet.timestamp_ms == 1577820376771
+    assert loaded.sony == sony
+    assert type(loaded.sony) is type(sony)
     assert [type(value) for value in (loaded.id, loaded.legacy, loaded.shard, loaded.batch)] == [
         Uid64,
         Uid64V1,
@@ -252,6 +264,8 @@ def test_bad_values_raise_invalid_id(project: Project, database: str) -> None:
         Order(legacy=Uid64(0xFC00)).save(using=database)
     with pytest.raises(InvalidId, match="holds IDs of node_bits=12"):
         Order(shard=Elastic64(5, node_bits=10)).save(using=database)
+    with pytest.raises(InvalidId, match="not sonyflake"):
+        Order(sony=Snowflake(5)).save(using=database)  # Twitter's layout in Sonyflake's field
     with pytest.raises(InvalidId, match="bad character '!'"):
         Order.objects.using(database).filter(short="ab!").count()
     with pytest.raises(ValidationError) as caught:

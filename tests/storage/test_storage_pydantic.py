@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from idmint import Elastic64, IdValue, Muid, Short60, Uid64, Uid64V1, Uuid7
+from idmint import Elastic64, IdValue, Muid, Short60, Snowflake, Uid64, Uid64V1, Uuid7
 from idmint.pydantic import NodeBits
 from idmint.schemes import elastic64 as e64
 from idmint.schemes import uid64 as u64
@@ -204,3 +204,24 @@ def test_a_uuid7_field_takes_what_uuid_uuid_takes_and_gives_the_dashed_form() ->
     assert pattern.fullmatch("URN:UUID:" + str(rfc).upper())
     with pytest.raises(ValidationError, match="version-4 UUID"):
         Event(id="017f22e2-79b0-4cc3-98c4-dc0c0c07398f")  # type: ignore[arg-type]
+
+
+Sonyflake = Snowflake.of("sonyflake")
+
+
+class Tweet(BaseModel):
+    id: Snowflake
+    mirror: Sonyflake | None = None  # type: ignore[valid-type]
+
+
+def test_snowflakes_of_a_layout_read_and_write_their_decimal_text() -> None:
+    tweet = Tweet(id="1212092628029698048", mirror=648196499762577408)  # type: ignore[arg-type]
+    assert tweet.id.timestamp_ms == 1577820376771
+    assert type(tweet.mirror) is Sonyflake
+    text = tweet.model_dump_json()
+    assert json.loads(text) == {"id": "1212092628029698048", "mirror": "648196499762577408"}
+    assert Tweet.model_validate_json(text) == tweet
+    with pytest.raises(ValidationError, match="not sonyflake"):
+        Tweet(id=tweet.id, mirror=tweet.id)  # Twitter's layout where Sonyflake's goes
+    schema = Tweet.model_json_schema()["properties"]["id"]
+    assert schema["pattern"] == "^[0-9]{1,19}$"

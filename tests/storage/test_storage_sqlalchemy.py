@@ -26,6 +26,7 @@ from idmint import (
     MuidGenerator,
     Short60,
     Short60Generator,
+    Snowflake,
     Uid64,
     Uid64Generator,
     Uid64V1,
@@ -40,6 +41,7 @@ from idmint.sqlalchemy import (
     InvalidColumnValue,
     MuidType,
     Short60Type,
+    SnowflakeType,
     Uid64Type,
     Uid64V1Type,
     Uuid7Type,
@@ -85,6 +87,9 @@ EDGES: dict[str, list[IdValue]] = {
         Elastic64(value, node_bits=NODE_BITS) for value in (0, 1, TOP - 1, TOP, e64.MAX_VALUE)
     ],
     "short60": [Short60(value) for value in (0, 1, 11093174944930914, (1 << 60) - 1)],
+    "snowflake": [
+        Snowflake.of("sonyflake")(value) for value in (0, 1, 1212092628029698048, TOP - 1)
+    ],
     "muid": [
         Muid(value)
         for value in (
@@ -118,6 +123,7 @@ COLUMN_TYPES: dict[str, Callable[[], IdType[Any]]] = {
     "short60": Short60Type,
     "muid": MuidType,
     "uuid7": Uuid7Type,
+    "snowflake": lambda: SnowflakeType("sonyflake"),
 }
 
 
@@ -315,6 +321,11 @@ TIME_ORDERED: dict[
         Uuid7Type,
         lambda t, i: Uuid7.build(timestamp_ms=t, counter=i, node=i % 65536, random=i),
         Uuid7.first_at,
+    ),
+    "snowflake": (
+        SnowflakeType,
+        lambda t, i: Snowflake.build(timestamp_ms=t, worker=i % 1024, sequence=i % 4096),
+        lambda t: Snowflake.build(timestamp_ms=t),
     ),
 }
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from idmint.errors import ConfigurationError
 from idmint.schemes import elastic64 as e64
 from idmint.schemes import short60 as s60
+from idmint.schemes import snowflake as sf
 from idmint.schemes import uid64 as u64
 from idmint.schemes import uuid7 as uu
 
@@ -130,3 +131,21 @@ UUID7 = Space("uuid7", "node", uu.MAX_NODE + 1, "uuid7 node IDs")
 
 SPACES: tuple[Space, ...] = (GENERATOR, NODE, SHORT60, UUID7)
 """Every identity space, in the order ``claims list`` shows them."""
+
+# -- snowflake: one pool per worker width ------------------------------------------------
+# Every snowflake layout of a W-bit worker claims in ``snowflake-wW``
+# (``Layout.space``), whatever its epoch, tick and order. Layouts of one width
+# with other epochs or ticks (Twitter's and Discord's) make ints of one range,
+# which a column may hold side by side: in one pool they never hold the same
+# worker at once, so IDs minted at the same time differ in the worker bits. A
+# pool per layout would let both hold worker 5 together. Layouts of two widths
+# put the worker in other bits, so no pool could keep their ints apart: they
+# claim apart, and each width's pool is as large as the width. (What no pool
+# prevents: a worker passing to a layout whose time runs behind, a later epoch,
+# repeats the first layout's past IDs, because a high-water mark is wall-clock
+# time and knows no epoch; docs/schemes.md says to keep one layout per column.)
+SNOWFLAKE: tuple[Space, ...] = tuple(
+    Space(sf.space_name(width), "worker", 1 << width, f"snowflake {width}-bit worker IDs")
+    for width in range(1, sf.MAX_WORKER_BITS + 1)
+)
+SPACES += SNOWFLAKE

@@ -60,6 +60,7 @@ class StaticOptions(UrlOptions):
     node_bits: int | None = option(
         "node_bits", None, "the elastic64 node-ID width", whole(0), shown="`8`"
     )
+    worker: int | None = option("worker", None, "the snowflake worker ID", whole(0))
     ordinal: str | None = option(
         "ordinal",
         None,

@@ -501,6 +501,14 @@ class TickGenerator(Generic[IdT]):
     options_about: ClassVar[Mapping[str, str]] = {}
     """What the options that are not the value type's fields (or mean something else
     here) are for, for help texts; the value type's fields describe the others."""
+    options_choices: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    """The values an option that is text may take (snowflake's ``layout``)."""
+
+    @classmethod
+    def specialised(cls, options: Mapping[str, Any]) -> type[TickGenerator[Any]]:
+        """The class that makes generators with these options (snowflake: one per
+        layout, with its value type, tick and space); the class itself for most."""
+        return cls
 
     @classmethod
     def identity_pool(cls) -> range:
@@ -583,7 +591,9 @@ class TickGenerator(Generic[IdT]):
         self._need_ceiling_ms: int | None = None
         self._closers: list[Callable[[], None]] = []
         if claim is not None:
-            if self.tick_ns != 1_000_000:
+            if self.tick_ns % 1_000_000:
+                # A claim's floor, ceiling and high-water mark are whole ms: a tick
+                # shorter than one (muid's us) could not be told from its neighbours.
                 raise ConfigurationError(f"{self.id_type.scheme} identities cannot be claimed")
             claim.attach(self)
         _FORK_WATCH.generators.add(self)
@@ -644,9 +654,14 @@ class TickGenerator(Generic[IdT]):
         self._run.until_ns = 0
 
     def _highest_tick(self) -> int:
-        """The newest tick handed out (a claim records it on release)."""
+        """The last ms of the newest tick handed out (a claim records it on release;
+        -1: none). A successor floored there starts after that tick."""
         with self._lock:
-            return self._tick
+            tick = self._tick
+        ms_per_tick = self.tick_ns // 1_000_000
+        if tick < 0 or ms_per_tick <= 1:
+            return tick
+        return (tick + 1) * ms_per_tick - 1
 
     def _adopt(self, grant: Grant) -> None:
         """Switch to a newly granted identity (caller holds the lock)."""
@@ -655,7 +670,8 @@ class TickGenerator(Generic[IdT]):
         # Ticks up to the predecessor's high-water mark are spent for us, and
         # so are our own: a changed layout (elastic64's width) must not meet
         # IDs it already made.
-        self._tick = max(self._tick, grant.floor_ms)
+        # (In ticks: the tick holding the floor's ms is spent too.)
+        self._tick = max(self._tick, grant.floor_ms // (self.tick_ns // 1_000_000))
         self._floor_fresh = True
         self._epoch = grant.epoch
 
@@ -917,13 +933,17 @@ class TickGenerator(Generic[IdT]):
                 return _WAIT_FOR_CLAIM
             if grant.epoch != self._epoch:
                 self._adopt(grant)
-            ceiling = grant.ceiling_ms
+            # The claim speaks in ms, the ticks may be longer (Sonyflake's 10 ms):
+            # tick t may be opened when it starts at or below the ceiling. A
+            # successor, whose floor is that ceiling, starts after the tick
+            # holding it (see _adopt), so the tick is ours alone.
+            ceiling = grant.ceiling_ms // (tick_ns // 1_000_000)
             deadline_mono_ns = grant.deadline_mono_ns
             until_cap = now_ns + deadline_mono_ns - self._clock.monotonic_ns()
         tick = self._tick
         if now > tick:
             if now > ceiling:
-                self._need_ceiling_ms = now
+                self._need_ceiling_ms = now * tick_ns // 1_000_000
                 return _WAIT_FOR_CLAIM
             opening = now
         else:
@@ -954,7 +974,7 @@ class TickGenerator(Generic[IdT]):
                     self.exhausted_ticks += 1
                 return (opening - self._max_ahead) * tick_ns
             if opening > ceiling:
-                self._need_ceiling_ms = opening
+                self._need_ceiling_ms = opening * tick_ns // 1_000_000
                 return _WAIT_FOR_CLAIM
         # Open tick `opening`: its IDs become the run. Written out here, not
         # in helpers, because it runs once per tick and usually cold, when

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import threading
@@ -11,7 +12,7 @@ from operator import length_hint
 from types import TracebackType
 from typing import Any, ClassVar, cast
 
-from idmint.clock import Clock
+from idmint.clock import SYSTEM_CLOCK, Clock
 from idmint.errors import ConfigurationError, GeneratorForked, TransactionFull
 from idmint.generate.core import (
     DEFAULT_MAX_CLOCK_WAIT_MS,
@@ -25,15 +26,17 @@ from idmint.generate.core import (
     compiled_values,
     fork_generation,
 )
-from idmint.schemes import IdValue
+from idmint.schemes import IdValue, iso_ms
 from idmint.schemes import elastic64 as e64
 from idmint.schemes import muid as mu
 from idmint.schemes import short60 as s60
+from idmint.schemes import snowflake as sf
 from idmint.schemes import uid64 as u64
 from idmint.schemes import uuid7 as uu
 from idmint.schemes.elastic64 import Elastic64
 from idmint.schemes.muid import Muid
 from idmint.schemes.short60 import Short60
+from idmint.schemes.snowflake import Snowflake
 from idmint.schemes.uid64 import Mode, Uid64, Uid64V1
 from idmint.schemes.uuid7 import Uuid7
 
@@ -52,6 +55,7 @@ __all__ = [
     "MuidGenerator",
     "MuidTransaction",
     "Short60Generator",
+    "SnowflakeGenerator",
     "Uid64Generator",
     "Uid64V1Generator",
     "Uuid7Generator",
@@ -805,6 +809,133 @@ Uuid7Generator.batch = _uuid7_batch  # type: ignore[method-assign,assignment]
 Uuid7Generator.abatch = _uuid7_abatch  # type: ignore[method-assign,assignment]
 
 
+# -- snowflake ---------------------------------------------------------------------------
+
+
+class SnowflakeGenerator(TickGenerator[Snowflake]):
+    """Mints snowflake IDs for one worker ID, in one layout (Twitter's by default).
+
+    ``layout`` names a preset (``twitter``, ``discord``, ``sonyflake``); the
+    other layout options change a part of it (see
+    :class:`idmint.schemes.snowflake.Layout`). Each layout's generators are a
+    class of their own (its value type, tick and pool), which the constructor
+    and :meth:`specialised` pick.
+    """
+
+    __slots__ = ("_identity", "_worker")
+    id_type: ClassVar[type[IdValue]] = Snowflake
+    identity_fields = ("worker",)
+    space = sf.TWITTER.space
+    layout: ClassVar[sf.Layout] = sf.TWITTER
+    options_about = Snowflake.variant_options
+    options_choices = Snowflake.variant_choices
+
+    @classmethod
+    def specialised(cls, options: Mapping[str, Any]) -> type[SnowflakeGenerator]:
+        return _snowflake_class(_layout_of(options))
+
+    def __new__(cls, *args: Any, **options: Any) -> SnowflakeGenerator:
+        chosen = _snowflake_class(_layout_of(options))
+        instance: SnowflakeGenerator = object.__new__(chosen)
+        return instance
+
+    def __init__(
+        self,
+        worker: int | None = None,
+        *,
+        layout: str = sf.TWITTER_NAME,
+        epoch_ms: int | None = None,
+        tick_ms: int | None = None,
+        time_bits: int | None = None,
+        worker_bits: int | None = None,
+        sequence_bits: int | None = None,
+        order: str | None = None,
+        until_year: int | None = None,
+        claim: Claim | None = None,
+        clock: Clock | None = None,
+        max_clock_wait_ms: float = DEFAULT_MAX_CLOCK_WAIT_MS,
+    ) -> None:
+        """``worker``: the worker ID, which no other process may use at the same time
+        (:func:`idmint.new_generator` claims a free one). ``claim``: take it from a
+        claim instead, and stop issuing whenever the claim is in doubt."""
+        if worker is None and claim is None:
+            raise ConfigurationError(
+                "a snowflake generator needs its worker ID, one per process: pass worker=N, "
+                "or use idmint.new_generator('snowflake'), which claims a free one on this host"
+            )
+        shape = self.layout
+        now_ms = (clock if clock is not None else SYSTEM_CLOCK).time_ns() // 1_000_000
+        if now_ms > shape.end_ms:
+            raise ConfigurationError(
+                f"snowflake layout {shape.describe()} ran out at {iso_ms(shape.end_ms + 1)}"
+            )
+        super().__init__(
+            limit=1 << shape.sequence_bits,
+            seq_shift=shape.sequence_shift,
+            clock=clock,
+            max_clock_wait_ms=max_clock_wait_ms,
+            claim=claim,
+        )
+        self._worker = self._identity = 0
+        if claim is None:
+            self._set_identity({"worker": cast(int, worker)})
+        else:
+            grant = claim.wait()
+            with self._lock:
+                self._adopt(grant)
+
+    def _set_identity(self, identity: Mapping[str, int]) -> None:
+        self._worker = self.checked_identity(identity)["worker"]
+        self._identity = self._worker << self.layout.worker_shift
+
+    @property
+    def worker(self) -> int:
+        return self._worker
+
+    def _describe_identity(self) -> str:
+        return f"worker {self._worker}"
+
+    def _base_for_tick(self, tick: int) -> int:
+        shape = self.layout
+        low = shape.epoch_ms // shape.tick_ms
+        check_tick_range("snowflake", tick, low, low + shape.max_time, unit=f"{shape.tick_ms} ms")
+        return (tick - low) << shape.time_shift | self._identity
+
+    def _tick_layout(self) -> TickLayout:
+        shape = self.layout
+        low = shape.epoch_ms // shape.tick_ms
+        return TickLayout(self._identity, shape.time_shift, low, low + shape.max_time)
+
+    def __repr__(self) -> str:
+        return f"SnowflakeGenerator(worker={self._worker}, layout={self.layout.describe()!r})"
+
+
+def _layout_of(options: Mapping[str, Any]) -> sf.Layout:
+    """The layout the generator options name (``ConfigurationError`` if unusable)."""
+    named = {name: options[name] for name in Snowflake.variant_options if name in options}
+    return Snowflake.variant(**named).layout
+
+
+@functools.cache
+def _snowflake_class(layout: sf.Layout) -> type[SnowflakeGenerator]:
+    """The generator class of ``layout``: its value type, tick and pool."""
+    if layout == sf.TWITTER:
+        return SnowflakeGenerator
+    made: type[SnowflakeGenerator] = type(
+        f"SnowflakeGenerator_{layout.name}",
+        (SnowflakeGenerator,),
+        {
+            "__slots__": (),
+            "__module__": __name__,
+            "id_type": Snowflake.of(layout),
+            "layout": layout,
+            "space": layout.space,
+            "tick_ns": layout.tick_ms * 1_000_000,
+        },
+    )
+    return made
+
+
 GENERATORS: dict[str, type[TickGenerator[Any]]] = {
     generator.id_type.scheme: generator
     for generator in (
@@ -814,6 +945,7 @@ GENERATORS: dict[str, type[TickGenerator[Any]]] = {
         MuidGenerator,
         Short60Generator,
         Uuid7Generator,
+        SnowflakeGenerator,
     )
 }
 """Each scheme's generator class, by the scheme's name (as ``idmint.schemes.SCHEMES``)."""

@@ -1,4 +1,4 @@
-"""The six ID schemes: value types and codecs, pure code with no I/O.
+"""The ID schemes: value types and codecs, pure code with no I/O.
 
 ``SCHEMES`` maps each scheme's name (as the CLI and the server spell it) to its
 value type, which describes the scheme to everything above (fields and their
@@ -9,6 +9,7 @@ with a given or guessed scheme.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Final
 
 from idmint.errors import InvalidId, quoted
@@ -24,6 +25,7 @@ from idmint.schemes._base import (
 from idmint.schemes.elastic64 import Elastic64
 from idmint.schemes.muid import Muid
 from idmint.schemes.short60 import Short60
+from idmint.schemes.snowflake import Snowflake
 from idmint.schemes.uid64 import Mode, Uid64, Uid64V1
 from idmint.schemes.uuid7 import Uuid7
 
@@ -35,6 +37,7 @@ __all__ = [
     "Mode",
     "Muid",
     "Short60",
+    "Snowflake",
     "Uid64",
     "Uid64V1",
     "Uuid7",
@@ -46,6 +49,7 @@ __all__ = [
     "iso_ms",
     "parse_id",
     "scheme_type",
+    "variant_of",
 ]
 
 SCHEMES: Final[dict[str, type[IdValue]]] = {
@@ -55,6 +59,7 @@ SCHEMES: Final[dict[str, type[IdValue]]] = {
     "muid": Muid,
     "short60": Short60,
     "uuid7": Uuid7,
+    "snowflake": Snowflake,
 }
 
 _MUID_SHAPE = re.compile(Muid.text_pattern)
@@ -81,6 +86,18 @@ def scheme_type(name: str) -> type[IdValue]:
         ) from None
 
 
+def variant_of(scheme: str, options: Mapping[str, object]) -> type[IdValue]:
+    """The value type of ``scheme`` in the layout ``options`` pick (generator options,
+    say: snowflake's ``layout``...); the scheme's own type where they pick none."""
+    id_type = scheme_type(scheme)
+    picked = {
+        name: value
+        for name, value in options.items()
+        if name in id_type.variant_options and value is not None
+    }
+    return id_type.variant(**picked) if picked else id_type
+
+
 def guess_scheme(text: str, *, node_bits: int | None = None) -> str:
     """Name the scheme ``text`` must be in, when its shape allows only one.
 
@@ -90,7 +107,8 @@ def guess_scheme(text: str, *, node_bits: int | None = None) -> str:
     scheme for a UUID written so); 16 hex digits with a letter among them only a uid64 (uid64-v1
     IDs are uid64 IDs with the same fields); 10 base-64 characters with a non-digit only a
     short60 (every short60 minted since 2020 has 10). Decimal digits are an elastic64 ID when a
-    width is given. Anything else, such as 16 decimal digits (hex or decimal?) or a short string
+    width is given; without one they could as well be a snowflake (of any layout), so they are
+    never guessed. Anything else, such as 16 decimal digits (hex or decimal?) or a short string
     (a short60 from before 2020, or a typo?), raises ``InvalidId`` asking for the scheme.
     """
     candidate = text.strip()
@@ -114,7 +132,7 @@ def guess_scheme(text: str, *, node_bits: int | None = None) -> str:
             problem="ambiguous",
         )
     if is_decimal:
-        readings = ["elastic64 (give its node_bits)"]
+        readings = ["elastic64 (give its node_bits)", "snowflake"]
         if len(candidate) == 16:
             readings.insert(0, "uid64 (hex)")
         if len(candidate) <= 10:

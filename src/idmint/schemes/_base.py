@@ -23,7 +23,7 @@ from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar, cast
 
-from idmint.errors import InvalidId, quoted
+from idmint.errors import ConfigurationError, InvalidId, quoted
 
 UNIX_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 # datetime cannot go past year 9999; IDs whose time would land later are refused
@@ -31,6 +31,7 @@ UNIX_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 LAST_DATETIME_MS = 253_402_300_799_999
 
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+_DECIMAL_DIGITS = frozenset("0123456789")
 
 IdT = TypeVar("IdT", bound="IdValue")
 
@@ -113,6 +114,28 @@ class IdValue:
     bound_options: ClassVar[tuple[str, ...]] = ()
     """What :meth:`first_at` and the other bounds take besides the time, where the
     layout depends on it (uid64's ``mode``, elastic64's ``node_bits``)."""
+    variant_options: ClassVar[Mapping[str, str]] = {}
+    """The options that pick one of the scheme's layouts (snowflake's ``layout``,
+    ``epoch_ms``, ...), which :meth:`variant` takes, and what each is;
+    generators take them too."""
+    variant_choices: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    """The values those of them that are text may take."""
+
+    @classmethod
+    def variant(cls, **options: Any) -> type[IdValue]:
+        """The value type of the layout ``options`` name (``ConfigurationError`` if
+        it cannot be used); the type itself where the scheme has one layout."""
+        if options:
+            raise ConfigurationError(
+                f"{cls.scheme} IDs have one layout: no {', '.join(sorted(options))}"
+            )
+        return cls
+
+    @classmethod
+    def variant_parts(cls) -> dict[str, Any]:
+        """The parts of the layout this type reads IDs in, for those who draw it (the
+        server's page); empty where the scheme has one layout."""
+        return {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -542,6 +565,20 @@ def int_from_hex(scheme: str, text: str, length: int, what: str = "hex digits") 
         )
     check_characters(scheme, text, _HEX_DIGITS, "a hex digit 0-9 or a-f")
     return int(text, 16)
+
+
+def int_from_decimal(scheme: str, text: str, length: int) -> int:
+    """The int that 1 to ``length`` decimal digits (surrounding space stripped) write."""
+    stripped = text.strip()
+    if not stripped or len(stripped) > length:
+        raise InvalidId(
+            scheme,
+            f"expected 1 to {length} decimal digits, got {len(stripped)} characters: "
+            f"{quoted(text)}",
+            problem="length",
+        )
+    check_characters(scheme, stripped, _DECIMAL_DIGITS, "a decimal digit")
+    return int(stripped)
 
 
 def check_characters(scheme: str, text: str, allowed: Container[str], expected: str) -> None:

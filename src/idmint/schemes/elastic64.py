@@ -19,14 +19,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from idmint.errors import InvalidId, quoted
+from idmint.errors import InvalidId
 from idmint.schemes._base import (
     LAST_DATETIME_MS,
     Field,
     IdValue,
-    check_characters,
     check_field,
     int_from_bytes,
+    int_from_decimal,
     reject_type,
 )
 
@@ -38,7 +38,6 @@ MAX_NODE_BITS: Final = 16  # 65,536 node IDs: all 256 groups
 # we cannot show the time of is of no use to anyone.
 MAX_TIMESTAMP_MS: Final = LAST_DATETIME_MS
 MAX_VALUE: Final = (MAX_TIMESTAMP_MS << TIMESTAMP_SHIFT) | 0xFFFF
-_DECIMAL_DIGITS = frozenset("0123456789")
 
 
 def check_node_bits(node_bits: object, scheme: str = "elastic64") -> int:
@@ -140,16 +139,7 @@ class Elastic64(IdValue):
 
     @classmethod
     def from_text(cls, text: str, node_bits: int | None = None) -> Elastic64:
-        stripped = text.strip()
-        if not stripped or len(stripped) > cls.text_length:
-            raise InvalidId(
-                cls.scheme,
-                f"expected 1 to {cls.text_length} decimal digits, got {len(stripped)} "
-                f"characters: {quoted(text)}",
-                problem="length",
-            )
-        check_characters(cls.scheme, stripped, _DECIMAL_DIGITS, "a decimal digit")
-        return cls.from_int(int(stripped), node_bits)
+        return cls.from_int(int_from_decimal(cls.scheme, text, cls.text_length), node_bits)
 
     @classmethod
     def from_bytes(

@@ -53,7 +53,7 @@ from idmint.errors import (
     quoted,
 )
 from idmint.factory import who_minted
-from idmint.schemes import SCHEMES, IdValue, parse_id
+from idmint.schemes import SCHEMES, IdValue, parse_id, variant_of
 from idmint.server import openapi
 from idmint.server.config import ServerConfig, given_config
 from idmint.server.credentials import Credentials
@@ -148,6 +148,8 @@ class IdServer:
         self._whois_turn = asyncio.Lock()
         self._issuing_watch: asyncio.Task[None] | None = None
         self._openapi = json.dumps(openapi.openapi_document(config, ROUTES)).encode()
+        # IDs of the scheme this server mints are read in its layout (snowflake's).
+        self._minted_type = variant_of(config.scheme, config.options)
         self._page = PageFiles()
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -390,11 +392,13 @@ class IdServer:
         return count
 
     async def decode(self, scope: Scope) -> Response:
-        value = _id_in_path(scope, _DECODE_PREFIX)
+        value = _id_in_path(scope, _DECODE_PREFIX, minted=self._minted_type)
         return 200, _JSON, json.dumps(value.to_dict()).encode()
 
     async def whois(self, scope: Scope) -> Response:
-        value = _id_in_path(scope, _WHOIS_PREFIX, default_scheme=self.config.scheme)
+        value = _id_in_path(
+            scope, _WHOIS_PREFIX, minted=self._minted_type, default_scheme=self.config.scheme
+        )
         where = self.config.coordinator
         try:
             async with self._whois_turn:
@@ -640,9 +644,12 @@ def _version() -> str:
         return "unknown"
 
 
-def _id_in_path(scope: Scope, prefix: str, *, default_scheme: str | None = None) -> IdValue:
+def _id_in_path(
+    scope: Scope, prefix: str, *, minted: type[IdValue], default_scheme: str | None = None
+) -> IdValue:
     """The ID a request's path gives after ``prefix``, read with its ``scheme`` and
-    ``node_bits`` parameters (``default_scheme`` where none is given); a 422 if it is none."""
+    ``node_bits`` parameters (``default_scheme`` where none is given; the server's own
+    scheme in the layout it mints, ``minted``); a 422 if it is none."""
     raw_path = scope.get("raw_path")
     text = (
         unquote(raw_path.decode("latin-1").split("?", 1)[0][len(prefix) :])
@@ -678,8 +685,11 @@ def _id_in_path(scope: Scope, prefix: str, *, default_scheme: str | None = None)
                 f"node_bits must be 8..16, got {quoted(node_bits_text)}",
             )
         node_bits = int(node_bits_text)
+    scheme = scheme or default_scheme
     try:
-        return parse_id(text, scheme or default_scheme, node_bits=node_bits)
+        if scheme == minted.scheme and node_bits is None:
+            return minted._read_text(text, None)
+        return parse_id(text, scheme, node_bits=node_bits)
     except InvalidId as error:
         raise HttpError(422, "invalid ID", str(error)) from None
 

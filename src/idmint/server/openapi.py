@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from idmint.schemes import SCHEMES, Field, IdValue
+from idmint.schemes import SCHEMES, Field, IdValue, variant_of
 from idmint.server.config import ServerConfig
 from idmint.server.routes import Route
 
@@ -101,17 +101,20 @@ def _field_schema(field: Field, wider: list[Field]) -> dict[str, Any]:
     return _integer(min(each.low for each in wider), max(each.high for each in wider))
 
 
-def _decoded_schemas() -> dict[str, Any]:
+def _decoded_schemas(config: ServerConfig) -> dict[str, Any]:
     """One schema per family of schemes (uid64 and uid64-v1 share one): every field
-    ``idmint decode`` prints for it, and only those, with the value types' ranges."""
+    ``idmint decode`` prints for it, and only those, with the value types' ranges
+    (in the layout this server mints and reads its scheme's IDs in); a scheme with
+    layouts says which (``x-layout``: its parts, which the page draws)."""
     time_field = {
         "type": "string",
         "format": "date-time",
         "description": "When the ID was minted, ISO 8601 UTC",
     }
     families: dict[type[IdValue], list[type[IdValue]]] = {}
-    for id_type in SCHEMES.values():
-        families.setdefault(id_type._family, []).append(id_type)
+    for name, own_type in SCHEMES.items():
+        read_as = variant_of(name, config.options) if name == config.scheme else own_type
+        families.setdefault(read_as._family, []).append(read_as)
     schemas: dict[str, Any] = {}
     for members in families.values():
         fields = {
@@ -125,11 +128,12 @@ def _decoded_schemas() -> dict[str, Any]:
             "time": time_field,
             **fields,
         }
-        schemas[f"Decoded{members[0].__name__}"] = {
+        schemas[f"Decoded{members[0]._family.__name__}"] = {
             "type": "object",
             "required": list(properties),
             "properties": properties,
             "additionalProperties": False,
+            **_layout_of(members[0]),
         }
     return {
         **schemas,
@@ -138,6 +142,12 @@ def _decoded_schemas() -> dict[str, Any]:
             "oneOf": [{"$ref": f"#/components/schemas/{name}"} for name in schemas],
         },
     }
+
+
+def _layout_of(id_type: type[IdValue]) -> dict[str, Any]:
+    """``x-layout``: the parts of the layout a scheme with layouts reads IDs in."""
+    parts = id_type.variant_parts()
+    return {"x-layout": parts} if parts else {}
 
 
 def _node_bits_schema() -> dict[str, Any]:
@@ -322,7 +332,7 @@ def openapi_document(config: ServerConfig, routes: Iterable[Route]) -> dict[str,
                     },
                 },
                 "Claims": _claims_schema(),
-                **_decoded_schemas(),
+                **_decoded_schemas(config),
             },
         },
     }

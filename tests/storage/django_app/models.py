@@ -10,6 +10,7 @@ from idmint.django import (
     Elastic64Field,
     MuidField,
     Short60Field,
+    SnowflakeField,
     Uid64Field,
     Uid64V1Field,
     Uuid7Field,
@@ -34,6 +35,8 @@ class Order(models.Model):
     batch = MuidField(null=True, blank=True)
     short = Short60Field(null=True, blank=True, unique=True)
     public = Uuid7Field(null=True, blank=True, unique=True)
+    tweet = SnowflakeField(null=True, blank=True)
+    sony = SnowflakeField(layout="sonyflake", null=True, blank=True)
     note = models.CharField(max_length=40, blank=True, default="")
 
     class Meta:

@@ -52,6 +52,25 @@
       seg("node", 16, "node"),
       seg("random", 40, "random"),
     ],
+    // The layout this server reads snowflakes in, from its API description.
+    snowflake: () => {
+      const shape = snowflakeLayout;
+      const low = [seg("worker", shape.worker_bits, "worker"), seg("sequence", shape.sequence_bits, "sequence")];
+      if (shape.order === "time-sequence-worker") low.reverse();
+      return [seg("sign", 1, "sign"), seg("timestamp", shape.time_bits, "timestamp"), ...low].filter(
+        (s) => s.width > 0,
+      );
+    },
+  };
+
+  // Twitter's, until the server's API description says which layout it reads.
+  let snowflakeLayout = {
+    epoch_ms: 1288834974657,
+    tick_ms: 1,
+    time_bits: 41,
+    worker_bits: 10,
+    sequence_bits: 12,
+    order: "time-worker-sequence",
   };
 
   const SUMMARIES = {
@@ -75,6 +94,9 @@
       "An RFC 9562 version-7 UUID: a 48-bit millisecond timestamp, version 7 and variant 10; " +
       "in idmint’s layout an 18-bit counter, a 16-bit claimed node and 40 random bits " +
       "(in a UUIDv7 minted elsewhere those bits are that generator’s own).",
+    snowflake:
+      "63 bits below a zero sign bit, shown in decimal: time, worker and sequence in a " +
+      "layout (Twitter's: 41 bits of ms since 2010-11-04, a 10-bit worker, a 12-bit sequence).",
   };
 
   const ABOUT = {
@@ -94,9 +116,18 @@
     int: "the 60 bits as an integer",
     counter: "position within its millisecond (idmint’s layout)",
     random: "random bits",
+    worker: "the worker that minted it",
   };
 
-  const BITS = { uid64: 64, "uid64-v1": 64, elastic64: 64, muid: 128, short60: 60, uuid7: 128 };
+  const BITS = {
+    uid64: 64,
+    "uid64-v1": 64,
+    elastic64: 64,
+    muid: 128,
+    short60: 60,
+    uuid7: 128,
+    snowflake: 64,
+  };
   const SHORT60_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
   const SHORT60_EPOCH_MS = 1519862400000n;
 
@@ -207,7 +238,7 @@
       if (!/^[0-9a-fA-F]{32}$/.test(hex)) throw new Error(`not a UUID: ${t}`);
       return BigInt(`0x${hex}`);
     }
-    if (scheme === "elastic64") {
+    if (scheme === "elastic64" || scheme === "snowflake") {
       if (!/^\d{1,20}$/.test(t)) throw new Error(`not decimal digits: ${t}`);
       return BigInt(t);
     }
@@ -296,6 +327,12 @@
           node: p.node,
           random: p.random,
         };
+      case "snowflake":
+        return {
+          timestamp_ms: BigInt(snowflakeLayout.epoch_ms) + p.timestamp * BigInt(snowflakeLayout.tick_ms),
+          worker: p.worker,
+          sequence: p.sequence,
+        };
       default:
         return {};
     }
@@ -311,6 +348,11 @@
         }
         if (scheme === "short60") return `ms since 2018-03-01 → ${data.timestamp_ms} ms`;
         if (scheme === "muid") return `µs since 1970 → ${data.time}`;
+        if (scheme === "snowflake") {
+          const { tick_ms: tick, epoch_ms: epoch } = snowflakeLayout;
+          const since = new Date(epoch).toISOString().slice(0, 10);
+          return `${tick === 1 ? "ms" : `${tick} ms ticks`} since ${since} → ${data.timestamp_ms} ms`;
+        }
         return `ms since 1970 → ${data.time}`;
       case "generator-high":
         return `generator ${data.generator} = ${piece.value} × 256 + low bits`;
@@ -330,8 +372,14 @@
         return `low 6 bits of counter ${data.counter}`;
       case "random":
         return "fresh random bits";
+      case "sign":
+        return "always zero: the ID is positive as a signed 64-bit integer";
+      case "worker":
+        return `${piece.width}-bit worker ID`;
       case "sequence":
-        return "position within the millisecond";
+        return scheme === "snowflake" && snowflakeLayout.tick_ms !== 1
+          ? `position within the ${snowflakeLayout.tick_ms} ms tick`
+          : "position within the millisecond";
       case "burst":
         return `${piece.width} bits: position within the millisecond`;
       case "node":
@@ -693,6 +741,8 @@
       const count = described.paths["/v1/ids"].get.parameters.find((p) => p.name === "count");
       const most = Number(count.schema.maximum);
       if (Number.isInteger(most) && most > 0) $("mint-count").max = String(most);
+      const snowflake = described.components.schemas.DecodedSnowflake;
+      if (snowflake && snowflake["x-layout"]) snowflakeLayout = snowflake["x-layout"];
     } catch {
       // keep the page's own limit; the server says so if a count is too large
     }
@@ -902,7 +952,7 @@
   // -- start ---------------------------------------------------------------------------------
   syncNodeBits();
   showTokenState();
-  decodeFromAddress();
   refreshServer();
-  learnMaxCount();
+  // The address's ID is drawn once the layouts this server reads are known.
+  learnMaxCount().finally(decodeFromAddress);
 })();
