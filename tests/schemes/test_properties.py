@@ -499,6 +499,7 @@ BOUND_OPTIONS: dict[str, list[dict[str, Any]]] = {
     "muid": [{}],
     "short60": [{}],
     "uuid7": [{}],
+    "snowflake": [{}],
 }
 assert set(BOUND_OPTIONS) == set(SCHEMES)
 

@@ -175,3 +175,23 @@ def test_times_between_ticks_are_refused_not_rounded() -> None:
 def test_bad_text_is_refused(text: str) -> None:
     with pytest.raises(InvalidId):
         Snowflake(text)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+@given(data=st.data())
+def test_every_layout_bounds_the_ids_of_a_tick_and_a_span(name: str, data: st.DataObject) -> None:
+    kind = Snowflake.of(name)
+    layout = kind.layout
+    tick = data.draw(st.integers(1, min(layout.max_time, 2**35) - 1))
+    at = layout.epoch_ms + tick * layout.tick_ms
+    worker = data.draw(st.integers(0, (1 << layout.worker_bits) - 1))
+    sequence = data.draw(st.integers(0, (1 << layout.sequence_bits) - 1))
+    minted = kind.build(timestamp_ms=at, worker=worker, sequence=sequence)
+    # Any ms of the tick names it: a tick's IDs carry its start.
+    within = at + data.draw(st.integers(0, layout.tick_ms - 1))
+    assert kind.first_at(within) <= minted <= kind.last_at(within)
+    assert kind.last_at(at - layout.tick_ms) < kind.first_at(at)
+    assert kind.last_at(at) < kind.first_at(at + layout.tick_ms)
+    low, high = kind.between(at, at + layout.tick_ms)
+    assert (low, high) == (kind.first_at(at), kind.last_at(at))
+    assert kind.orders_by_time()

@@ -331,6 +331,19 @@ class Snowflake(IdValue):
         layout = self.layout
         return (self._int >> layout.sequence_shift) & ((1 << layout.sequence_bits) - 1)
 
+    # -- the IDs bounding an instant: the time lies at the top in ticks, in every layout --
+    @classmethod
+    def orders_by_time(cls, **options: Any) -> bool:
+        cls._check_bound_options(options)
+        return True  # nothing but the sign bit, always 0, lies above the time
+
+    @classmethod
+    def _tick_bounds(cls, count: int, options: Mapping[str, Any]) -> tuple[int, int]:
+        # ``count`` is in ms; the layout stores whole ticks from its epoch.
+        layout = cls.layout
+        low = (count - layout.epoch_ms) // layout.tick_ms << layout.time_shift
+        return low, low | ((1 << layout.time_shift) - 1)
+
     # -- codec ------------------------------------------------------------------------
     @classmethod
     def parse(cls, value: object) -> Any:
