@@ -279,7 +279,9 @@ class ZooKeeperSessionClaim(DriverClaim[AccessT]):
         """The client, once connected (after a lost session kazoo reconnects by itself)."""
         client = self._ensure_client()
         timeout = self.options.connect_timeout_s
-        if not self._connected.wait(timeout):
+        with noticed_if_slow(f"ZooKeeper at {self.coordinator.description}", timeout):
+            connected = self._connected.wait(timeout)
+        if not connected:
             raise CoordinatorUnavailable(
                 f"{self.description}: not reconnected to ZooKeeper within {timeout:g} s"
             )
