@@ -13,7 +13,7 @@ import socket
 from collections.abc import Iterator
 
 import pytest
-from tests.cli_process import ERROR_PREFIX, run_idmint
+from tests.cli_process import ERROR_PREFIX, assert_one_error_line, run_idmint
 from tests.integration.claims_helpers import (
     SHARED_BACKENDS,
     Backend,
@@ -121,3 +121,12 @@ def test_a_first_claim_on_a_new_pool_says_it_settles_and_the_next_says_nothing(
     with new_generator("uid64", coordinator=url) as generator:
         generator.generate()
     assert notices(caplog) == []
+
+
+def test_a_redis_database_the_server_does_not_have_is_a_usage_error(redis: RedisServer) -> None:
+    """``redis://HOST/99`` on a server of 16 databases: the URL's mistake (exit 2), said
+    at once, not an unexplained failure (exit 1)."""
+    url = redis.url().rsplit("/", 1)[0] + "/99?connect_timeout=600"
+    result = run_idmint("generate", "--coordinator", url)
+    assert result.returncode == 2, result.stderr
+    assert "no database 99" in assert_one_error_line(result.stderr)

@@ -444,7 +444,7 @@ class RedisCoordinator(Coordinator):
                 f"{self.url}: the path is the database number (/0, /1, ...), "
                 f"got {url.path!r}; the keys' prefix is the option prefix="
             )
-        database = int(database_text)
+        database = self.database = int(database_text)
         self.prefix = options.prefix
         self.ttl_s, self.max_ttl_s, timeout_s = options.ttl_s, options.max_ttl_s, options.timeout_s
         tls = options.uses_tls(url, "rediss")
@@ -487,7 +487,7 @@ class RedisCoordinator(Coordinator):
         info = reach_within(
             self.options.connect_timeout_s,
             lambda _: self._client.info("server"),
-            lambda error: _translate(error, f"connecting to {self.description}"),
+            lambda error: _translate_first_contact(error, self.description, self.database),
             store="Redis",
             description=self.description,
             settings="host, port and TLS settings",
@@ -542,6 +542,19 @@ def _text(value: object) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return "" if value is None else str(value)
+
+
+def _translate_first_contact(error: BaseException, description: str, database: int) -> Exception:
+    """What connecting to the server found: a database number it does not have is
+    the URL's mistake, the rest as :func:`_translate` says."""
+    redis = _import_redis()
+    if isinstance(error, redis.exceptions.ResponseError) and "DB index" in str(error):
+        return ConfigurationError(
+            f"{description}: the server has no database {database} "
+            f"({first_line(error)}); the URL's path is the database number (/0 to its "
+            "`databases` setting - 1)"
+        )
+    return _translate(error, f"connecting to {description}")
 
 
 def _translate(error: BaseException, doing: str) -> CoordinationError:
