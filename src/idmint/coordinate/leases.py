@@ -72,6 +72,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from idmint.coordinate.base import ClaimSource, DriverClaim, HighWaterMark, holder_description
 from idmint.coordinate.options import ClaimOptions, option, seconds, ttl
+from idmint.coordinate.peers import wrong_service
 from idmint.coordinate.spaces import Space
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import (
@@ -155,16 +156,20 @@ def reach_within(
     store: str,
     description: str,
     settings: str,
+    hosts: Sequence[tuple[str, int]],
 ) -> ResultT:
     """``attempt(seconds_left)`` until it succeeds, for at most ``seconds``: a
     coordinator's first contact with its store, which may still be starting.
 
     An outage (``translate`` makes it a :class:`CoordinatorUnavailable`) is
-    tried again every 0.1 s; a refusal or any other error is raised at once,
-    translated. After ``seconds``, one :class:`CoordinatorUnavailable` says what
-    to check: ``settings`` names the URL's parts that decide where it connects.
+    tried again every 0.1 s, unless a service of another kind answers at
+    ``hosts`` (:func:`~idmint.coordinate.peers.wrong_service`, asked once); a
+    refusal or any other error is raised at once, translated. After
+    ``seconds``, one :class:`CoordinatorUnavailable` says what to check:
+    ``settings`` names the URL's parts that decide where it connects.
     """
     deadline = time.monotonic() + seconds
+    probed = False
     with noticed_if_slow(f"{store} at {description}", seconds):
         while True:
             try:
@@ -177,6 +182,11 @@ def reach_within(
                     translated, CoordinatorRefused
                 ):
                     raise translated from error
+                if not probed:
+                    probed = True
+                    wrong = wrong_service(hosts, store)
+                    if wrong is not None:
+                        raise wrong from error
                 if time.monotonic() + 0.1 >= deadline:
                     raise CoordinatorUnavailable(
                         f"could not reach {store} at {description} within {seconds:g} s "

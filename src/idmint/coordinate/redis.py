@@ -51,6 +51,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from idmint.coordinate import peers
 from idmint.coordinate.base import ClaimInfo, Coordinator, HighWaterMark, holder_of
 from idmint.coordinate.leases import (
     STEP_BACK_SLACK_MS,
@@ -438,6 +439,7 @@ class RedisCoordinator(Coordinator):
             )
         host, port = url.hosts[0] if url.hosts else ("127.0.0.1", 0)
         port = port or DEFAULT_PORT
+        self.address = (host, port)
         database_text = url.path.strip("/") or "0"
         if not database_text.isdigit():
             raise ConfigurationError(
@@ -488,9 +490,10 @@ class RedisCoordinator(Coordinator):
             self.options.connect_timeout_s,
             lambda _: self._client.info("server"),
             lambda error: _translate_first_contact(error, self.description, self.database),
-            store="Redis",
+            store=peers.REDIS,
             description=self.description,
             settings="host, port and TLS settings",
+            hosts=[self.address],
         )
         mode = str(info.get("redis_mode", "standalone"))
         if mode != "standalone":
