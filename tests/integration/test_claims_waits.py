@@ -51,7 +51,9 @@ def test_a_store_that_does_not_answer_is_announced_once(backend: Backend, silent
     assert result.returncode == 69, result.stderr
     waiting, error = result.stderr.splitlines()
     store = "PostgreSQL" if backend.name == "postgres" else "Redis"
-    assert re.match(rf"^idmint: waiting up to {SHORT_S} s for {store} at \S+:{silent_port}/", waiting)
+    assert re.match(
+        rf"^idmint: waiting up to {SHORT_S} s for {store} at \S+:{silent_port}/", waiting
+    )
     assert error.startswith(ERROR_PREFIX), error
 
 
@@ -81,9 +83,13 @@ def test_a_claimant_waiting_for_a_held_id_says_so_once(
 ) -> None:
     caplog.set_level("WARNING", logger=waiting_log.name)
     url = backend.url(generators="5-5", claim_timeout=SHORT_S)
-    with connect(url) as holder, holder.claim(), connect(url) as other:
-        with pytest.raises(PoolExhausted):
-            other.claim()
+    with (
+        connect(url) as holder,
+        holder.claim(),
+        connect(url) as other,
+        pytest.raises(PoolExhausted),
+    ):
+        other.claim()
     (notice,) = notices(caplog)
     assert re.match(rf"waiting up to {SHORT_S} s for a free generator ID at ", notice), notice
     assert "pool 5-5" in notice

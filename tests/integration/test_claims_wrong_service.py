@@ -8,9 +8,15 @@ own deadline (``run_idmint``'s), not exit 69 naming what answered.
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import socket
+import threading
+
 import pytest
 from tests.cli_process import assert_one_error_line, run_idmint
 from tests.integration.claims_helpers import make_backend
+from tests.servers.ports import LOOPBACK
 
 from idmint.coordinate import peers
 
@@ -42,14 +48,34 @@ def _notice(stderr: str) -> str:
 
 
 def test_a_service_that_answers_as_no_store_is_said_so(request: pytest.FixtureRequest) -> None:
-    """An HTTP server that is not etcd, at a Redis URL's port: it answered, but not as Redis."""
-    import http.server
-    import threading
+    """A service that answers anything with a line of its own, at a Redis URL's port."""
+    with socket.socket() as listener:
+        listener.bind((LOOPBACK, 0))
+        listener.listen(16)
+        address = f"{LOOPBACK}:{listener.getsockname()[1]}"
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+        def answer() -> None:
+            with contextlib.suppress(OSError):
+                while True:
+                    connection, _ = listener.accept()
+                    with connection:
+                        connection.sendall(b"hello from something else\n")
+
+        threading.Thread(target=answer, daemon=True).start()
+        url = make_backend("redis", request).url(hosts=address, connect_timeout=600)
+        result = run_idmint("generate", "--coordinator", url, timeout=60)
+    assert result.returncode == 69, result.stderr
+    error = assert_one_error_line(result.stderr.replace(_notice(result.stderr), ""))
+    assert f"{address} answered, but not as Redis" in error, error
+
+
+def test_an_http_server_is_named(request: pytest.FixtureRequest) -> None:
+    """To a Redis URL an HTTP server is not Redis. (To an etcd URL it may be etcd behind a
+    proxy that answers while etcd is down: the etcd driver reads its answers itself.)"""
+    server = http.server.ThreadingHTTPServer((LOOPBACK, 0), http.server.BaseHTTPRequestHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        address = f"127.0.0.1:{server.server_address[1]}"
+        address = f"{LOOPBACK}:{server.server_address[1]}"
         url = make_backend("redis", request).url(hosts=address, connect_timeout=600)
         result = run_idmint("generate", "--coordinator", url, timeout=60)
     finally:
@@ -57,4 +83,4 @@ def test_a_service_that_answers_as_no_store_is_said_so(request: pytest.FixtureRe
         server.server_close()
     assert result.returncode == 69, result.stderr
     error = assert_one_error_line(result.stderr.replace(_notice(result.stderr), ""))
-    assert f"{address} answered, but not as Redis" in error, error
+    assert f"{address} answered as an HTTP server, not Redis" in error, error

@@ -157,13 +157,15 @@ def reach_within(
     description: str,
     settings: str,
     hosts: Sequence[tuple[str, int]],
+    tls: bool = False,
 ) -> ResultT:
     """``attempt(seconds_left)`` until it succeeds, for at most ``seconds``: a
     coordinator's first contact with its store, which may still be starting.
 
     An outage (``translate`` makes it a :class:`CoordinatorUnavailable`) is
     tried again every 0.1 s, unless a service of another kind answers at
-    ``hosts`` (:func:`~idmint.coordinate.peers.wrong_service`, asked once); a
+    ``hosts`` (:func:`~idmint.coordinate.peers.wrong_service`, asked once, with
+    ``tls`` if the store speaks only after a TLS handshake); a
     refusal or any other error is raised at once, translated. After
     ``seconds``, one :class:`CoordinatorUnavailable` says what to check:
     ``settings`` names the URL's parts that decide where it connects.
@@ -184,7 +186,7 @@ def reach_within(
                     raise translated from error
                 if not probed:
                     probed = True
-                    wrong = wrong_service(hosts, store)
+                    wrong = wrong_service(hosts, store, tls=tls)
                     if wrong is not None:
                         raise wrong from error
                 if time.monotonic() + 0.1 >= deadline:

@@ -23,12 +23,15 @@ from dataclasses import dataclass
 
 from idmint.errors import WrongService
 
-__all__ = ["ETCD", "POSTGRESQL", "REDIS", "ZOOKEEPER", "identify", "wrong_service"]
+__all__ = ["ETCD", "HTTP", "POSTGRESQL", "REDIS", "ZOOKEEPER", "identify", "wrong_service"]
 
 ZOOKEEPER = "ZooKeeper"
 ETCD = "etcd"
 POSTGRESQL = "PostgreSQL"
 REDIS = "Redis"
+HTTP = "an HTTP server"
+"""An HTTP server that is not etcd, or does not say (a proxy in front of etcd may
+answer for it while etcd is down: to the etcd driver, it may be etcd)."""
 SOMETHING_ELSE = ""
 """A service that answered, as none of the stores idmint knows."""
 
@@ -56,7 +59,7 @@ def _postgresql(reply: bytes) -> str | None:
 def _http(reply: bytes) -> str | None:
     if not reply.startswith(b"HTTP/"):
         return None
-    return ETCD if b"etcdserver" in reply else SOMETHING_ELSE
+    return ETCD if b"etcdserver" in reply else HTTP
 
 
 @dataclass(frozen=True)
@@ -127,13 +130,20 @@ def identify(host: str, port: int) -> str | None:
     return SOMETHING_ELSE if answered else None
 
 
-def wrong_service(hosts: Sequence[tuple[str, int]], expected: str) -> WrongService | None:
+def wrong_service(
+    hosts: Sequence[tuple[str, int]], expected: str, *, tls: bool = False
+) -> WrongService | None:
     """The error for ``hosts`` when none is ``expected`` and one answered as something
-    else; None if any is (or may be) ``expected``, or none answered (an outage)."""
+    else; None if any is (or may be) ``expected``, or none answered (an outage).
+
+    With ``tls`` the store answers only after a handshake: a service that answers
+    the plain greetings as none of the stores may be the store itself.
+    """
+    may_be = {expected, *([HTTP] if expected == ETCD else []), *([SOMETHING_ELSE] if tls else [])}
     found: list[tuple[str, int, str]] = []
     for host, port in hosts:
         kind = identify(host, port)
-        if kind == expected:
+        if kind in may_be:
             return None
         if kind is not None:
             found.append((host, port, kind))

@@ -494,6 +494,7 @@ class RedisCoordinator(Coordinator):
             description=self.description,
             settings="host, port and TLS settings",
             hosts=[self.address],
+            tls=self.description.startswith("rediss:"),
         )
         mode = str(info.get("redis_mode", "standalone"))
         if mode != "standalone":
