@@ -976,6 +976,10 @@ class Coordinator:
     ``__init__`` reads them with :meth:`_take_url`, and its docstring's table, the
     docs' and ``--coordinator``'s help are made from them."""
 
+    listed: ClassVar[bool] = True
+    """Whether the driver is shown to people among the installed ones (False: a
+    driver for tests, usable by its scheme all the same)."""
+
     def __init__(self, url: CoordinatorUrl) -> None:
         raise NotImplementedError
 
