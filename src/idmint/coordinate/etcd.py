@@ -641,7 +641,7 @@ class EtcdCoordinator(Coordinator):
         """Wait up to ``connect_timeout`` for a member to answer, and not much longer."""
         connect_timeout = self.options.connect_timeout_s
         deadline = time.monotonic() + connect_timeout
-        probed = False
+        first_failure = peers.FirstFailure(self.hosts, peers.ETCD)
         with noticed_if_slow(f"etcd at {self.description}", connect_timeout) as waited:
             while True:
                 remaining = deadline - time.monotonic()
@@ -652,11 +652,7 @@ class EtcdCoordinator(Coordinator):
                 except CoordinatorRefused:
                     raise  # credentials or TLS: waiting would not help
                 except CoordinatorUnavailable as error:
-                    if not probed:
-                        probed = True  # a service of another kind at the port?
-                        wrong = peers.wrong_service(self.hosts, peers.ETCD)
-                        if wrong is not None:
-                            raise wrong from error
+                    first_failure.seen(error)  # a service of another kind at the port?
                     if time.monotonic() + 0.1 >= deadline:
                         raise CoordinatorUnavailable(
                             f"could not reach etcd at {self.description} (waited "

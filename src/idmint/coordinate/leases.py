@@ -72,7 +72,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from idmint.coordinate.base import ClaimSource, DriverClaim, HighWaterMark, holder_description
 from idmint.coordinate.options import ClaimOptions, option, seconds, ttl
-from idmint.coordinate.peers import wrong_service
+from idmint.coordinate.peers import FirstFailure
 from idmint.coordinate.spaces import Space
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import (
@@ -171,7 +171,7 @@ def reach_within(
     ``settings`` names the URL's parts that decide where it connects.
     """
     deadline = time.monotonic() + seconds
-    probed = False
+    first_failure = FirstFailure(hosts, store, tls=tls)
     with noticed_if_slow(f"{store} at {description}", seconds):
         while True:
             try:
@@ -184,11 +184,7 @@ def reach_within(
                     translated, CoordinatorRefused
                 ):
                     raise translated from error
-                if not probed:
-                    probed = True
-                    wrong = wrong_service(hosts, store, tls=tls)
-                    if wrong is not None:
-                        raise wrong from error
+                first_failure.seen(error)
                 if time.monotonic() + 0.1 >= deadline:
                     raise CoordinatorUnavailable(
                         f"could not reach {store} at {description} within {seconds:g} s "

@@ -23,7 +23,16 @@ from dataclasses import dataclass
 
 from idmint.errors import WrongService
 
-__all__ = ["ETCD", "HTTP", "POSTGRESQL", "REDIS", "ZOOKEEPER", "identify", "wrong_service"]
+__all__ = [
+    "ETCD",
+    "HTTP",
+    "POSTGRESQL",
+    "REDIS",
+    "ZOOKEEPER",
+    "FirstFailure",
+    "identify",
+    "wrong_service",
+]
 
 ZOOKEEPER = "ZooKeeper"
 ETCD = "etcd"
@@ -153,3 +162,22 @@ def wrong_service(
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     said = f"answered as {kind}, not {expected}" if kind else f"answered, but not as {expected}"
     return WrongService(f"{where} {said}; check the URL's scheme, hosts and ports")
+
+
+class FirstFailure:
+    """Asks :func:`wrong_service` once, at a first contact's first failure: a retry loop's
+    ``seen(error)`` raises the :class:`~idmint.errors.WrongService` if there is one."""
+
+    def __init__(self, hosts: Sequence[tuple[str, int]], expected: str, *, tls: bool = False):
+        self._hosts = hosts
+        self._expected = expected
+        self._tls = tls
+        self._asked = False
+
+    def seen(self, error: Exception) -> None:
+        if self._asked:
+            return
+        self._asked = True
+        wrong = wrong_service(self._hosts, self._expected, tls=self._tls)
+        if wrong is not None:
+            raise wrong from error
