@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import socket
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -19,11 +20,13 @@ from tests.integration.claims_helpers import (
     Backend,
     backend_params,
 )
+from tests.servers import wait_until
 from tests.servers.ports import LOOPBACK
 from tests.servers.redis import RedisServer
 
 from idmint import PoolExhausted, new_generator
 from idmint.coordinate import connect
+from idmint.coordinate.memory import MemoryCoordinator
 from idmint.errors import CoordinatorUnavailable
 from idmint.waiting import waiting_log
 
@@ -136,3 +139,20 @@ def test_a_redis_database_the_server_does_not_have_is_a_usage_error(redis: Redis
     result = run_idmint("generate", "--coordinator", url)
     assert result.returncode == 2, result.stderr
     assert "no database 99" in assert_one_error_line(result.stderr)
+
+
+def test_a_generator_waiting_for_its_claim_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A claim whose server is out of reach past its deadline: what a generator calls,
+    ``Claim.wait``, waits ``wait_timeout`` for it, says so once (with the claim's state),
+    then raises."""
+    caplog.set_level("WARNING", logger=waiting_log.name)
+    url = f"memory://waits-{uuid.uuid4().hex}?ttl=1&wait_timeout={SHORT_S}"
+    with connect(url) as coordinator, coordinator.claim() as claim:
+        claim.wait()
+        assert isinstance(coordinator, MemoryCoordinator)
+        with coordinator.outage():
+            wait_until(lambda: claim.grant() is None, timeout=30, description="the deadline")
+            with pytest.raises(CoordinatorUnavailable):
+                claim.wait()
+    (notice,) = notices(caplog)
+    assert re.match(rf"waiting up to {SHORT_S} s for a usable claim \(", notice), notice

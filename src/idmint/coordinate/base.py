@@ -326,7 +326,7 @@ class Claim:
             self._noticing = True
         try:
             with (
-                noticed_if_slow(lambda: self._waiting_for_grant(deadline))
+                noticed_if_slow(lambda: self._waiting_for_grant(timeout))
                 if noticing
                 else contextlib.nullcontext()
             ):
@@ -335,8 +335,9 @@ class Claim:
             if noticing:
                 self._noticing = False
 
-    def _waiting_for_grant(self, deadline: float) -> tuple[str, float]:
-        """What :meth:`wait` waits for, and for how long at most from now (its notice)."""
+    def _waiting_for_grant(self, timeout: float) -> tuple[str, float]:
+        """What :meth:`wait` waits for, and for how long at most (its notice): a claim
+        settling, for what is left of that; else ``timeout``."""
         settle_s = self._settle_left_s()
         if settle_s > 0 and self._state is ClaimState.ACTIVE:
             return (
@@ -344,10 +345,7 @@ class Claim:
                 "cannot prove who held it last, and a holder it forgot may mint until then",
                 math.ceil(settle_s),
             )
-        return (
-            f"a usable claim ({self.description} is {self._state.value}: {self._problem})",
-            math.ceil(deadline - time.monotonic()),
-        )
+        return f"a usable claim ({self.description}: {self._problem})", timeout
 
     def _wait_for_grant(self, timeout: float, deadline: float, min_ceiling_ms: int | None) -> Grant:
         with self._cond:
