@@ -233,7 +233,7 @@ class _DriverSchemes:
     def __str__(self) -> str:
         from idmint.coordinate import DRIVERS
 
-        return ", ".join(f"{scheme}://" for scheme in DRIVERS.schemes())
+        return ", ".join(f"{scheme}://" for scheme in DRIVERS.listed())
 
 
 def _add_coordinator(parser: argparse.ArgumentParser, what: str) -> None:

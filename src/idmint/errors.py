@@ -73,6 +73,7 @@ __all__ = [
     "ServerRefused",
     "TransactionFull",
     "VolatileMarks",
+    "WrongService",
     "error_from_json",
     "error_to_json",
     "printable",
@@ -304,6 +305,11 @@ class CoordinatorRefused(CoordinatorUnavailable):
     """
 
     exit_status = EXIT_REFUSED
+
+
+class WrongService(CoordinatorUnavailable):
+    """Something answered at the coordinator's address, but not the service the URL names
+    (``etcd://`` at a Redis port). Waiting does not help; the URL must change."""
 
 
 class PoolExhausted(CoordinationError):

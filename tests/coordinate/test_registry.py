@@ -115,3 +115,27 @@ def test_a_driver_in_a_scanned_package_connects(tmp_path: Path, on_path: list[st
     _put_first(on_path, install(tmp_path / "site", BROKEN))
     with connect("sharedid://x") as coordinator:
         assert type(coordinator).__name__ == "SharedIdCoordinator"
+
+
+def test_the_test_only_memory_driver_is_usable_but_not_advertised() -> None:
+    """``memory://`` is for tests and drills: reachable by its scheme, absent from the
+    lists people read (``--coordinator``'s help, an unknown scheme's error)."""
+    from idmint.errors import ConfigurationError
+
+    with connect("memory://not-advertised") as coordinator:
+        assert coordinator.description == "memory://not-advertised"
+    assert "memory" in DRIVERS.schemes()
+    assert "memory" not in DRIVERS.listed()
+    assert {"zk", "etcd", "postgresql", "redis", "local", "static"} <= set(DRIVERS.listed())
+    generate_help = subprocess.run(
+        [sys.executable, "-m", "idmint", "generate", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "redis://" in generate_help
+    assert "memory://" not in generate_help
+    with pytest.raises(ConfigurationError, match="unknown coordinator scheme") as error:
+        connect("bogus://x")
+    assert "memory://" not in str(error.value)
+    assert "zk://" in str(error.value)

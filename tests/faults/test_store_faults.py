@@ -447,7 +447,10 @@ def test_a_locked_claims_table_is_waited_for_then_named(
         "1",
     )
     waited = time.monotonic() - started
-    line = assert_one_error_line(gave_up.stderr)
+    notice, rest = gave_up.stderr.split("\n", 1)
+    assert notice.startswith(f"idmint: waiting up to {connect_timeout_s:g} s for "), notice
+    assert notice.endswith(" to answer"), notice
+    line = assert_one_error_line(rest)
     assert gave_up.returncode == 69, gave_up.stderr
     assert "lock" in line, line
     assert root in line, line

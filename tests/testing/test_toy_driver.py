@@ -66,4 +66,4 @@ def test_the_cli_offers_its_scheme(toy_site: Path) -> None:
         },
     )
     assert "toylease://" in result.stdout
-    assert "memory://" in result.stdout
+    assert "zk://" in result.stdout  # beside the built-in ones

@@ -84,7 +84,7 @@ def driver(scheme: str) -> type[Coordinator]:
     if found is None:
         raise ConfigurationError(
             f"unknown coordinator scheme {scheme!r}; expected one of "
-            + ", ".join(f"{name}://" for name in DRIVERS.schemes())
+            + ", ".join(f"{name}://" for name in DRIVERS.listed())
         )
     return found
 

@@ -67,6 +67,7 @@ from idmint.errors import (
     CoordinatorUnavailable,
     PoolExhausted,
 )
+from idmint.waiting import noticed_if_slow
 
 __all__ = [
     "SPACES",
@@ -448,6 +449,8 @@ class Claim:
         """What the claim saw of its pool at its last look (None: not looked yet, or the
         driver cannot say): the server's ``idmint_pool_*`` gauges."""
         self._pool_looked_mono = 0.0
+        self._noticing = False
+        """Whether a :meth:`wait` under way says it waits, if it lasts (one says so)."""
 
     # -- what generators use ------------------------------------------------------
     @property
@@ -490,6 +493,38 @@ class Claim:
         """
         timeout = self.options.wait_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout
+        with self._cond:
+            grant = self.grant()
+            if grant is not None and (min_ceiling_ms is None or grant.ceiling_ms >= min_ceiling_ms):
+                return grant
+            # Generators that wait together (a server's requests) wait for one thing:
+            # the first of them says so.
+            noticing = not self._noticing
+            self._noticing = True
+        try:
+            with (
+                noticed_if_slow(lambda: self._waiting_for_grant(timeout))
+                if noticing
+                else contextlib.nullcontext()
+            ):
+                return self._wait_for_grant(timeout, deadline, min_ceiling_ms)
+        finally:
+            if noticing:
+                self._noticing = False
+
+    def _waiting_for_grant(self, timeout: float) -> tuple[str, float]:
+        """What :meth:`wait` waits for, and for how long at most (its notice): a claim
+        settling, for what is left of that; else ``timeout``."""
+        settle_s = self._settle_left_s()
+        if settle_s > 0 and self._state is ClaimState.ACTIVE:
+            return (
+                f"the {self.description} ({self._identity_text()}) to settle: the store "
+                "cannot prove who held it last, and a holder it forgot may mint until then",
+                math.ceil(settle_s),
+            )
+        return f"a usable claim ({self.description}: {self._problem})", timeout
+
+    def _wait_for_grant(self, timeout: float, deadline: float, min_ceiling_ms: int | None) -> Grant:
         with self._cond:
             while True:
                 grant = self.grant()
@@ -1057,16 +1092,35 @@ class DriverClaim(Claim, Generic[SourceT]):
         return self.space.identity(number, cluster)
 
     def _acquire(self) -> tuple[Mapping[str, int], int]:
-        deadline = time.monotonic() + self._patience_s()
-        while True:
-            self.soonest_holdoff_end_s = math.inf
-            found = self._look(deadline)
-            if found is not None:
-                return found
-            if time.monotonic() >= deadline:
-                raise self._nothing_free()
-            if self._wait_for_change(self._next_look_s(deadline, every_s=self.look_every_s)):
-                raise ClaimLost(f"{self.description}: closed while claiming")
+        patience_s = self._patience_s()
+        deadline = time.monotonic() + patience_s
+        with noticed_if_slow(lambda: self._waiting_for(patience_s), patience_s):
+            while True:
+                self.soonest_holdoff_end_s = math.inf
+                found = self._look(deadline)
+                if found is not None:
+                    return found
+                if time.monotonic() >= deadline:
+                    raise self._nothing_free()
+                if self._wait_for_change(self._next_look_s(deadline, every_s=self.look_every_s)):
+                    raise ClaimLost(f"{self.description}: closed while claiming")
+
+    def _waiting_for(self, patience_s: float) -> tuple[str, float] | None:
+        """What a claimant still looking for an identity after a while waits for, and
+        for how long at most (its notice; None: say nothing)."""
+        left_s = patience_s
+        if self._fixed is not None:
+            return (
+                f"{self._identity_text(self._fixed)} at {self.where} to come free (held, or "
+                "its last holder's high-water mark not yet passed)",
+                left_s,
+            )
+        pool = self.options.pool
+        return (
+            f"a free {self.space} ID at {self.where} (every one of pool "
+            f"{pool.start}-{pool.stop - 1} is held or held off)",
+            left_s,
+        )
 
     def _patience_s(self) -> float:
         """How long a claimant looks for a free identity: ``claim_timeout``."""
@@ -1153,6 +1207,10 @@ class Coordinator:
     """The options its URLs take, declared (:mod:`idmint.coordinate.options`): its
     ``__init__`` reads them with :meth:`_take_url`, and its docstring's table, the
     docs' and ``--coordinator``'s help are made from them."""
+
+    listed: ClassVar[bool] = True
+    """Whether the driver is shown to people among the installed ones (False: a
+    driver for tests, usable by its scheme all the same)."""
 
     def __init__(self, url: CoordinatorUrl) -> None:
         raise NotImplementedError

@@ -53,6 +53,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from idmint.coordinate import peers
 from idmint.coordinate.base import (
     ClaimInfo,
     Coordinator,
@@ -177,6 +178,11 @@ class _Member:
                 if attempt == 2:
                     raise
                 continue  # an idle connection the member had closed: once more, afresh
+            except http.client.HTTPException as error:
+                # Not HTTP (a store of another kind at the port): unreachable as etcd,
+                # which the caller's first failure looks into.
+                connection.close()
+                raise ConnectionError(f"the answer was not HTTP ({error!r:.80})") from error
             except BaseException:
                 connection.close()
                 raise
@@ -641,6 +647,7 @@ class EtcdCoordinator(Coordinator):
         """Wait up to ``connect_timeout`` for a member to answer, and not much longer."""
         connect_timeout = self.options.connect_timeout_s
         deadline = time.monotonic() + connect_timeout
+        first_failure = peers.FirstFailure(self.hosts, peers.ETCD)
         with noticed_if_slow(f"etcd at {self.description}", connect_timeout) as waited:
             while True:
                 remaining = deadline - time.monotonic()
@@ -651,6 +658,7 @@ class EtcdCoordinator(Coordinator):
                 except CoordinatorRefused:
                     raise  # credentials or TLS: waiting would not help
                 except CoordinatorUnavailable as error:
+                    first_failure.seen(error)  # a service of another kind at the port?
                     if time.monotonic() + 0.1 >= deadline:
                         raise CoordinatorUnavailable(
                             f"could not reach etcd at {self.description} (waited "

@@ -79,6 +79,7 @@ from idmint.coordinate.base import (
     holder_description,
 )
 from idmint.coordinate.options import ClaimOptions, option, seconds, ttl
+from idmint.coordinate.peers import FirstFailure
 from idmint.coordinate.spaces import SPACES, Space
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import (
@@ -87,6 +88,7 @@ from idmint.errors import (
     CoordinatorRefused,
     CoordinatorUnavailable,
 )
+from idmint.waiting import NOTICE_AFTER_S, noticed_if_slow
 
 __all__ = [
     "DEFAULT_TTL_S",
@@ -164,34 +166,42 @@ def reach_within(
     store: str,
     description: str,
     settings: str,
+    hosts: Sequence[tuple[str, int]],
+    tls: bool = False,
 ) -> ResultT:
     """``attempt(seconds_left)`` until it succeeds, for at most ``seconds``: a
     coordinator's first contact with its store, which may still be starting.
 
     An outage (``translate`` makes it a :class:`CoordinatorUnavailable`) is
-    tried again every 0.1 s; a refusal or any other error is raised at once,
-    translated. After ``seconds``, one :class:`CoordinatorUnavailable` says what
-    to check: ``settings`` names the URL's parts that decide where it connects.
+    tried again every 0.1 s, unless a service of another kind answers at
+    ``hosts`` (:func:`~idmint.coordinate.peers.wrong_service`, asked once, with
+    ``tls`` if the store speaks only after a TLS handshake); a
+    refusal or any other error is raised at once, translated. After
+    ``seconds``, one :class:`CoordinatorUnavailable` says what to check:
+    ``settings`` names the URL's parts that decide where it connects.
     """
     deadline = time.monotonic() + seconds
-    while True:
-        try:
-            return attempt(deadline - time.monotonic())
-        except Exception as error:
-            translated = translate(error)
-            if translated is error:
-                raise
-            if not isinstance(translated, CoordinatorUnavailable) or isinstance(
-                translated, CoordinatorRefused
-            ):
-                raise translated from error
-            if time.monotonic() + 0.1 >= deadline:
-                raise CoordinatorUnavailable(
-                    f"could not reach {store} at {description} within {seconds:g} s "
-                    f"({translated}); check that it is running and the URL's {settings} "
-                    "are right, or wait longer with connect_timeout=SECONDS"
-                ) from error
-        time.sleep(0.1)  # in the constructor: there is no claim to close yet
+    first_failure = FirstFailure(hosts, store, tls=tls)
+    with noticed_if_slow(f"{store} at {description}", seconds):
+        while True:
+            try:
+                return attempt(deadline - time.monotonic())
+            except Exception as error:
+                translated = translate(error)
+                if translated is error:
+                    raise
+                if not isinstance(translated, CoordinatorUnavailable) or isinstance(
+                    translated, CoordinatorRefused
+                ):
+                    raise translated from error
+                first_failure.seen(error)
+                if time.monotonic() + 0.1 >= deadline:
+                    raise CoordinatorUnavailable(
+                        f"could not reach {store} at {description} within {seconds:g} s "
+                        f"({translated}); check that it is running and the URL's {settings} "
+                        "are right, or wait longer with connect_timeout=SECONDS"
+                    ) from error
+            time.sleep(0.1)  # in the constructor: there is no claim to close yet
 
 
 def in_pool_order(claims: Iterable[ClaimInfo]) -> list[ClaimInfo]:
@@ -410,6 +420,8 @@ class LeaseClaim(DriverClaim[LeaseSource]):
         """The pool's generation after our last write (see :class:`LeaseStore`)."""
         self._unanswered: tuple[float, CoordinatorUnavailable] | None = None
         """Since when (monotonic) looks at the pool have gone unanswered, and why."""
+        self._asked: float | None = None
+        """When (monotonic) the look under way was sent; None between looks."""
         self.proven = True
         """Whether the last claim's floor came from a mark the store proved current."""
 
@@ -430,7 +442,7 @@ class LeaseClaim(DriverClaim[LeaseSource]):
         start = random.choice(pool)
         want: int | None = PROBES
         for _ in range(_LOOKS_AT_ONCE):
-            asked = time.monotonic()
+            asked = self._asked = time.monotonic()
             try:
                 look = self.store.look(self.space, self.cluster, pool, start=start, want=want)
             except CoordinatorRefused:
@@ -438,6 +450,8 @@ class LeaseClaim(DriverClaim[LeaseSource]):
             except CoordinatorUnavailable as error:
                 self._went_unanswered(error, asked)
                 return None
+            finally:
+                self._asked = None
             self._unanswered = None
             taken, raced = self._take_one_of(look)
             if taken is not None:
@@ -457,6 +471,15 @@ class LeaseClaim(DriverClaim[LeaseSource]):
         self._unanswered = (since, error)
         if time.monotonic() - since >= self.options.connect_timeout_s:
             raise self._unanswered_error() from error
+
+    def _waiting_for(self, patience_s: float) -> tuple[str, float] | None:
+        asked = self._asked
+        if self._unanswered is None and (
+            asked is None or time.monotonic() - asked < NOTICE_AFTER_S / 2
+        ):
+            return super()._waiting_for(patience_s)
+        # Unanswered looks are given up on after connect_timeout.
+        return f"{self.where} to answer", min(self.options.connect_timeout_s, patience_s)
 
     def _unanswered_error(self) -> CoordinatorUnavailable:
         assert self._unanswered is not None

@@ -211,6 +211,8 @@ class MemoryCoordinator(Coordinator):
 
     claim_type = MemoryClaim
     options_type = MemoryOptions
+    listed = False
+    """For tests and drills: not shown among the drivers (``--coordinator``'s help)."""
 
     def __init__(self, url: CoordinatorUrl) -> None:
         options = self._take_url(url, MemoryOptions)

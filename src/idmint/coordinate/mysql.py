@@ -88,6 +88,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
+from idmint.coordinate import peers
 from idmint.coordinate.base import ClaimInfo, HighWaterMark, holders_of_text, holders_text
 from idmint.coordinate.leases import (
     STEP_BACK_SLACK_MS,
@@ -226,9 +227,10 @@ class _Connection:
             seconds,
             attempt,
             translate,
-            store="MySQL",
+            store=peers.MYSQL,
             description=self.description,
             settings="host, port and TLS settings",
+            hosts=[(self.settings["host"], self.settings["port"])],
         )
 
     def _drop(self) -> None:

@@ -69,11 +69,12 @@ import contextlib
 import math
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote
 
+from idmint.coordinate import peers
 from idmint.coordinate.base import (
     ClaimInfo,
     HighWaterMark,
@@ -177,6 +178,10 @@ def _import_psycopg() -> Any:
     return psycopg
 
 
+DEFAULT_PORT = 5432
+"""Where a host of the URL without a port is asked."""
+
+
 class _Connection:
     """One shared connection, made again after it breaks; each request with a time limit."""
 
@@ -261,8 +266,9 @@ class _Connection:
         connection.request_timeout_s = self.timeout_s + _ANSWER_SLACK_S
         return connection  # type: ignore[no-any-return]
 
-    def connect_within(self, seconds: float) -> None:
-        """Connect now, trying again until ``seconds`` have passed (refusals at once)."""
+    def connect_within(self, seconds: float, hosts: Sequence[tuple[str, int]]) -> None:
+        """Connect now to one of ``hosts`` (the URL's), trying again until ``seconds``
+        have passed (refusals at once)."""
         pg = _import_psycopg()
 
         def attempt(seconds_left: float) -> None:
@@ -282,9 +288,10 @@ class _Connection:
             seconds,
             attempt,
             translate,
-            store="PostgreSQL",
+            store=peers.POSTGRESQL,
             description=self.description,
             settings="hosts, ports and TLS settings",
+            hosts=hosts,
         )
 
     def _drop(self) -> None:
@@ -651,7 +658,10 @@ class PostgresCoordinator(LeaseCoordinator):
             conninfo, lambda: _Connection(conninfo, self.description, options.timeout_s)
         )
         try:
-            self._connection.connect_within(options.connect_timeout_s)
+            self._connection.connect_within(
+                options.connect_timeout_s,
+                [(host, port or DEFAULT_PORT) for host, port in url.hosts],
+            )
         except BaseException:
             self.close()
             raise
@@ -714,7 +724,7 @@ def _conninfo(url: CoordinatorUrl, libpq: Mapping[str, str]) -> tuple[str, str]:
     parameters: dict[str, Any] = {"application_name": "idmint", **libpq}
     if url.hosts:
         parameters["host"] = ",".join(host for host, _ in url.hosts)
-        ports = [str(port) if port else "5432" for _, port in url.hosts]
+        ports = [str(port or DEFAULT_PORT) for _, port in url.hosts]
         if any(port for _, port in url.hosts):
             parameters["port"] = ",".join(ports)
     if url.username:
@@ -732,7 +742,9 @@ def _conninfo(url: CoordinatorUrl, libpq: Mapping[str, str]) -> tuple[str, str]:
             f"{url.redacted()}: {first_line(error)}; idmint takes {known}, and every "
             "other option must be a libpq parameter"
         ) from None
-    where = ",".join(f"{host}:{port or 5432}" for host, port in url.hosts) or "(local socket)"
+    where = (
+        ",".join(f"{host}:{port or DEFAULT_PORT}" for host, port in url.hosts) or "(local socket)"
+    )
     return conninfo, f"{where}/{database}" if database else where
 
 

@@ -51,6 +51,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from idmint.coordinate import peers
 from idmint.coordinate.base import ClaimInfo, HighWaterMark, holder_of
 from idmint.coordinate.leases import (
     STEP_BACK_SLACK_MS,
@@ -447,13 +448,14 @@ class RedisCoordinator(LeaseCoordinator):
             )
         host, port = url.hosts[0] if url.hosts else ("127.0.0.1", 0)
         port = port or DEFAULT_PORT
+        self.address = (host, port)
         database_text = url.path.strip("/") or "0"
         if not database_text.isdigit():
             raise ConfigurationError(
                 f"{self.url}: the path is the database number (/0, /1, ...), "
                 f"got {url.path!r}; the keys' prefix is the option prefix="
             )
-        database = int(database_text)
+        database = self.database = int(database_text)
         self.prefix = options.prefix
         self.ttl_s, self.max_ttl_s, timeout_s = options.ttl_s, options.max_ttl_s, options.timeout_s
         tls = options.uses_tls(url, "rediss")
@@ -496,10 +498,12 @@ class RedisCoordinator(LeaseCoordinator):
         info = reach_within(
             self.options.connect_timeout_s,
             lambda _: self._client.info("server"),
-            lambda error: _translate(error, f"connecting to {self.description}"),
-            store="Redis",
+            lambda error: _translate_first_contact(error, self.description, self.database),
+            store=peers.REDIS,
             description=self.description,
             settings="host, port and TLS settings",
+            hosts=[self.address],
+            tls=self.description.startswith("rediss:"),
         )
         mode = str(info.get("redis_mode", "standalone"))
         if mode != "standalone":
@@ -554,6 +558,19 @@ def _text(value: object) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return "" if value is None else str(value)
+
+
+def _translate_first_contact(error: BaseException, description: str, database: int) -> Exception:
+    """What connecting to the server found: a database number it does not have is
+    the URL's mistake, the rest as :func:`_translate` says."""
+    redis = _import_redis()
+    if isinstance(error, redis.exceptions.ResponseError) and "DB index" in str(error):
+        return ConfigurationError(
+            f"{description}: the server has no database {database} "
+            f"({first_line(error)}); the URL's path is the database number (/0 to its "
+            "`databases` setting - 1)"
+        )
+    return _translate(error, f"connecting to {description}")
 
 
 def _translate(error: BaseException, doing: str) -> CoordinationError:

@@ -49,6 +49,20 @@ class Registry(Generic[PluginT]):
     def schemes(self) -> list[str]:
         return sorted(scheme for scheme, _ in _group(self.group))
 
+    def listed(self) -> list[str]:
+        """The schemes to show people: all but those whose class says ``listed = False``
+        (``memory://``, a driver for tests). One that fails to load is shown: using it
+        says why."""
+        shown = []
+        for scheme in self.schemes():
+            try:
+                found = self.find(scheme)
+            except Exception:  # a broken plug-in is still installed: show it
+                found = None
+            if getattr(found, "listed", True):
+                shown.append(scheme)
+        return shown
+
     def find(self, scheme: str) -> type[PluginT] | None:
         """The class registered for ``scheme`` (imported now), or None if there is none.
 

@@ -17,10 +17,12 @@ import contextlib
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from idmint.coordinate import peers
 from idmint.coordinate.base import ClaimOptions, DriverClaim, HighWaterMark
 from idmint.errors import (
     ConfigurationError,
@@ -142,18 +144,40 @@ class ZooKeeperAccess:
                 translated(f"connecting to ZooKeeper at {self.hosts}"),
                 noticed_if_slow(f"ZooKeeper at {self.hosts}", timeout) as waited,
             ):
-                client.start(timeout=timeout)
-        except KazooTimeoutError as error:
-            client.close()
+                self._start(client, timeout)
+        except KazooTimeoutError as error:  # the client is stopped by _start
             raise CoordinatorUnavailable(
                 f"could not reach ZooKeeper at {self.hosts} (waited {waited.seconds:.1f} s); "
                 "check that the servers are running and the URL's hosts and ports are right, "
                 "or wait longer with connect_timeout=SECONDS"
             ) from error
-        except CoordinationError:
-            client.close()
-            raise
         return client, granted
+
+    def _start(self, client: Any, timeout: float) -> None:
+        """kazoo's ``start(timeout)``, but a service of another kind at the hosts
+        (:func:`~idmint.coordinate.peers.wrong_service`, asked once the first attempt
+        is a second late) ends it at once: kazoo would try it again until ``timeout``."""
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        deadline = time.monotonic() + timeout
+        connected = client.start_async()
+        if not connected.wait(min(timeout, peers.PROBE_S)) or not client.connected:
+            addresses = []
+            for host_port in self.hosts.split(","):
+                host, _, port = host_port.rpartition(":")
+                addresses.append((host.strip("[]"), int(port)))
+            wrong = peers.wrong_service(addresses, peers.ZOOKEEPER)
+            if wrong is None:
+                connected.wait(max(0.0, deadline - time.monotonic()))
+        else:
+            wrong = None
+        if wrong is not None or not client.connected:
+            # kazoo's stop() waits for an attempt under way to time out (the session
+            # timeout): the caller is told now, the client stops in the background.
+            threading.Thread(
+                target=_stop_and_close, args=(client,), name="idmint-zk-stop", daemon=True
+            ).start()
+            raise wrong or KazooTimeoutError("Connection time-out")
 
     @contextlib.contextmanager
     def short_session(self) -> Iterator[Any]:
@@ -279,7 +303,9 @@ class ZooKeeperSessionClaim(DriverClaim[AccessT]):
         """The client, once connected (after a lost session kazoo reconnects by itself)."""
         client = self._ensure_client()
         timeout = self.options.connect_timeout_s
-        if not self._connected.wait(timeout):
+        with noticed_if_slow(f"ZooKeeper at {self.coordinator.description}", timeout):
+            connected = self._connected.wait(timeout)
+        if not connected:
             raise CoordinatorUnavailable(
                 f"{self.description}: not reconnected to ZooKeeper within {timeout:g} s"
             )
@@ -378,6 +404,12 @@ def write_mark(client: Any, path: str, mark: HighWaterMark, version: int, acl: A
         return 0
     stat = client.set(path, data, version=version)
     return int(stat.version)
+
+
+def _stop_and_close(client: Any) -> None:
+    with contextlib.suppress(Exception):
+        client.stop()
+        client.close()
 
 
 @contextlib.contextmanager
