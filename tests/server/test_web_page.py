@@ -598,6 +598,8 @@ def test_every_scheme_fits_and_reads_whole(
         tab.goto(scheme_servers[scheme])
         sync_api.expect(tab.locator("#health")).to_have_text("healthy")
         sync_api.expect(tab.locator("#claims tbody tr")).to_have_count(2)
+        # Each row names its identity's fields (worker 3), not the generator's class.
+        assert "Generator" not in tab.locator("#claims tbody").inner_text()
         examples = {
             str(button.get_attribute("data-id")): str(button.get_attribute("data-scheme"))
             for button in tab.locator("#examples button").all()

@@ -27,7 +27,7 @@ __all__ = ["Issuer", "unavailable"]
 
 Generator = TickGenerator[Any]
 
-_IDENTITY_FIELDS = ("generator", "cluster", "node", "medallion")
+_IDENTITY_FIELDS = ("generator", "cluster", "node", "worker", "medallion")
 """The generators' identity, as /v1/claims and the metric labels show it."""
 
 
