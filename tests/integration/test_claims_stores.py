@@ -35,7 +35,7 @@ from tests.integration.claims_helpers import (
     settle_pool,
     wait_for,
 )
-from tests.servers.mariadb import USER as MARIADB_USER
+from tests.servers.mariadb import TLS_USER as MARIADB_TLS_USER
 from tests.servers.mariadb import MariaDbServer
 from tests.servers.postgres import PostgresServer
 from tests.servers.redis import USER, USER_KEYS, RedisCommands, RedisServer
@@ -576,26 +576,27 @@ def _secure_mariadb(server: MariaDbServer, password: str | None = None) -> Backe
     return Backend(
         "mysql",
         server,
-        credentials=(MARIADB_USER, password if password is not None else server.password),
+        # A user the server lets in only over TLS: that its claims work proves they are.
+        credentials=(MARIADB_TLS_USER, password if password is not None else server.password),
+        ca_path=server.ca_path,
+        url_options={"tls": "true"},
     )
 
 
-SECURE = ["postgres_secure", "redis_secure"]
+SECURE = ["postgres_secure", "redis_secure", "mariadb_secure"]
 """Servers that ask for a password over TLS."""
-PASSWORDS = [*SECURE, "mariadb"]
-"""Servers that ask for a password (MariaDB's over TCP)."""
 
 
 def _secure(name: str, request: pytest.FixtureRequest, password: str | None = None) -> Backend:
     server = request.getfixturevalue(name)
     if name == "postgres_secure":
         return _secure_postgres(server, password)
-    if name == "mariadb":
+    if name == "mariadb_secure":
         return _secure_mariadb(server, password)
     return _secure_redis(server, password)
 
 
-@pytest.mark.parametrize("name", PASSWORDS)
+@pytest.mark.parametrize("name", SECURE)
 def test_claims_work_over_tls_with_credentials_and_the_password_is_never_shown(
     name: str, request: pytest.FixtureRequest, exit_stack: contextlib.ExitStack
 ) -> None:
@@ -622,7 +623,7 @@ def test_claims_work_over_tls_with_credentials_and_the_password_is_never_shown(
     assert not leaked, f"the password was printed: {leaked}"
 
 
-@pytest.mark.parametrize("name", PASSWORDS)
+@pytest.mark.parametrize("name", SECURE)
 def test_a_wrong_password_is_refused_with_status_77_and_one_line(
     name: str, request: pytest.FixtureRequest
 ) -> None:
@@ -651,6 +652,19 @@ def test_an_untrusted_certificate_is_refused_with_status_77(
     result = run_idmint("generate", "--coordinator", url, "--count", "3")
     assert result.returncode == 77, result.stderr
     assert re.search(r"(?i)certificate|tls|ssl", assert_one_error_line(result.stderr))
+
+
+def test_mysql_tls_false_never_uses_tls(mariadb_secure: MariaDbServer) -> None:
+    """The user the server lets in only over TLS is refused with ``tls=false``: so the
+    TLS test's claims, which log in as it, were encrypted."""
+    backend = _secure_mariadb(mariadb_secure)
+    backend.ca_path = None
+    backend.url_options = {"tls": "false"}
+    url = backend.url(connect_timeout=3)
+    result = run_idmint("generate", "--coordinator", url, "--count", "3")
+    assert result.returncode == 77, result.stderr
+    line = assert_one_error_line(result.stderr)
+    assert re.search(r"(?i)password|credential|refused|denied", line), line
 
 
 def test_redis_acl_user_outside_its_keys_is_refused(redis_secure: RedisServer) -> None:
@@ -733,7 +747,7 @@ def test_malformed_store_urls_exit_2_with_one_line(url: str) -> None:
     assert_one_error_line(result.stderr)
 
 
-@pytest.mark.parametrize("name", PASSWORDS)
+@pytest.mark.parametrize("name", SECURE)
 def test_serve_workers_claim_each_their_own_and_never_show_the_password(
     name: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:

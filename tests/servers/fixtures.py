@@ -37,6 +37,7 @@ __all__ = [
     "etcd3",
     "etcd_secure",
     "mariadb",
+    "mariadb_secure",
     "postgres",
     "postgres_secure",
     "redis",
@@ -168,6 +169,18 @@ def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDbServer]
     finally:
         if server in _single_servers:
             _single_servers.remove(server)
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def mariadb_secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDbServer]:
+    """A MariaDB server that also serves TLS (``.ca_path`` verifies it), with
+    ``tests.servers.mariadb.TLS_USER`` let in only over TLS (``.password``)."""
+    server = MariaDbServer(tmp_path_factory.mktemp("mariadb-secure"), tls=True)
+    try:
+        server.start()
+        yield server
+    finally:
         server.close()
 
 

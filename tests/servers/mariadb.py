@@ -12,10 +12,14 @@ free port of 127.0.0.1 only::
 
 ``root`` logs in without a password over TCP (the harness's own administration);
 the driver's tests use the user ``idmint``, whose password (:attr:`password`) the
-server asks for: a wrong one is refused as a real deployment refuses it. The
-server runs as root (``--user=root``), in its own temporary directory. It is tuned
-for tests: the log flushed once a second, no binary log, a small buffer pool.
-A server starts in about two seconds.
+server asks for: a wrong one is refused as a real deployment refuses it. With
+``tls=True`` it also serves TLS, from a private CA (``trustme``,
+:attr:`MariaDbServer.ca_path`), to clients that ask for it, and :data:`TLS_USER`
+(the same password) is let in only over TLS (``REQUIRE SSL``). Without ``tls`` the
+driver's default (PyMySQL's unverified TLS attempt) finds no TLS to try. The server
+runs as root (``--user=root``), in its own temporary directory. It is tuned for
+tests: the log flushed once a second, no binary log, a small buffer pool. A server
+starts in about two seconds.
 """
 
 from __future__ import annotations
@@ -35,10 +39,12 @@ from typing import Any
 from . import ServerError, ServerProcess, wait_until
 from .ports import LOOPBACK, free_port
 
-__all__ = ["USER", "MariaDbServer"]
+__all__ = ["TLS_USER", "USER", "MariaDbServer"]
 
 USER = "idmint"
 """The user the driver's tests connect as (password: :attr:`MariaDbServer.password`)."""
+TLS_USER = "idmint_tls"
+"""A user as :data:`USER` whom the server lets in only over TLS."""
 
 
 class MariaDbServer:
@@ -47,8 +53,9 @@ class MariaDbServer:
     database = "idmint"
     """A database made at the first start, which :data:`USER` may use."""
 
-    def __init__(self, tmpdir: Path | str, *, port: int | None = None) -> None:
+    def __init__(self, tmpdir: Path | str, *, port: int | None = None, tls: bool = False) -> None:
         self.tmpdir = Path(tmpdir)
+        self.tls = tls
         self.port = port or free_port()
         self.password = secrets.token_urlsafe(12)
         self._data_parent: Path | None = None
@@ -73,6 +80,11 @@ class MariaDbServer:
     @property
     def running(self) -> bool:
         return self.process.running
+
+    @property
+    def ca_path(self) -> Path:
+        """PEM of the CA that signed the server's certificate (``tls``; made at the first start)."""
+        return self.tmpdir / "tls" / "ca.pem"
 
     @property
     def data_dir(self) -> Path:
@@ -106,6 +118,7 @@ class MariaDbServer:
             "--innodb-flush-log-at-trx-commit=2",
             "--max-connections=300",
             "--log-error",  # to stderr: the log file
+            *self._tls_arguments(),
         ]
         self.process.start()
         wait_until(
@@ -119,6 +132,11 @@ class MariaDbServer:
                 f"CREATE USER '{USER}'@'%' IDENTIFIED BY '{self.password}'",
                 f"GRANT ALL ON *.* TO '{USER}'@'%'",
             )
+            if self.tls:
+                self.sql(
+                    f"CREATE USER '{TLS_USER}'@'%' IDENTIFIED BY '{self.password}' REQUIRE SSL",
+                    f"GRANT ALL ON *.* TO '{TLS_USER}'@'%'",
+                )
             self.create_database(self.database)
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -227,6 +245,24 @@ class MariaDbServer:
                 f"mariadb-install-db failed with status {completed.returncode}:\n"
                 f"{completed.stdout}{completed.stderr}"
             )
+
+    def _tls_arguments(self) -> list[str]:
+        """``mariadbd``'s TLS options (none without ``tls``); certificates made on first use."""
+        if not self.tls:
+            return []
+        directory = self.ca_path.parent
+        cert, key = directory / "server.pem", directory / "server-key.pem"
+        if not cert.exists():
+            import trustme
+
+            directory.mkdir(parents=True, exist_ok=True)
+            ca = trustme.CA(organization_name="idmint tests")
+            issued = ca.issue_cert(LOOPBACK, "localhost", common_name="mariadb")
+            ca.cert_pem.write_to_path(str(self.ca_path))
+            issued.private_key_pem.write_to_path(str(key))
+            cert.write_bytes(b"".join(blob.bytes() for blob in issued.cert_chain_pems))
+            key.chmod(0o600)
+        return [f"--ssl-ca={self.ca_path}", f"--ssl-cert={cert}", f"--ssl-key={key}"]
 
     def _ready(self) -> bool:
         try:
