@@ -122,7 +122,9 @@ class Parent:
         """SIGKILL the parent (a crash) and collect what it printed."""
         self.process.send_signal(signal.SIGKILL)
         out, _ = self.process.communicate(timeout=30)
-        self.ids.extend(int(line) for line in out.split())
+        # The kill may cut the last line short: only whole lines are IDs (a cut
+        # one read as a number is another ID, with a time from nowhere).
+        self.ids.extend(int(line) for line in out.split("\n")[:-1] if line)
 
     def kill_group(self) -> None:
         with contextlib.suppress(ProcessLookupError):
