@@ -11,9 +11,23 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from idmint.errors import ConfigurationError
 
-__all__ = ["CoordinatorUrl", "parse_url", "redacted_url"]
+__all__ = ["CoordinatorUrl", "parse_url", "redacted_url", "yes_or_no"]
 
 ValueT = TypeVar("ValueT")
+
+# The words a URL option and a server setting take for yes and no, in any case.
+_YES_NO: Mapping[str, bool] = {
+    **dict.fromkeys(("1", "true", "yes", "on"), True),
+    **dict.fromkeys(("0", "false", "no", "off"), False),
+}
+
+
+def yes_or_no(text: str) -> bool:
+    """``text`` read as a yes/no word (1/0, true/false, yes/no, on/off); else ValueError."""
+    try:
+        return _YES_NO[text.lower()]
+    except KeyError:
+        raise ValueError(f"{text!r} is not a yes/no word") from None
 
 
 @dataclass(frozen=True)
@@ -121,17 +135,8 @@ class CoordinatorUrl:
         return value
 
     def flag(self, name: str, default: bool) -> bool:
-        raw = self.options.get(name)
-        if raw is None:
-            return default
-        lowered = raw.lower()
-        if lowered in ("1", "true", "yes", "on"):
-            return True
-        if lowered in ("0", "false", "no", "off"):
-            return False
-        raise ConfigurationError(
-            f"{self.scheme}:// option {name} must be true or false, got {raw!r}"
-        )
+        value = self._converted(name, yes_or_no, "true or false")
+        return default if value is None else value
 
     def pool(self, name: str, size: int) -> range:
         """``LO-HI`` (inclusive) within ``0..size-1``; the whole range if absent."""

@@ -28,6 +28,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from idmint.coordinate.url import yes_or_no
 from idmint.errors import ConfigurationError, quoted
 from idmint.factory import MAX_GENERATORS
 from idmint.schemes import SCHEMES
@@ -72,14 +73,12 @@ def _seconds(value: str) -> float:
 
 
 def _boolean(value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(
-        f"{quoted(value)} is not a yes/no value; use 1/0, true/false, yes/no or on/off"
-    )
+    try:
+        return yes_or_no(value.strip())
+    except ValueError:
+        raise ValueError(
+            f"{quoted(value)} is not a yes/no value; use 1/0, true/false, yes/no or on/off"
+        ) from None
 
 
 def _word(value: str) -> str:

@@ -110,9 +110,9 @@ def _bad_request(transport: asyncio.Transport, detail: str) -> None:
 class _RequestGuard:
     """One connection's count of request bytes and its request timer.
 
-    The protocol updates ``received``, ``started_at`` and ``head_complete``
-    itself on the hot path (attribute writes cost less than calls); the rest
-    is here.
+    The protocol counts each read with :meth:`counted` (one call a read, for
+    both parsers) and marks where the parser says a request's head and end are
+    by writing ``head_complete`` and ``started_at`` itself.
     """
 
     __slots__ = (
@@ -156,6 +156,18 @@ class _RequestGuard:
         self.head_complete = False
         if self._timer is None:
             self._timer = self._loop.call_later(self._limits.request_timeout_s, self._check_time)
+
+    def counted(self, data: bytes) -> bool:
+        """Count ``data`` into the request under way (beginning one if none is); False
+        once the request is over the size limit, which refuses it: then the parser must
+        not see ``data``."""
+        if self.started_at is None:
+            self.begin()
+        self.received += len(data)
+        if self.received > self._limits.max_request_bytes:
+            self.over_limit()
+            return False
+        return True
 
     def over_limit(self) -> None:
         limit = self._limits.max_request_bytes
@@ -219,7 +231,7 @@ class _Limited(asyncio.Protocol):
 
     Mixed in before uvicorn's class (``class P(_Limited, HttpToolsProtocol)``), so
     ``super()`` is uvicorn's. Each parser's class counts in its own
-    ``data_received``, the hot path, which calls nothing it need not.
+    ``data_received`` (the hot path: one call to the guard, then the parser's own).
     """
 
     limits: RequestLimits
@@ -249,7 +261,6 @@ class _Limited(asyncio.Protocol):
 def _httptools_protocol(limits: RequestLimits) -> type[asyncio.Protocol]:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    max_bytes = limits.max_request_bytes
     base = HttpToolsProtocol
 
     class LimitedHttpToolsProtocol(_Limited, HttpToolsProtocol):
@@ -258,14 +269,8 @@ def _httptools_protocol(limits: RequestLimits) -> type[asyncio.Protocol]:
         # next read (until then uvicorn's keep-alive timer covers the connection).
 
         def data_received(self, data: bytes) -> None:
-            guard = self.guard
-            if guard.started_at is None:
-                guard.begin()
-            guard.received += len(data)
-            if guard.received > max_bytes:
-                guard.over_limit()
-                return
-            base.data_received(self, data)
+            if self.guard.counted(data):
+                base.data_received(self, data)
 
         def on_headers_complete(self) -> None:
             self.guard.head_complete = True
@@ -283,17 +288,12 @@ def _h11_protocol(limits: RequestLimits) -> type[asyncio.Protocol]:
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    max_bytes = limits.max_request_bytes
     base = H11Protocol
 
     class LimitedH11Protocol(_Limited, H11Protocol):
         def data_received(self, data: bytes) -> None:
             guard = self.guard
-            if guard.started_at is None:
-                guard.begin()
-            guard.received += len(data)
-            if guard.received > max_bytes:
-                guard.over_limit()
+            if not guard.counted(data):
                 return
             base.data_received(self, data)
             # h11 has no callbacks; its view of the client says how far the request got.
