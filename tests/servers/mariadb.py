@@ -21,18 +21,15 @@ A server starts in about two seconds.
 from __future__ import annotations
 
 import atexit
-import contextlib
-import os
 import re
 import secrets
 import shutil
-import signal
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import ServerError, ServerProcess, wait_until
+from . import ServerError, ServerProcess, SingleServer
 from .ports import LOOPBACK, free_port
 
 __all__ = ["USER", "MariaDbServer"]
@@ -41,8 +38,10 @@ USER = "idmint"
 """The user the driver's tests connect as (password: :attr:`MariaDbServer.password`)."""
 
 
-class MariaDbServer:
+class MariaDbServer(SingleServer):
     """One MariaDB server on 127.0.0.1 with a data directory of its own."""
+
+    kind = "MariaDB"
 
     database = "idmint"
     """A database made at the first start, which :data:`USER` may use."""
@@ -55,13 +54,6 @@ class MariaDbServer:
         self.process = ServerProcess("mariadbd", ["mariadbd"], log_path=self.tmpdir / "mariadb.log")
         self._databases: set[str] = set()
 
-    def __repr__(self) -> str:
-        return f"<MariaDbServer {LOOPBACK}:{self.port} {'running' if self.running else 'stopped'}>"
-
-    @property
-    def host(self) -> str:
-        return LOOPBACK
-
     def url(self, database: str = "idmint", scheme: str = "mysql", **options: object) -> str:
         """The driver's URL for ``database`` (made if missing), as :data:`USER`."""
         self.create_database(database)
@@ -69,16 +61,6 @@ class MariaDbServer:
         return f"{scheme}://{USER}:{self.password}@{LOOPBACK}:{self.port}/{database}" + (
             f"?{query}" if query else ""
         )
-
-    @property
-    def running(self) -> bool:
-        return self.process.running
-
-    @property
-    def data_dir(self) -> Path:
-        if self._data_parent is None:
-            raise ServerError("the server has no data directory before start()")
-        return self._data_parent / "data"
 
     def start(self, timeout: float = 60.0) -> None:
         """Make the data directory (first time only), start the server, wait until ready."""
@@ -107,13 +89,7 @@ class MariaDbServer:
             "--max-connections=300",
             "--log-error",  # to stderr: the log file
         ]
-        self.process.start()
-        wait_until(
-            self._ready,
-            timeout=timeout,
-            description=f"MariaDB on {LOOPBACK}:{self.port}",
-            check=self.process.check_alive,
-        )
+        self._start_and_wait(self._ready, timeout)
         if first:
             self.sql(
                 f"CREATE USER '{USER}'@'%' IDENTIFIED BY '{self.password}'",
@@ -123,30 +99,7 @@ class MariaDbServer:
 
     def stop(self, timeout: float = 30.0) -> None:
         """A clean shutdown (``SIGTERM``)."""
-        self.thaw()
-        self.process.stop(timeout)
-
-    def kill(self) -> None:
-        """``SIGKILL``: no shutdown; crash recovery at the next start."""
-        self.thaw()
-        self.process.kill()
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def freeze(self) -> None:
-        """``SIGSTOP``: connections stay, nothing answers."""
-        self._signal(signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        self._signal(signal.SIGCONT)
-
-    def _signal(self, signum: signal.Signals) -> None:
-        pid = self.process.pid
-        if self.running and pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signum)
+        super().stop(timeout)
 
     def close(self) -> None:
         """Stop the server and delete its data directory."""
