@@ -5,20 +5,23 @@
   lines are collected as they arrive (with their arrival times), for tests that
   signal or kill it.
 * :func:`assert_one_error_line`: the CLI's error contract (one line, no traceback).
+* :func:`run_python_json`: a Python snippet in a child, for what it prints as JSON.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
 
 from tests.servers import wait_until
 
@@ -26,11 +29,13 @@ __all__ = [
     "ERROR_PREFIX",
     "CliProcess",
     "ClosedOnExit",
+    "DrainedChild",
     "assert_one_error_line",
     "end_child",
     "now_ms",
     "ps",
     "run_idmint",
+    "run_python_json",
 ]
 
 C = TypeVar("C", bound="ClosedOnExit")
@@ -58,6 +63,21 @@ def run_idmint(
         stdin=subprocess.DEVNULL,
         env=None if env is None else {**os.environ, **env},
     )
+
+
+def run_python_json(code: str, env: Mapping[str, str]) -> dict[str, Any]:
+    """Run ``code`` (dedented) in a child Python with exactly ``env`` as its
+    environment; it must succeed. The JSON object on the last line it printed."""
+    shown = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
+    return dict(json.loads(shown.stdout.splitlines()[-1]))
 
 
 def ps(*options: str) -> str:
@@ -106,7 +126,59 @@ def end_child(popen: subprocess.Popen[str], drains: Sequence[threading.Thread]) 
             stream.close()
 
 
-class CliProcess(ClosedOnExit):
+class DrainedChild(ClosedOnExit):
+    """A child process whose stdout a subclass reads as it comes (:meth:`_drain_stdout`,
+    in a thread) and whose stderr is kept (:attr:`stderr`) for the failures. A context
+    manager: leaving the block kills the child if it still runs.
+
+    A subclass sets up what :meth:`_drain_stdout` fills before calling this
+    constructor: the threads start at once.
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        session: bool = False,
+    ) -> None:
+        self._stderr: list[str] = []
+        self.popen = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cwd,
+            env=env,
+            start_new_session=session,
+        )
+        assert self.popen.stdout is not None
+        assert self.popen.stderr is not None
+        self._threads = [
+            threading.Thread(target=self._drain_stdout, args=(self.popen.stdout,), daemon=True),
+            threading.Thread(target=self._drain_stderr, args=(self.popen.stderr,), daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _drain_stdout(self, stream: IO[str]) -> None:
+        raise NotImplementedError
+
+    def _drain_stderr(self, stream: IO[str]) -> None:
+        for line in stream:
+            self._stderr.append(line)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self._stderr)
+
+    def close(self) -> None:
+        end_child(self.popen, self._threads)
+
+
+class CliProcess(DrainedChild):
     """``python -m idmint ARGS`` running, its stdout and stderr drained by threads.
 
     ``lines`` holds stdout's lines as they arrive and ``arrivals`` the monotonic time
@@ -130,29 +202,13 @@ class CliProcess(ClosedOnExit):
         self.args = tuple(command[1:]) if command else args
         self.lines: list[str] = []
         self.arrivals: list[float] = []
-        self._stderr: list[str] = []
         self._stamp = stamp
         self._session = session
         self.started_at = time.monotonic()
         self.started_ms = now_ms()
-        self.popen = subprocess.Popen(
-            list(command) if command else _idmint_argv(args),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=cwd,
-            env=env,
-            start_new_session=session,
+        super().__init__(
+            command if command else _idmint_argv(args), cwd=cwd, env=env, session=session
         )
-        assert self.popen.stdout is not None
-        assert self.popen.stderr is not None
-        self._threads = [
-            threading.Thread(target=self._drain_stdout, args=(self.popen.stdout,), daemon=True),
-            threading.Thread(target=self._drain_stderr, args=(self.popen.stderr,), daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
 
     @property
     def pid(self) -> int:
@@ -169,14 +225,6 @@ class CliProcess(ClosedOnExit):
         else:
             for line in stream:
                 lines.append(line.rstrip("\n"))
-
-    def _drain_stderr(self, stream: IO[str]) -> None:
-        for line in stream:
-            self._stderr.append(line)
-
-    @property
-    def stderr(self) -> str:
-        return "".join(self._stderr)
 
     @property
     def running(self) -> bool:
@@ -226,4 +274,4 @@ class CliProcess(ClosedOnExit):
         if self._session:  # whatever it started in its group goes with it
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, signal.SIGKILL)
-        end_child(self.popen, self._threads)
+        super().close()

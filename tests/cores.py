@@ -6,7 +6,8 @@ whatever their clock. The compiled core takes a test's own clock (ManualClock,
 OffsetClock) through the clock's methods, so the tests that drive time by hand
 reach its tick handling too; outside tests it takes only the system clock.
 ``core_env`` gives a child process the core: the pure one through
-``IDMINT_PURE=1``, the compiled one by default.
+``IDMINT_PURE=1``, the compiled one by default. ``MS`` is the millisecond of their
+clocks.
 
 A test run where the compiled core is not in use (``IDMINT_PURE`` set, or no
 compiler when idmint was installed) skips the ``c`` half, and
@@ -23,6 +24,9 @@ import pytest
 from idmint.generate import core as generator_core
 
 CORES = ["c", "python"]
+
+MS = 1_000_000
+"""Nanoseconds in a millisecond: the tests drive their clocks in nanoseconds."""
 
 
 def core_env(core: str, env: Mapping[str, str] | None = None) -> dict[str, str]:

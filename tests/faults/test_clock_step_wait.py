@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 from tests.cli_process import CliProcess, assert_one_error_line
-from tests.cores import core_env
+from tests.cores import MS, core_env
 from tests.faults.wallclock import ReportingChild, WallClockOffset
 from tests.server.server_helpers import IdmintServer, parse_metrics
 from tests.servers import wait_until
@@ -42,7 +42,6 @@ from idmint.errors import ClockMovedBackwards
 from idmint.generate import ManualClock, OffsetClock, Uid64Generator
 from idmint.schemes import Uuid7
 
-MS = 1_000_000
 CHILD = Path(__file__).with_name("clock_step_child.py")
 
 pytestmark = pytest.mark.usefixtures("core")  # both cores: tests/cores.py

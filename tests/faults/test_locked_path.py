@@ -12,9 +12,7 @@ both generator cores (tests/cores.py); the locked path is the pure core's.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -22,6 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from tests.cli_process import run_python_json
+from tests.threads import in_threads
 
 from idmint.generate import (
     Elastic64Generator,
@@ -90,24 +90,15 @@ def test_sixteen_threads_on_one_generator_never_share_an_id(scheme: str, locked:
     where the GIL makes it safe) and on the forced locked path."""
     generator = _make(scheme, locked)
     assert type(generator).locked_path is (locked or LOCKED_PATH_FORCED)
-    results: list[list[int]] = [[] for _ in range(THREADS)]
-    start = threading.Barrier(THREADS)
 
-    def work(slot: int) -> None:
-        mine = results[slot]
-        start.wait()
+    def work(mine: list[int], slot: int) -> None:
         for _ in range(PER_THREAD):
             value = generator.generate_nowait() if slot % 2 else None
             if value is None:
                 value = generator.generate()
             mine.append(value.int)
 
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    values = [value for chunk in results for value in chunk]
+    values = in_threads(THREADS, work)
     assert len(values) == THREADS * PER_THREAD
     assert len(set(values)) == len(values)
     if type(generator).locked_path:
@@ -147,19 +138,11 @@ def test_the_locked_path_needs_no_atomic_next(scheme: str, monkeypatch: pytest.M
     monkeypatch.setattr(core, "iter", InterleavedRunIterator, raising=False)
     generator = _make(scheme, True)
     threads_count, per_thread = 8, 150
-    results: list[list[int]] = [[] for _ in range(threads_count)]
-    start = threading.Barrier(threads_count)
 
-    def work(slot: int) -> None:
-        start.wait()
-        results[slot] = [generator.generate().int for _ in range(per_thread)]
+    def work(mine: list[int], slot: int) -> None:
+        mine.extend(generator.generate().int for _ in range(per_thread))
 
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(threads_count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    values = [value for chunk in results for value in chunk]
+    values = in_threads(threads_count, work)
     assert isinstance(generator._run.values, InterleavedRunIterator)  # the fault was in place
     assert len(values) == threads_count * per_thread
     assert len(set(values)) == len(values)
@@ -238,16 +221,7 @@ def _probe(env_value: str | None, *, prelude: str = "") -> dict[str, Any]:
     env = {key: value for key, value in os.environ.items() if key != "IDMINT_LOCKED"}
     if env_value is not None:
         env["IDMINT_LOCKED"] = env_value
-    shown = subprocess.run(
-        [sys.executable, "-c", _PROBE.format(prelude=prelude)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    assert shown.returncode == 0, shown.stderr
-    return dict(json.loads(shown.stdout))
+    return run_python_json(_PROBE.format(prelude=prelude), env)
 
 
 _GIL_DISABLED = not getattr(sys, "_is_gil_enabled", lambda: True)()

@@ -26,7 +26,9 @@ from tests.integration.claims_helpers import (
     CliProcess,
     assert_one_error_line,
     backend_params,
+    mint_beside_a_successor,
     run_idmint,
+    start_holders,
     wait_for,
 )
 from tests.servers.mariadb import MariaDbServer
@@ -57,9 +59,7 @@ def _mint_and_collect(
     assert isinstance(server, (PostgresServer, RedisServer, MariaDbServer))
     url = backend.url(ttl=TTL_S, generators="0-3", claim_timeout=60, wait_timeout=60)
     arguments = ("generate", "--coordinator", url, "--count", "0")
-    holders = [exit_stack.enter_context(CliProcess(*arguments)) for _ in range(3)]
-    for holder in holders:
-        holder.wait_for_lines(10_000, timeout=60, what="the holders to mint")
+    holders = start_holders(arguments, 3, exit_stack)
     if fault == "frozen-then-killed":
         server.freeze()
         # Frozen past every holder's deadline (a duration under test, not a wait).
@@ -76,16 +76,7 @@ def _mint_and_collect(
             assert isinstance(server, MariaDbServer)
             server.kill()
         server.start()
-    successor = exit_stack.enter_context(CliProcess(*arguments))
-    successor.wait_for_lines(10_000, timeout=60, what="the successor to mint")
-    for holder in holders:
-        count = len(holder.lines)
-        holder.wait_for_lines(count + 10_000, timeout=60, what="the holders to mint again")
-    processes = [*holders, successor]
-    for process in processes:
-        process.send(signal.SIGTERM)
-        assert process.wait(timeout=30) == 128 + signal.SIGTERM, process.stderr
-    return [int(i) for process in processes for i in process.ids()]
+    return mint_beside_a_successor(arguments, holders, exit_stack)
 
 
 @stores
@@ -190,9 +181,7 @@ def test_a_forget_under_holders_with_the_longest_leases_repeats_no_id(
         # ttl=None: the URL says nothing of the TTL, as a fleet's does.
         holder_url = backend.url(root, ttl=None, hosts=_through(proxy), **common)
         arguments = ("generate", "--coordinator", holder_url, "--count", "0")
-        holders = [exit_stack.enter_context(CliProcess(*arguments)) for _ in range(2)]
-        for holder in holders:
-            holder.wait_for_lines(10_000, timeout=60, what="the holders to mint")
+        holders = start_holders(arguments, 2, exit_stack)
         proxy.partition()
         _forget(server, root)
         successor_url = _with(backend.url(root, ttl=None, **common), ttl=1)

@@ -16,13 +16,12 @@ import os
 import queue
 import shutil
 import subprocess
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from tests.cli_process import ClosedOnExit, end_child
+from tests.cli_process import DrainedChild
 
 SHIM_SOURCE = Path(__file__).with_name("wallclock_shim.c")
 GCC_FLAGS = ("-shared", "-fPIC", "-O2", "-Wall", "-Werror")
@@ -73,42 +72,18 @@ class WallClockOffset:
         }
 
 
-class ReportingChild(ClosedOnExit):
+class ReportingChild(DrainedChild):
     """A child process that reports as JSON lines on stdout; stderr is kept for failures."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
         self.argv = list(argv)
-        self.popen = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=dict(env),
-        )
         self._reports: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self._stderr: list[str] = []
-        assert self.popen.stdout is not None
-        assert self.popen.stderr is not None
-        self._threads = [
-            threading.Thread(target=self._read_reports, args=(self.popen.stdout,), daemon=True),
-            threading.Thread(target=self._read_stderr, args=(self.popen.stderr,), daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
+        super().__init__(self.argv, env=env)
 
-    def _read_reports(self, stream: IO[str]) -> None:
+    def _drain_stdout(self, stream: IO[str]) -> None:
         for line in stream:
             self._reports.put(json.loads(line))
         self._reports.put(None)  # end of output
-
-    def _read_stderr(self, stream: IO[str]) -> None:
-        for line in stream:
-            self._stderr.append(line)
-
-    @property
-    def stderr(self) -> str:
-        return "".join(self._stderr)
 
     def expect(self, event: str, *, within_s: float, why: str) -> dict[str, Any]:
         """The next report of ``event`` (others are passed over), if it comes in time.
@@ -133,6 +108,3 @@ class ReportingChild(ClosedOnExit):
                 )
             if report["event"] == event:
                 return report
-
-    def close(self) -> None:
-        end_child(self.popen, self._threads)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from tests.cores import MS
 
 from idmint.errors import ClockMovedBackwards, ConfigurationError, GeneratorError
 from idmint.generate import (
@@ -15,8 +16,6 @@ from idmint.generate import (
 from idmint.schemes import Mode
 
 pytestmark = pytest.mark.usefixtures("core")  # both cores: tests/cores.py
-
-MS = 1_000_000
 
 
 def test_sequence_exhausted_waits_exactly_until_the_next_ms() -> None:

@@ -6,11 +6,11 @@ import asyncio
 import itertools
 import os
 import pickle
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from tests.threads import in_threads
 
 from idmint.errors import GeneratorForked
 from idmint.generate import (
@@ -29,24 +29,6 @@ THREADS = 8
 PER_THREAD = 100_000
 
 
-def _in_threads(work: Callable[[list[int], int], None]) -> list[int]:
-    """``work(mine, slot)`` in THREADS threads started together: every value they added
-    to their ``mine``."""
-    results: list[list[int]] = [[] for _ in range(THREADS)]
-    start = threading.Barrier(THREADS)
-
-    def run(slot: int) -> None:
-        start.wait()
-        work(results[slot], slot)
-
-    threads = [threading.Thread(target=run, args=(n,)) for n in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return [value for chunk in results for value in chunk]
-
-
 def _mint_in_threads(generator: TickGenerator[Any], use_batch: bool) -> list[int]:
     def work(mine: list[int], slot: int) -> None:
         if use_batch:
@@ -56,7 +38,7 @@ def _mint_in_threads(generator: TickGenerator[Any], use_batch: bool) -> list[int
         else:
             mine.extend([generator.generate().int for _ in range(PER_THREAD)])
 
-    return _in_threads(work)
+    return in_threads(THREADS, work)
 
 
 @pytest.mark.parametrize(
@@ -109,7 +91,7 @@ def _generate_and_batch(generator: TickGenerator[Any], per_thread: int) -> list[
                 mine.extend(generator.batch(min(1 + slot, per_thread - len(mine))).ints())
         chunks.append(mine)
 
-    _in_threads(work)
+    in_threads(THREADS, work)
     return chunks
 
 
@@ -139,7 +121,7 @@ def test_threads_share_a_muid_transaction_without_a_duplicate() -> None:
             else:
                 mine.extend(m.offset for m in transaction.batch(3))
 
-    offsets = _in_threads(work)
+    offsets = in_threads(THREADS, work)
     assert len(set(offsets)) == len(offsets) == transaction.used == 4 * 2_000 + 4 * 2_000 * 3
     assert set(offsets) == set(range(1, len(offsets) + 1))
 

@@ -12,13 +12,11 @@ values it cannot make fall back, and minting leaves no memory behind.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.cores import core_env, require_compiled_core
+from tests.cli_process import run_python_json
+from tests.cores import MS, core_env, require_compiled_core
 
 from idmint.errors import GeneratorError
 from idmint.generate import (
@@ -44,22 +43,6 @@ from idmint.generate import (
 from idmint.generate.core import IdBatch, TickLayout
 from idmint.generate.generators import _make_elastic64
 from idmint.schemes import SCHEMES, Elastic64, IdValue
-
-MS = 1_000_000
-
-
-def _run_python(code: str, env: dict[str, str]) -> dict[str, Any]:
-    shown = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    assert shown.returncode == 0, shown.stderr
-    return dict(json.loads(shown.stdout.splitlines()[-1]))
-
 
 # -- where each core is used ---------------------------------------------------------------
 
@@ -124,7 +107,7 @@ def test_the_environment_chooses_the_core(env: dict[str, str], expected: str) ->
     the methods are then the pure core's own functions, not the compiled ones."""
     require_compiled_core()
     base = {k: v for k, v in os.environ.items() if k not in {"IDMINT_PURE", "IDMINT_LOCKED"}}
-    shown = _run_python(
+    shown = run_python_json(
         """
         import json, types
         from idmint.generate import CORE, Uid64Generator, ManualClock
@@ -186,7 +169,7 @@ def test_an_install_without_a_c_compiler_succeeds_on_the_pure_core(tmp_path: Pat
     said = (installed.stdout + installed.stderr).count("idmint: the compiled core was not built")
     assert said == 1, installed.stdout + installed.stderr
     assert not list(target.glob("idmint/generate/_speedups*.so"))
-    shown = _run_python(
+    shown = run_python_json(
         """
         import json
         import idmint
@@ -510,7 +493,7 @@ def test_a_fork_that_bypasses_os_fork_is_refused_on_the_compiled_core() -> None:
     opened, at the next one, and in a muid transaction opened before. (The pure core
     cannot see such a fork.)"""
     require_compiled_core()
-    shown = _run_python(
+    shown = run_python_json(
         """
         import ctypes, json, os
         from idmint.generate import core, ManualClock, Uid64Generator

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.cores import MS
 
 from idmint.generate import (
     Elastic64Generator,
@@ -26,7 +27,6 @@ from idmint.schemes import Elastic64, Muid, Short60, Uid64, Uid64V1
 
 pytestmark = pytest.mark.usefixtures("core")  # both cores: tests/cores.py
 
-MS = 1_000_000
 EPOCH_2018_MS = 1_519_862_400_000
 times_ms = st.integers(EPOCH_2018_MS, 2**42 - 100)
 offsets_ns = st.integers(0, MS - 1)

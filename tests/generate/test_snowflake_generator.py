@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from tests.cores import MS
 
 from idmint import new_generator
 from idmint.clock import ManualClock, OffsetClock
@@ -18,7 +19,6 @@ from idmint.testing.adapters import MemoryHooks
 
 pytestmark = pytest.mark.usefixtures("core")  # both cores: tests/cores.py
 
-MS = 1_000_000
 LAYOUTS = ["twitter", "sonyflake"]
 SONYFLAKE_SPACE = Space.of(SONYFLAKE.space)
 

@@ -7,6 +7,7 @@ import itertools
 import uuid
 
 import pytest
+from tests.cores import MS
 
 from idmint.errors import ClockMovedBackwards, ConfigurationError, GeneratorError
 from idmint.generate import ManualClock, Uuid7Generator
@@ -16,7 +17,6 @@ from idmint.schemes import uuid7 as uu
 
 pytestmark = pytest.mark.usefixtures("core")  # both cores: tests/cores.py
 
-MS = 1_000_000
 START_NS = 1_700_000_000_000 * MS
 
 

@@ -19,11 +19,13 @@ nothing sleeps in place of synchronisation.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,7 @@ from urllib.parse import quote, urlencode
 import pytest
 from tests.cli_process import CliProcess as _CliProcess
 from tests.cli_process import assert_one_error_line, now_ms, run_idmint
-from tests.servers import wait_until
+from tests.servers import SingleServer, wait_until
 from tests.servers.etcd import EtcdCluster
 from tests.servers.mariadb import USER as MARIADB_USER
 from tests.servers.mariadb import MariaDbServer
@@ -70,6 +72,7 @@ __all__ = [
     "holder_of_this_process",
     "known_bug",
     "make_backend",
+    "mint_beside_a_successor",
     "minting",
     "now_ms",
     "run_idmint",
@@ -78,12 +81,22 @@ __all__ = [
     "settle_pool",
     "settled_local_directory",
     "shared_backends",
+    "start_holders",
     "unique_root",
     "wait_for",
     "wait_for_new_claim",
 ]
 
-SERVER_BACKENDS: list[str] = ["zk", "etcd", "postgres", "redis", "mysql"]
+SERVER_FIXTURES = {
+    "zk": "zk",
+    "etcd": "etcd",
+    "postgres": "postgres",
+    "redis": "redis",
+    "mysql": "mariadb",
+}
+"""The session fixture (tests/servers/fixtures.py) of each backend that is a server."""
+
+SERVER_BACKENDS: list[str] = list(SERVER_FIXTURES)
 """Coordinators that are servers: they can be unreachable, and other processes share them."""
 
 SESSION_BACKENDS: list[str] = ["memory", *SERVER_BACKENDS]
@@ -112,8 +125,6 @@ CLAIMS_DATABASE = "idmint_claims"
 test)."""
 
 Server = ZooKeeperEnsemble | EtcdCluster | PostgresServer | RedisServer | MariaDbServer
-SingleServer = (PostgresServer, RedisServer, MariaDbServer)
-"""The servers a test stops and starts whole (not a member of a cluster)."""
 TABLES = ("postgres", "mysql")
 """Stores whose pool is a table of the URL's database."""
 
@@ -400,23 +411,14 @@ def make_backend(name: str, request: pytest.FixtureRequest) -> Backend:
     """The backend called ``name``, starting its (session-scoped) server if needed."""
     if name in ("static", "local", "memory"):
         return Backend(name)
-    if name == "zk":
-        return Backend("zk", request.getfixturevalue("zk"))
     if name == "zk-lockfree":
         return Backend("zk", request.getfixturevalue("zk"), url_options={"queue": "false"})
-    if name == "etcd":
-        return Backend("etcd", request.getfixturevalue("etcd"))
-    if name == "postgres":
-        postgres: PostgresServer = request.getfixturevalue("postgres")
-        postgres.create_database(CLAIMS_DATABASE)
-        return Backend("postgres", postgres)
-    if name == "redis":
-        return Backend("redis", request.getfixturevalue("redis"))
-    if name == "mysql":
-        mariadb: MariaDbServer = request.getfixturevalue("mariadb")
-        mariadb.create_database(CLAIMS_DATABASE)
-        return Backend("mysql", mariadb)
-    raise ValueError(f"unknown backend {name!r}")
+    if name not in SERVER_FIXTURES:
+        raise ValueError(f"unknown backend {name!r}")
+    server = request.getfixturevalue(SERVER_FIXTURES[name])
+    if name in TABLES:
+        server.create_database(CLAIMS_DATABASE)
+    return Backend(name, server)
 
 
 def held_generators(backend: Backend, url: str) -> dict[int, ClaimInfo]:
@@ -440,6 +442,39 @@ class CliProcess(_CliProcess):
 
     def ids(self) -> list[Uid64]:
         return decode(self.lines)
+
+
+MINTED = 10_000
+"""How many IDs a CLI process of :func:`start_holders` mints before it counts as minting."""
+
+
+def start_holders(
+    arguments: Sequence[str], count: int, exit_stack: contextlib.ExitStack
+) -> list[CliProcess]:
+    """``count`` CLI processes running ``arguments`` (a ``generate --count 0``, minting
+    until stopped), once each has minted :data:`MINTED` IDs."""
+    holders = [exit_stack.enter_context(CliProcess(*arguments)) for _ in range(count)]
+    for holder in holders:
+        holder.wait_for_lines(MINTED, timeout=60, what="the holders to mint")
+    return holders
+
+
+def mint_beside_a_successor(
+    arguments: Sequence[str], holders: Sequence[CliProcess], exit_stack: contextlib.ExitStack
+) -> list[int]:
+    """A successor runs ``arguments`` until it and every holder have minted
+    :data:`MINTED` IDs more; then all stop (``SIGTERM``, each exiting 128 + SIGTERM).
+    Every ID they minted, successor last."""
+    successor = exit_stack.enter_context(CliProcess(*arguments))
+    successor.wait_for_lines(MINTED, timeout=60, what="the successor to mint")
+    for holder in holders:
+        count = len(holder.lines)
+        holder.wait_for_lines(count + MINTED, timeout=60, what="the holders to mint again")
+    processes = [*holders, successor]
+    for process in processes:
+        process.send(signal.SIGTERM)
+        assert process.wait(timeout=30) == 128 + signal.SIGTERM, process.stderr
+    return [int(i) for process in processes for i in process.ids()]
 
 
 def wait_for(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:

@@ -31,8 +31,10 @@ from tests.integration.claims_helpers import (
     assert_one_error_line,
     backend_params,
     held_generators,
+    mint_beside_a_successor,
     run_idmint,
     settle_pool,
+    start_holders,
     wait_for,
 )
 from tests.servers.mariadb import TLS_USER as MARIADB_TLS_USER
@@ -255,9 +257,7 @@ def test_a_store_that_forgets_under_holders_never_repeats_an_id(
     root = backend.new_root()
     url = backend.url(root, ttl=TTL_S, generators="0-2", claim_timeout=30, wait_timeout=30)
     arguments = ("generate", "--coordinator", url, "--count", "0")
-    holders = [exit_stack.enter_context(CliProcess(*arguments)) for _ in range(2)]
-    for holder in holders:
-        holder.wait_for_lines(10_000, timeout=60, what="the holders to mint")
+    holders = start_holders(arguments, 2, exit_stack)
 
     if forget == "flushall":
         assert isinstance(server, RedisServer)
@@ -269,17 +269,7 @@ def test_a_store_that_forgets_under_holders_never_repeats_an_id(
     else:
         assert isinstance(server, PostgresServer)
         server.psql(f'DROP TABLE "{root}"', CLAIMS_DATABASE)
-    successor = exit_stack.enter_context(CliProcess(*arguments))
-    successor.wait_for_lines(10_000, timeout=60, what="the successor to mint")
-    for holder in holders:
-        count = len(holder.lines)
-        holder.wait_for_lines(count + 10_000, timeout=60, what="the holders to mint again")
-    processes = [*holders, successor]
-    for process in processes:
-        process.send(signal.SIGTERM)
-        process.wait(timeout=30)
-
-    every = [int(i) for process in processes for i in process.ids()]
+    every = mint_beside_a_successor(arguments, holders, exit_stack)
     duplicates = [value for value, n in Counter(every).items() if n > 1]
     assert not duplicates, f"{len(duplicates)} IDs minted twice, e.g. {duplicates[:3]}"
 

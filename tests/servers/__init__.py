@@ -1,16 +1,19 @@
-"""Real ZooKeeper and etcd servers for idmint's integration tests.
-
-The harness is split in three modules:
+"""Real ZooKeeper, etcd, PostgreSQL, Redis and MariaDB servers for idmint's tests.
 
 * :mod:`tests.servers.ports` hands out free TCP ports on 127.0.0.1;
 * :mod:`tests.servers.zookeeper` runs ZooKeeper members (``ZooKeeperEnsemble``) and
   expires kazoo sessions on demand (``expire_session``);
 * :mod:`tests.servers.etcd` runs etcd members (``EtcdCluster``), optionally with TLS
-  and authentication.
+  and authentication;
+* :mod:`tests.servers.postgres`, :mod:`tests.servers.redis` and
+  :mod:`tests.servers.mariadb` run one server each;
+* :mod:`tests.servers.fixtures` gives them to the tests, one of each per session.
 
 This module holds what they share: :class:`ServerProcess`, one server OS process
-started in its own process group with its output in a log file, and
-:func:`wait_until`, the polling loop used for readiness checks.
+started in its own process group with its output in a log file,
+:func:`wait_until`, the polling loop used for readiness checks,
+:class:`SingleServer`, the lifecycle of a server of one process (PostgreSQL, Redis,
+MariaDB), and :class:`Cluster`, that of a cluster of members (ZooKeeper, etcd).
 
 Every process started through :class:`ServerProcess` is killed when the interpreter
 exits (``atexit``), whatever state the tests left it in. On Linux the process is also
@@ -28,13 +31,16 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Generic, TypeVar
 
 from idmint.testing.minting import wait_for
 
-__all__ = ["ServerError", "ServerProcess", "wait_until"]
+from .ports import LOOPBACK
+
+__all__ = ["Cluster", "Member", "ServerError", "ServerProcess", "SingleServer", "wait_until"]
 
 
 class ServerError(RuntimeError):
@@ -226,3 +232,232 @@ def wait_until(
         after ``timeout``.
     """
     wait_for(predicate, timeout=timeout, what=description, check=check, interval=interval)
+
+
+class SingleServer:
+    """A server of one process on 127.0.0.1 (PostgreSQL, Redis, MariaDB): what stops,
+    kills, freezes and thaws it, whatever the server.
+
+    A subclass sets :attr:`port`, :attr:`process` and :attr:`kind`, and writes
+    :meth:`start`, which builds the command line and calls :meth:`_start_and_wait`.
+    Its data directory (:attr:`data_dir`) is ``data`` in :attr:`_data_parent`.
+    """
+
+    kind: str
+    """The server's name in messages (``"PostgreSQL"``)."""
+
+    port: int
+    process: ServerProcess
+    _data_parent: Path | None = None
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<{type(self).__name__} {LOOPBACK}:{self.port} {state}>"
+
+    @property
+    def host(self) -> str:
+        return LOOPBACK
+
+    @property
+    def running(self) -> bool:
+        return self.process.running
+
+    @property
+    def data_dir(self) -> Path:
+        if self._data_parent is None:
+            raise ServerError("the server has no data directory before start()")
+        return self._data_parent / "data"
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start the server (same port and data as before) and wait until it answers."""
+        raise NotImplementedError
+
+    def _start_and_wait(self, ready: Callable[[], bool], timeout: float) -> None:
+        """Start :attr:`process` (its argv set) and wait until ``ready()``."""
+        self.process.start()
+        wait_until(
+            ready,
+            timeout=timeout,
+            description=f"{self.kind} on {LOOPBACK}:{self.port}",
+            check=self.process.check_alive,
+        )
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """A clean shutdown (``SIGTERM``), thawed first; ``SIGKILL`` after ``timeout``."""
+        self.thaw()
+        self.process.stop(timeout)
+
+    def kill(self) -> None:
+        """``SIGKILL``: no shutdown, as a crash; recovery (if any) at the next start.
+
+        Not thawed first: ``SIGKILL`` ends a stopped process too, and a frozen server
+        must not answer again before it dies.
+        """
+        self.process.kill()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        """Stop the server for good (a subclass also deletes data kept outside ``tmpdir``)."""
+        self.stop()
+
+    def freeze(self) -> None:
+        """``SIGSTOP`` to the server's process group: connections stay, nothing answers,
+        as a stalled VM does."""
+        self._signal_group(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self._signal_group(signal.SIGCONT)
+
+    def _signal_group(self, signum: signal.Signals) -> None:
+        pid = self.process.pid
+        if self.running and pid is not None:
+            _killpg(pid, signum)
+
+
+@dataclass
+class Member:
+    """One member of a :class:`Cluster`: its ports, its directory and its process."""
+
+    client_port: int
+    peer_port: int
+    directory: Path
+    process: ServerProcess
+
+    @property
+    def data_dir(self) -> Path:
+        return self.directory / "data"
+
+
+_M = TypeVar("_M", bound=Member)
+
+
+class Cluster(Generic[_M]):
+    """Members of one server on 127.0.0.1, numbered from 0 (ZooKeeper, etcd): what
+    stops and starts a member and waits for them, whatever the server.
+
+    A subclass sets :attr:`size`, :attr:`_members` and :attr:`kind`, and writes
+    :meth:`start`, :meth:`_relaunch` (start a stopped member on its own data),
+    and :meth:`serves` (whether a member answers clients); :meth:`_ready` says when the
+    running members serve together (a quorum wants a leader too).
+    """
+
+    kind: str
+    """The server's name in messages (``"etcd"``)."""
+
+    size: int
+    _members: Sequence[_M]
+
+    start_timeout: float = 30.0
+    """How long a member or the cluster may take to serve."""
+
+    def __init__(self, size: int, tmpdir: Path | str, client_ports: Sequence[int] | None) -> None:
+        """Check the number of members against the client ports asked for, if any."""
+        if size < 1:
+            raise ValueError(f"a {self.kind} cluster has at least one member, not {size}")
+        if client_ports is not None and len(client_ports) != size:
+            raise ValueError(f"{size} members need {size} client ports, not {client_ports}")
+        self.size = size
+        self.tmpdir = Path(tmpdir)
+
+    def start(self, timeout: float | None = None) -> None:
+        raise NotImplementedError
+
+    def stop(self, timeout: float = 10.0) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop every member for good."""
+        self.stop()
+
+    def _relaunch(self, index: int) -> None:
+        raise NotImplementedError
+
+    def serves(self, index: int) -> bool:
+        raise NotImplementedError
+
+    def _ready(self, running: list[int]) -> bool:
+        """Whether the members ``running`` serve together (by default: each serves)."""
+        return all(self.serves(i) for i in running)
+
+    def client_port(self, index: int) -> int:
+        """Client port of member ``index``."""
+        return self._members[index].client_port
+
+    def log_path(self, index: int) -> Path:
+        """Log file of member ``index``."""
+        return self._members[index].process.log_path
+
+    def is_running(self, index: int) -> bool:
+        """Whether the process of member ``index`` is running."""
+        return self._members[index].process.running
+
+    def stop_member(self, index: int, *, kill: bool = False, timeout: float = 10.0) -> None:
+        """Stop member ``index``; ``kill=True`` sends ``SIGKILL`` (a crash) at once."""
+        process = self._members[index].process
+        if kill:
+            process.kill()
+        else:
+            process.stop(timeout)
+
+    def start_member(self, index: int, timeout: float | None = None) -> None:
+        """Start member ``index`` again (same ports and data) and wait until it serves."""
+        if not self.is_running(index):
+            self._relaunch(index)
+        self.wait_member_ready(index, timeout)
+
+    @contextlib.contextmanager
+    def member_stopped(self, index: int, *, kill: bool = False) -> Iterator[None]:
+        """Stop member ``index`` for the duration of a ``with`` block.
+
+        On entry the member is stopped and the block runs once the other members serve
+        again (:meth:`wait_ready`: with a leader, if they are a quorum); on exit the
+        member is started and the whole cluster awaited.
+        """
+        self.stop_member(index, kill=kill)
+        try:
+            if any(self.is_running(i) for i in range(self.size)):
+                self.wait_ready()
+            yield
+        finally:
+            self.start_member(index)
+            self.wait_ready()
+
+    def heal(self, timeout: float | None = None) -> None:
+        """Start any stopped member and wait until the whole cluster serves."""
+        self.start(timeout)
+
+    def wait_member_ready(self, index: int, timeout: float | None = None) -> None:
+        """Wait until member ``index`` serves clients."""
+        wait_until(
+            lambda: self.serves(index),
+            timeout=self.start_timeout if timeout is None else timeout,
+            description=f"{self.kind} member {index} to serve",
+            check=self._members[index].process.check_alive,
+        )
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Wait until the running members serve together (:meth:`_ready`).
+
+        Stopped members are ignored, so this also waits for the survivors to elect a
+        new leader after :meth:`stop_member`.
+
+        :raises ServerError: if a running member exits meanwhile, or none runs.
+        :raises TimeoutError: if the cluster does not become ready in time.
+        """
+        running = [i for i in range(self.size) if self.is_running(i)]
+        if not running:
+            raise ServerError(f"no {self.kind} member is running")
+
+        def check() -> None:
+            for i in running:
+                self._members[i].process.check_alive()
+
+        wait_until(
+            lambda: self._ready(running),
+            timeout=self.start_timeout if timeout is None else timeout,
+            description=f"{self.kind} members {running} to serve",
+            check=check,
+        )

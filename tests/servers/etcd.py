@@ -36,18 +36,17 @@ these servers:
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import secrets
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import ServerError, ServerProcess, wait_until
+from . import Cluster, Member, ServerError, ServerProcess
 from .ports import LOOPBACK, free_port
 
 if TYPE_CHECKING:
@@ -117,19 +116,11 @@ def _b64(data: bytes) -> str:
 
 
 @dataclass
-class _Member:
+class _Member(Member):
     name: str
-    client_port: int
-    peer_port: int
-    directory: Path
-    process: ServerProcess
-
-    @property
-    def data_dir(self) -> Path:
-        return self.directory / "data"
 
 
-class EtcdCluster:
+class EtcdCluster(Cluster[_Member]):
     """One or more etcd members on 127.0.0.1.
 
     Members are numbered from 0 (named ``m0``, ``m1``...). The cluster is not started by
@@ -170,14 +161,9 @@ class EtcdCluster:
         :param client_ports: the members' client ports (default: free ports), e.g.
             etcd's usual 2379 for ``scripts/coordinators``.
         """
-        if size < 1:
-            raise ValueError(f"a cluster has at least one member, not {size}")
-        if client_ports is not None and len(client_ports) != size:
-            raise ValueError(f"{size} members need {size} client ports, not {client_ports}")
         if client_cert_auth and not tls:
             raise ValueError("client_cert_auth needs tls=True")
-        self.size = size
-        self.tmpdir = Path(tmpdir)
+        super().__init__(size, tmpdir, client_ports)
         self.tls = tls
         self.auth = auth
         self.client_cert_auth = client_cert_auth
@@ -232,14 +218,6 @@ class EtcdCluster:
         """Client URL of every member (``http(s)://127.0.0.1:port``)."""
         return [f"{self.scheme}://{endpoint}" for endpoint in self.endpoints]
 
-    def client_port(self, index: int) -> int:
-        """Client port of member ``index``."""
-        return self._members[index].client_port
-
-    def log_path(self, index: int) -> Path:
-        """Log file of member ``index``."""
-        return self._members[index].process.log_path
-
     @property
     def tls_files(self) -> TLSFiles:
         """The certificate files (created on first use).
@@ -271,7 +249,9 @@ class EtcdCluster:
 
     # -- lifecycle -----------------------------------------------------------------
 
-    def start(self, timeout: float = 30.0) -> None:
+    kind = "etcd"
+
+    def start(self, timeout: float | None = None) -> None:
         """Start every member, wait until all are healthy, then set up authentication."""
         for index in range(self.size):
             if not self._members[index].process.running:
@@ -285,55 +265,19 @@ class EtcdCluster:
 
         Members are stopped one after the other: signalled together, a leader tries to
         hand leadership over to followers that are shutting down, which takes seconds.
+        A graceful stop of the leader (:meth:`stop_member`) hands leadership over to
+        another member first.
         """
         for member in self._members:
             member.process.stop(timeout)
 
-    def stop_member(self, index: int, *, kill: bool = False, timeout: float = 10.0) -> None:
-        """Stop member ``index``; ``kill=True`` sends ``SIGKILL`` (a crash) at once.
-
-        A graceful stop of the leader hands leadership over to another member first.
-        """
-        process = self._members[index].process
-        if kill:
-            process.kill()
-        else:
-            process.stop(timeout)
-
-    def start_member(self, index: int, timeout: float = 30.0) -> None:
-        """Restart member ``index`` (same data directory, ``--initial-cluster-state
-        existing``) and wait until it is healthy."""
-        if not self._members[index].process.running:
-            self._launch(index, existing=True)
-        self.wait_member_ready(index, timeout)
-
-    def is_running(self, index: int) -> bool:
-        """Whether the process of member ``index`` is running."""
-        return self._members[index].process.running
-
-    @contextlib.contextmanager
-    def member_stopped(self, index: int, *, kill: bool = False) -> Iterator[None]:
-        """Stop member ``index`` for the duration of a ``with`` block.
-
-        On entry the member is stopped and the block runs once the other members are
-        healthy again; on exit the member is restarted and the whole cluster awaited.
-        """
-        self.stop_member(index, kill=kill)
-        try:
-            if any(self.is_running(i) for i in range(self.size)):
-                self.wait_ready()
-            yield
-        finally:
-            self.start_member(index)
-            self.wait_ready()
-
-    def heal(self, timeout: float = 30.0) -> None:
-        """Restart any stopped member and wait until the whole cluster is healthy."""
-        self.start(timeout)
+    def _relaunch(self, index: int) -> None:
+        """Start member ``index`` on its data (``--initial-cluster-state existing``)."""
+        self._launch(index, existing=True)
 
     # -- readiness -----------------------------------------------------------------
 
-    def healthy(self, index: int) -> bool:
+    def serves(self, index: int) -> bool:
         """Whether member ``index`` answers ``GET /health`` with ``"health": "true"``."""
         try:
             answer = self._request(index, "GET", "/health", timeout=2.0)
@@ -356,38 +300,6 @@ class EtcdCluster:
             indexes[str(status["header"]["member_id"])] = index
             leader_id = str(status.get("leader", "0"))
         return indexes.get(leader_id) if leader_id is not None else None
-
-    def wait_member_ready(self, index: int, timeout: float = 30.0) -> None:
-        """Wait until member ``index`` is healthy."""
-        wait_until(
-            lambda: self.healthy(index),
-            timeout=timeout,
-            description=f"etcd member {index} to be healthy",
-            check=self._members[index].process.check_alive,
-        )
-
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        """Wait until every running member is healthy (has a leader and serves).
-
-        Stopped members are ignored.
-
-        :raises ServerError: if a running member exits meanwhile, or none runs.
-        :raises TimeoutError: if the cluster does not become healthy in time.
-        """
-        running = [i for i in range(self.size) if self._members[i].process.running]
-        if not running:
-            raise ServerError("no etcd member is running")
-
-        def check() -> None:
-            for i in running:
-                self._members[i].process.check_alive()
-
-        wait_until(
-            lambda: all(self.healthy(i) for i in running),
-            timeout=timeout,
-            description=f"etcd members {running} to be healthy",
-            check=check,
-        )
 
     # -- clients -------------------------------------------------------------------
 

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
+from tests.servers import Cluster, SingleServer
 from tests.servers.etcd import EtcdCluster
 from tests.servers.mariadb import MariaDbServer
 from tests.servers.postgres import PostgresServer
@@ -48,25 +49,22 @@ __all__ = [
     "zk_auth",
 ]
 
-_started: list[ZooKeeperEnsemble | EtcdCluster] = []
-"""Clusters started by the fixtures of this session."""
+_started: list[Cluster[Any] | SingleServer] = []
+"""Servers and clusters started by the fixtures of this session."""
 
-_C = TypeVar("_C", ZooKeeperEnsemble, EtcdCluster)
-
-_single_servers: list[PostgresServer | RedisServer | MariaDbServer] = []
-"""PostgreSQL, Redis and MariaDB servers of this session that tests stop, freeze or crash."""
+_S = TypeVar("_S", bound="Cluster[Any] | SingleServer")
 
 
-def _serve(cluster: _C) -> Iterator[_C]:
-    """Start ``cluster``, hand it to the session, stop it when the session ends."""
+def _serve(server: _S) -> Iterator[_S]:
+    """Start ``server``, hand it to the session, close it when the session ends."""
     try:
-        cluster.start()
-        _started.append(cluster)
-        yield cluster
+        server.start()
+        _started.append(server)
+        yield server
     finally:
-        cluster.stop()
-        if cluster in _started:
-            _started.remove(cluster)
+        server.close()
+        if server in _started:
+            _started.remove(server)
 
 
 @pytest.fixture(scope="session")
@@ -133,81 +131,47 @@ def etcd_secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluste
 @pytest.fixture(scope="session")
 def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
     """A PostgreSQL server on a free port of 127.0.0.1 (superuser ``postgres``, trusted)."""
-    server = PostgresServer(tmp_path_factory.mktemp("postgres"))
-    try:
-        server.start()
-        _single_servers.append(server)
-        yield server
-    finally:
-        _single_servers.remove(server)
-        server.close()
+    yield from _serve(PostgresServer(tmp_path_factory.mktemp("postgres")))
 
 
 @pytest.fixture(scope="session")
 def postgres_secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
     """A PostgreSQL server that asks for the superuser's password (``.password``) over TLS
     (``.ca_path`` verifies it)."""
-    server = PostgresServer(
-        tmp_path_factory.mktemp("postgres-secure"), password=secrets.token_urlsafe(12), tls=True
+    yield from _serve(
+        PostgresServer(
+            tmp_path_factory.mktemp("postgres-secure"),
+            password=secrets.token_urlsafe(12),
+            tls=True,
+        )
     )
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture(scope="session")
 def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDbServer]:
     """A MariaDB server on a free port of 127.0.0.1: the user ``idmint`` with a password
     (``.password``; ``.url(database)`` carries it), root without one for administration."""
-    server = MariaDbServer(tmp_path_factory.mktemp("mariadb"))
-    try:
-        server.start()
-        _single_servers.append(server)
-        yield server
-    finally:
-        if server in _single_servers:
-            _single_servers.remove(server)
-        server.close()
+    yield from _serve(MariaDbServer(tmp_path_factory.mktemp("mariadb")))
 
 
 @pytest.fixture(scope="session")
 def mariadb_secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDbServer]:
     """A MariaDB server that also serves TLS (``.ca_path`` verifies it), with
     ``tests.servers.mariadb.TLS_USER`` let in only over TLS (``.password``)."""
-    server = MariaDbServer(tmp_path_factory.mktemp("mariadb-secure"), tls=True)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
-
-
-def _serve_redis(server: RedisServer) -> Iterator[RedisServer]:
-    try:
-        server.start()
-        _single_servers.append(server)
-        yield server
-    finally:
-        server.stop()
-        if server in _single_servers:
-            _single_servers.remove(server)
+    yield from _serve(MariaDbServer(tmp_path_factory.mktemp("mariadb-secure"), tls=True))
 
 
 @pytest.fixture(scope="session")
 def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """A Redis server that keeps its data across restarts (an append-only file, fsync
     always), without authentication."""
-    yield from _serve_redis(RedisServer(tmp_path_factory.mktemp("redis"), persistence=True))
+    yield from _serve(RedisServer(tmp_path_factory.mktemp("redis"), persistence=True))
 
 
 @pytest.fixture(scope="session")
 def redis_volatile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """A Redis server without persistence: a restart comes back empty."""
-    yield from _serve_redis(
-        RedisServer(tmp_path_factory.mktemp("redis-volatile"), persistence=False)
-    )
+    yield from _serve(RedisServer(tmp_path_factory.mktemp("redis-volatile"), persistence=False))
 
 
 @pytest.fixture(scope="session")
@@ -215,19 +179,17 @@ def redis_secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     """A Redis server over TLS only (``.ca_path``) with ACL users: the default user's
     password is ``.admin_password``; ``tests.servers.redis.USER`` (``.user_password``)
     may touch keys starting with ``tests.servers.redis.USER_KEYS`` only."""
-    yield from _serve_redis(
-        RedisServer(tmp_path_factory.mktemp("redis-secure"), tls=True, acl=True)
-    )
+    yield from _serve(RedisServer(tmp_path_factory.mktemp("redis-secure"), tls=True, acl=True))
 
 
 @pytest.fixture(autouse=True)
 def _restart_stopped_members() -> Iterator[None]:
     """After each test, start again any member a test left stopped (or frozen)."""
     yield
-    for cluster in list(_started):
-        if not all(cluster.is_running(i) for i in range(cluster.size)):
-            cluster.heal()
-    for server in list(_single_servers):
-        server.thaw()
-        if not server.running:
-            server.start()
+    for server in list(_started):
+        if isinstance(server, SingleServer):
+            server.thaw()
+            if not server.running:
+                server.start()
+        elif not all(server.is_running(i) for i in range(server.size)):
+            server.heal()

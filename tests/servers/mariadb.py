@@ -25,18 +25,15 @@ starts in about two seconds.
 from __future__ import annotations
 
 import atexit
-import contextlib
-import os
 import re
 import secrets
 import shutil
-import signal
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import ServerError, ServerProcess, wait_until
+from . import ServerError, ServerProcess, SingleServer
 from .ports import LOOPBACK, free_port
 
 __all__ = ["TLS_USER", "USER", "MariaDbServer"]
@@ -47,8 +44,10 @@ TLS_USER = "idmint_tls"
 """A user as :data:`USER` whom the server lets in only over TLS."""
 
 
-class MariaDbServer:
+class MariaDbServer(SingleServer):
     """One MariaDB server on 127.0.0.1 with a data directory of its own."""
+
+    kind = "MariaDB"
 
     database = "idmint"
     """A database made at the first start, which :data:`USER` may use."""
@@ -62,13 +61,6 @@ class MariaDbServer:
         self.process = ServerProcess("mariadbd", ["mariadbd"], log_path=self.tmpdir / "mariadb.log")
         self._databases: set[str] = set()
 
-    def __repr__(self) -> str:
-        return f"<MariaDbServer {LOOPBACK}:{self.port} {'running' if self.running else 'stopped'}>"
-
-    @property
-    def host(self) -> str:
-        return LOOPBACK
-
     def url(self, database: str = "idmint", scheme: str = "mysql", **options: object) -> str:
         """The driver's URL for ``database`` (made if missing), as :data:`USER`."""
         self.create_database(database)
@@ -78,19 +70,9 @@ class MariaDbServer:
         )
 
     @property
-    def running(self) -> bool:
-        return self.process.running
-
-    @property
     def ca_path(self) -> Path:
         """PEM of the CA that signed the server's certificate (``tls``; made at the first start)."""
         return self.tmpdir / "tls" / "ca.pem"
-
-    @property
-    def data_dir(self) -> Path:
-        if self._data_parent is None:
-            raise ServerError("the server has no data directory before start()")
-        return self._data_parent / "data"
 
     def start(self, timeout: float = 60.0) -> None:
         """Make the data directory (first time only), start the server, wait until ready."""
@@ -120,13 +102,7 @@ class MariaDbServer:
             "--log-error",  # to stderr: the log file
             *self._tls_arguments(),
         ]
-        self.process.start()
-        wait_until(
-            self._ready,
-            timeout=timeout,
-            description=f"MariaDB on {LOOPBACK}:{self.port}",
-            check=self.process.check_alive,
-        )
+        self._start_and_wait(self._ready, timeout)
         if first:
             self.sql(
                 f"CREATE USER '{USER}'@'%' IDENTIFIED BY '{self.password}'",
@@ -141,30 +117,7 @@ class MariaDbServer:
 
     def stop(self, timeout: float = 30.0) -> None:
         """A clean shutdown (``SIGTERM``)."""
-        self.thaw()
-        self.process.stop(timeout)
-
-    def kill(self) -> None:
-        """``SIGKILL``: no shutdown; crash recovery at the next start."""
-        self.thaw()
-        self.process.kill()
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def freeze(self) -> None:
-        """``SIGSTOP``: connections stay, nothing answers."""
-        self._signal(signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        self._signal(signal.SIGCONT)
-
-    def _signal(self, signum: signal.Signals) -> None:
-        pid = self.process.pid
-        if self.running and pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signum)
+        super().stop(timeout)
 
     def close(self) -> None:
         """Stop the server and delete its data directory."""

@@ -42,7 +42,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import ServerError, ServerProcess, wait_until
+from . import ServerError, ServerProcess, SingleServer, wait_until
 from .ports import LOOPBACK, free_port
 
 __all__ = ["FAST_SETTINGS", "PostgresServer", "postgres_bindir"]
@@ -93,11 +93,13 @@ def postgres_bindir() -> Path:
     return max(candidates)[1]
 
 
-class PostgresServer:
+class PostgresServer(SingleServer):
     """One PostgreSQL server on 127.0.0.1 with a data directory of its own.
 
     Nothing is started by the constructor: call :meth:`start`.
     """
+
+    kind = "PostgreSQL"
 
     def __init__(
         self,
@@ -144,14 +146,7 @@ class PostgresServer:
         )
         self._databases: set[str] = {"postgres"}
 
-    def __repr__(self) -> str:
-        return f"<PostgresServer {LOOPBACK}:{self.port} {'running' if self.running else 'stopped'}>"
-
     # -- addresses -----------------------------------------------------------------
-
-    @property
-    def host(self) -> str:
-        return LOOPBACK
 
     def url(self, driver: str = "postgresql+psycopg", database: str = "postgres") -> str:
         """A SQLAlchemy URL: ``postgresql+psycopg://postgres@127.0.0.1:PORT/DATABASE``."""
@@ -170,20 +165,10 @@ class PostgresServer:
     # -- lifecycle -----------------------------------------------------------------
 
     @property
-    def running(self) -> bool:
-        return self.process.running
-
-    @property
     def bindir(self) -> Path:
         if self._bindir is None:
             self._bindir = postgres_bindir()
         return self._bindir
-
-    @property
-    def data_dir(self) -> Path:
-        if self._data_parent is None:
-            raise ServerError("the server has no data directory before start()")
-        return self._data_parent / "data"
 
     def start(self, timeout: float = 60.0) -> None:
         """Create the data directory (first time only), start the server, wait until ready."""
@@ -207,13 +192,7 @@ class PostgresServer:
             str(self.data_dir),
             *options,
         ]
-        self.process.start()
-        wait_until(
-            self._ready,
-            timeout=timeout,
-            description=f"PostgreSQL on {LOOPBACK}:{self.port}",
-            check=self.process.check_alive,
-        )
+        self._start_and_wait(self._ready, timeout)
 
     def crash(self) -> None:
         """Immediate shutdown (``SIGQUIT``: no checkpoint, crash recovery at the next start)."""
@@ -225,19 +204,6 @@ class PostgresServer:
                 lambda: not self.running, timeout=30, description="PostgreSQL to stop at once"
             )
         self.process.stop()
-
-    def freeze(self) -> None:
-        """``SIGSTOP`` to the server and every backend: connections stay, nothing answers."""
-        self._signal_group(signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        self._signal_group(signal.SIGCONT)
-
-    def _signal_group(self, signum: signal.Signals) -> None:
-        pid = self.process.pid
-        if self.running and pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signum)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Fast shutdown (``SIGINT``: clients are disconnected) and wait for the exit.
@@ -256,7 +222,7 @@ class PostgresServer:
                     timeout=timeout,
                     description="PostgreSQL to shut down",
                 )
-        self.process.stop(timeout)
+        super().stop(timeout)
 
     def close(self) -> None:
         """Stop the server and delete its data directory."""

@@ -33,16 +33,14 @@ connections but answers nothing, as a stalled VM does.
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
-import signal
 import threading
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import ServerError, ServerProcess, wait_until
+from . import ServerError, ServerProcess, SingleServer, wait_until
 from .ports import LOOPBACK, free_port
 
 if TYPE_CHECKING:
@@ -57,8 +55,10 @@ USER_KEYS = "idmint-"
 """The key prefix :data:`USER` may touch (``~idmint-*``)."""
 
 
-class RedisServer:
+class RedisServer(SingleServer):
     """One ``redis-server`` on 127.0.0.1; nothing is started by the constructor."""
+
+    kind = "Redis"
 
     def __init__(
         self,
@@ -85,18 +85,12 @@ class RedisServer:
         self.admin_password = secrets.token_urlsafe(12) if acl else None
         self.user_password = secrets.token_urlsafe(12) if acl else None
         self._ca: Any = None
+        self._data_parent = self.tmpdir
         self.process = ServerProcess(
             f"redis-{self.port}", ["redis-server"], log_path=self.tmpdir / "redis.log"
         )
 
-    def __repr__(self) -> str:
-        return f"<RedisServer {LOOPBACK}:{self.port} {'running' if self.running else 'stopped'}>"
-
     # -- addresses -----------------------------------------------------------------
-
-    @property
-    def host(self) -> str:
-        return LOOPBACK
 
     @property
     def endpoint(self) -> str:
@@ -125,15 +119,11 @@ class RedisServer:
 
     # -- lifecycle -----------------------------------------------------------------
 
-    @property
-    def running(self) -> bool:
-        return self.process.running
-
     def start(self, timeout: float = 30.0) -> None:
         """Start the server (same port and data as before) and wait until it answers."""
         if self.running:
             return
-        data = self.tmpdir / "data"
+        data = self.data_dir
         data.mkdir(parents=True, exist_ok=True)
         argv = ["redis-server"]
         if self.mode == "sentinel":
@@ -170,13 +160,7 @@ class RedisServer:
             )
             argv += ["--aclfile", str(acl_file)]
         self.process.argv = argv
-        self.process.start()
-        wait_until(
-            self.answers,
-            timeout=timeout,
-            description=f"Redis on {self.endpoint}",
-            check=self.process.check_alive,
-        )
+        self._start_and_wait(self.answers, timeout)
 
     def wait_replicating(self, timeout: float = 30.0) -> None:
         """Wait until this replica is in sync with its primary and acknowledging."""
@@ -204,32 +188,6 @@ class RedisServer:
         with self.client() as client:
             client.replicaof("NO", "ONE")
         self.replica_of = None
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the server (``SIGTERM``: with persistence, its data stays on disk)."""
-        self.thaw()
-        self.process.stop(timeout)
-
-    def kill(self) -> None:
-        """Kill the server at once (``SIGKILL``: a crash)."""
-        self.process.kill()
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def freeze(self) -> None:
-        """``SIGSTOP``: the server holds its connections and answers nothing."""
-        self._signal(signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        self._signal(signal.SIGCONT)
-
-    def _signal(self, signum: signal.Signals) -> None:
-        pid = self.process.pid
-        if pid is not None and self.running:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signum)
 
     # -- clients -------------------------------------------------------------------
 

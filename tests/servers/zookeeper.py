@@ -23,17 +23,16 @@ standalone member serves requests about a second after it is started.
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import os
 import secrets
 import socket
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import ServerError, ServerProcess, wait_until
+from . import Cluster, Member, ServerError, ServerProcess
 from .ports import LOOPBACK, free_port
 
 if TYPE_CHECKING:
@@ -161,24 +160,16 @@ def _mode(answer: str | None) -> str | None:
 
 
 @dataclass
-class _Member:
+class _Member(Member):
     myid: int
-    client_port: int
-    peer_port: int
     election_port: int
-    directory: Path
-    process: ServerProcess
 
     @property
     def config_path(self) -> Path:
         return self.directory / "zoo.cfg"
 
-    @property
-    def data_dir(self) -> Path:
-        return self.directory / "data"
 
-
-class ZooKeeperEnsemble:
+class ZooKeeperEnsemble(Cluster[_Member]):
     """One or more ZooKeeper members on 127.0.0.1, each in its own JVM.
 
     Members are numbered from 0 (their ZooKeeper ``myid`` is the index plus one). The
@@ -215,12 +206,7 @@ class ZooKeeperEnsemble:
         :param client_ports: the members' client ports (default: free ports), e.g.
             ZooKeeper's usual 2181 for ``scripts/coordinators``.
         """
-        if size < 1:
-            raise ValueError(f"an ensemble has at least one member, not {size}")
-        if client_ports is not None and len(client_ports) != size:
-            raise ValueError(f"{size} members need {size} client ports, not {client_ports}")
-        self.size = size
-        self.tmpdir = Path(tmpdir)
+        super().__init__(size, tmpdir, client_ports)
         self.enforce_auth = enforce_auth
         self.super_credentials: DigestCredentials | None = (
             DigestCredentials("super", secrets.token_urlsafe(16)) if superdigest else None
@@ -260,14 +246,6 @@ class ZooKeeperEnsemble:
         """Connection string of member ``index`` alone: ``127.0.0.1:port``."""
         return f"{LOOPBACK}:{self._members[index].client_port}"
 
-    def client_port(self, index: int) -> int:
-        """Client port of member ``index``."""
-        return self._members[index].client_port
-
-    def log_path(self, index: int) -> Path:
-        """Log file of member ``index``."""
-        return self._members[index].process.log_path
-
     @property
     def super_auth(self) -> tuple[str, str]:
         """kazoo ``auth_data`` entry of the super user.
@@ -280,7 +258,10 @@ class ZooKeeperEnsemble:
 
     # -- lifecycle -----------------------------------------------------------------
 
-    def start(self, timeout: float = 60.0) -> None:
+    kind = "ZooKeeper"
+    start_timeout = 60.0
+
+    def start(self, timeout: float | None = None) -> None:
         """Start every member and wait until the ensemble serves (:meth:`wait_ready`)."""
         for index in range(self.size):
             if not self._members[index].process.running:
@@ -294,49 +275,13 @@ class ZooKeeperEnsemble:
         for member in self._members:
             member.process.stop(timeout)
 
-    def stop_member(self, index: int, *, kill: bool = False, timeout: float = 10.0) -> None:
-        """Stop member ``index``; ``kill=True`` sends ``SIGKILL`` (a crash) at once."""
-        process = self._members[index].process
-        if kill:
-            process.kill()
-        else:
-            process.stop(timeout)
-
-    def start_member(self, index: int, timeout: float = 60.0) -> None:
-        """Start member ``index`` again (same ports and data) and wait until it serves."""
-        if not self._members[index].process.running:
-            self._launch(index)
-        self.wait_member_ready(index, timeout)
-
-    def is_running(self, index: int) -> bool:
-        """Whether the process of member ``index`` is running."""
-        return self._members[index].process.running
-
-    @contextlib.contextmanager
-    def member_stopped(self, index: int, *, kill: bool = False) -> Iterator[None]:
-        """Stop member ``index`` for the duration of a ``with`` block.
-
-        On entry the member is stopped and the block runs once the other members serve
-        again (with a leader, if they are a quorum); on exit the member is started and
-        the whole ensemble is awaited.
-        """
-        self.stop_member(index, kill=kill)
-        try:
-            if any(self.is_running(i) for i in range(self.size)):
-                self.wait_ready()
-            yield
-        finally:
-            self.start_member(index)
-            self.wait_ready()
+    def _relaunch(self, index: int) -> None:
+        self._launch(index)
 
     def configure(self, **entries: str | int) -> None:
         """Add or replace ``zoo.cfg`` entries; a member started from now on uses them
         (``maxSessionTimeout=4000``: sessions made then are granted at most 4 s)."""
         self._extra_cfg.update({key: str(value) for key, value in entries.items()})
-
-    def heal(self, timeout: float = 60.0) -> None:
-        """Start any stopped member and wait until the whole ensemble serves."""
-        self.start(timeout)
 
     # -- readiness -----------------------------------------------------------------
 
@@ -356,45 +301,16 @@ class ZooKeeperEnsemble:
                 return index
         return None
 
-    def wait_member_ready(self, index: int, timeout: float = 60.0) -> None:
-        """Wait until member ``index`` serves clients (answers ``srvr`` with a mode)."""
-        member = self._members[index]
-        wait_until(
-            lambda: self.mode(index) is not None,
-            timeout=timeout,
-            description=f"ZooKeeper member {index} (myid {member.myid}) to serve",
-            check=member.process.check_alive,
-        )
+    def serves(self, index: int) -> bool:
+        """Whether member ``index`` serves clients (answers ``srvr`` with a mode)."""
+        return self.mode(index) is not None
 
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        """Wait until every running member serves and, for a quorum, one of them leads.
-
-        Stopped members are ignored, so this also waits for the survivors to elect a
-        new leader after :meth:`stop_member`.
-
-        :raises ServerError: if a running member exits meanwhile, or none runs.
-        :raises TimeoutError: if the ensemble does not become ready in time.
-        """
-        running = [i for i in range(self.size) if self._members[i].process.running]
-        if not running:
-            raise ServerError("no ZooKeeper member is running")
-
-        def ready() -> bool:
-            modes = [self.mode(i) for i in running]
-            if any(mode is None for mode in modes):
-                return False
-            return self.size == 1 or "leader" in modes
-
-        def check() -> None:
-            for i in running:
-                self._members[i].process.check_alive()
-
-        wait_until(
-            ready,
-            timeout=timeout,
-            description=f"ZooKeeper members {running} to serve with a leader",
-            check=check,
-        )
+    def _ready(self, running: list[int]) -> bool:
+        """Whether every member of ``running`` serves and, for a quorum, one leads."""
+        modes = [self.mode(i) for i in running]
+        if any(mode is None for mode in modes):
+            return False
+        return self.size == 1 or "leader" in modes
 
     # -- internals -----------------------------------------------------------------
 
