@@ -289,9 +289,9 @@ class SqlConnection(ABC):
     the letting go are here.
     """
 
-    store: ClassVar[str]
+    kind: ClassVar[str]
     """The kind of store, for messages (:mod:`idmint.coordinate.peers`)."""
-    settings: ClassVar[str]
+    url_settings: ClassVar[str]
     """The URL's parts that decide where it connects, for messages."""
 
     def __init__(
@@ -369,9 +369,9 @@ class SqlConnection(ABC):
             seconds,
             attempt,
             translate,
-            store=self.store,
+            store=self.kind,
             description=self.description,
-            settings=self.settings,
+            settings=self.url_settings,
             hosts=self.hosts,
         )
 
@@ -889,6 +889,8 @@ ConnectionT = TypeVar("ConnectionT", bound=SqlConnection)
 
 
 class SqlLeaseStore(LeaseStore, Protocol):
+    """A SQL driver's store, which lists the claims in one query."""
+
     def list_claims(self) -> list[ClaimInfo]: ...
 
 
@@ -900,7 +902,9 @@ class SqlLeaseCoordinator(LeaseCoordinator):
     store: SqlLeaseStore
     _connection_key: tuple[type[SqlLeaseCoordinator], str] | None = None
 
-    def _connect(self, key: str, make: Callable[[], ConnectionT], seconds: float) -> ConnectionT:
+    def _take_connection(
+        self, key: str, make: Callable[[], ConnectionT], seconds: float
+    ) -> ConnectionT:
         """The process's connection for ``key`` (made by ``make`` if there is none
         yet), connected within ``seconds``."""
         self._connection_key = (type(self), key)

@@ -151,8 +151,8 @@ class _Connection(SqlConnection):
     """The process's connection to one server, user and database; each request
     one transaction."""
 
-    store = peers.MYSQL
-    settings = "host, port and TLS settings"
+    kind = peers.MYSQL
+    url_settings = "host, port and TLS settings"
 
     def __init__(self, settings: dict[str, Any], description: str, timeout_s: float) -> None:
         super().__init__(description, timeout_s, [(settings["host"], settings["port"])])
@@ -652,7 +652,7 @@ class MysqlCoordinator(SqlLeaseCoordinator):
             settings["ssl_disabled"] = True
         # The process's connection for these settings (the password only as a digest).
         key_settings = {**settings, "ssl": repr(sorted(vars(options).items()))}
-        self._connection = self._connect(
+        self._connection = self._take_connection(
             hashlib.sha256(repr(sorted(key_settings.items())).encode()).hexdigest(),
             lambda: _Connection(settings, self.description, options.timeout_s),
             options.connect_timeout_s,

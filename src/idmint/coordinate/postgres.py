@@ -184,8 +184,8 @@ class _Connection(SqlConnection):
     """The process's connection to one server (of the URL's hosts), user and
     database; each request one statement (or a few in one round trip)."""
 
-    store = peers.POSTGRESQL
-    settings = "hosts, ports and TLS settings"
+    kind = peers.POSTGRESQL
+    url_settings = "hosts, ports and TLS settings"
 
     def __init__(
         self,
@@ -600,7 +600,7 @@ class PostgresCoordinator(SqlLeaseCoordinator):
         conninfo, where = _conninfo(url, PostgresOptions.others(url))
         self.description = f"{url.scheme}://{where} {self.schema}.{self.table}"
         hosts = [(host, port or DEFAULT_PORT) for host, port in url.hosts]
-        self._connection = self._connect(
+        self._connection = self._take_connection(
             conninfo,
             lambda: _Connection(conninfo, self.description, options.timeout_s, hosts),
             options.connect_timeout_s,
