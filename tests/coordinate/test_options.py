@@ -25,6 +25,7 @@ from idmint.coordinate.options import (
     options_table,
 )
 from idmint.coordinate.static import StaticOptions
+from idmint.errors import ConfigurationError
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "coordination.md"
 MARK = "<!-- options: "
@@ -152,6 +153,19 @@ def test_tls_follows_the_scheme_unless_the_url_says_otherwise() -> None:
     assert (tls("etcd://h"), tls("etcds://h")) == (False, True)
     assert (tls("etcds://h?tls=false"), tls("etcd://h?tls=true")) == (False, True)
     assert tls("etcd://h?ca=/etc/ca.pem")
+
+
+@pytest.mark.parametrize("scheme", ["etcds", "mysql"])
+def test_a_client_certificate_that_cannot_be_loaded_is_the_urls_mistake(
+    scheme: str, tmp_path: Path
+) -> None:
+    """Every driver that makes its own TLS context loads ``cert=`` the same way: an
+    unusable file is a ConfigurationError naming it, before anything is sent."""
+    cert = tmp_path / "client.pem"
+    cert.write_text("not a certificate\n")
+    url = parse_url(f"{scheme}://127.0.0.1:1/db?tls=true&cert={cert}&connect_timeout=0.1")
+    with pytest.raises(ConfigurationError, match=f"cannot load the client certificate cert={cert}"):
+        driver(scheme)(url)
 
 
 def test_an_option_is_a_field_and_the_field_the_option() -> None:

@@ -63,6 +63,7 @@ from idmint.coordinate.base import (
     holder_of,
 )
 from idmint.coordinate.options import (
+    TLS_ADVICE,
     ClaimOptions,
     TlsOptions,
     option,
@@ -207,28 +208,12 @@ class EtcdGateway:
     def __init__(
         self,
         hosts: Sequence[tuple[str, int]],
+        context: ssl.SSLContext | None,
         *,
-        tls: bool,
-        ca: str | None,
-        cert: str | None,
-        key: str | None,
         timeout_s: float,
         username: str | None,
         password: str | None,
     ) -> None:
-        context = None
-        if tls:
-            # The URL says what is trusted: its ca=, else the system's CAs
-            # (never a bundle named by the environment).
-            context = ssl.create_default_context(cafile=ca)
-            if cert:
-                try:
-                    context.load_cert_chain(cert, key)
-                except (OSError, ssl.SSLError) as error:
-                    raise ConfigurationError(
-                        f"etcds:// cannot load the client certificate cert={cert} key={key}: "
-                        f"{error}"
-                    ) from None
         self.members = [_Member(host, port, context, timeout_s) for host, port in hosts]
         self.endpoints = [member.endpoint for member in self.members]
         self._current = 0
@@ -627,10 +612,7 @@ class EtcdCoordinator(Coordinator):
         self.hosts = tuple((host, port or 2379) for host, port in url.hosts)
         self.gateway = EtcdGateway(
             self.hosts,
-            tls=options.uses_tls(url, "etcds"),
-            ca=options.ca,
-            cert=options.cert,
-            key=options.key,
+            options.context(url, "etcds"),
             timeout_s=options.timeout_s,
             username=url.username,
             password=url.password,
@@ -768,8 +750,7 @@ def _tls_refused(error: ssl.SSLError, endpoint: str, doing: str) -> CoordinatorR
     """A certificate problem is no outage: say so at once instead of retrying."""
     return CoordinatorRefused(
         f"{doing}: the TLS handshake with {endpoint} failed ({_first_line(str(error))}); "
-        "check ca= (the CA that signed the server's certificate), and cert=/key= if "
-        "the server wants a client certificate"
+        f"{TLS_ADVICE}"
     )
 
 

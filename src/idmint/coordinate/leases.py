@@ -1,4 +1,4 @@
-"""Claims as leases in a database that may forget: what the PostgreSQL and Redis drivers share.
+"""Claims as leases in a database that may forget: what the SQL and Redis drivers share.
 
 A claim is a lease row (PostgreSQL) or hash field (Redis) carrying the holder's
 random token and an expiry by the store's clock; the holder renews it three
@@ -66,9 +66,10 @@ import random
 import threading
 import time
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 from idmint.coordinate.base import (
     ClaimInfo,
@@ -77,6 +78,7 @@ from idmint.coordinate.base import (
     DriverClaim,
     HighWaterMark,
     holder_description,
+    holders_of_text,
 )
 from idmint.coordinate.options import ClaimOptions, option, seconds, ttl
 from idmint.coordinate.peers import FirstFailure
@@ -91,6 +93,7 @@ from idmint.errors import (
 from idmint.waiting import NOTICE_AFTER_S, noticed_if_slow
 
 __all__ = [
+    "ANSWER_SLACK_S",
     "DEFAULT_TTL_S",
     "STEP_BACK_SLACK_MS",
     "Free",
@@ -102,10 +105,14 @@ __all__ = [
     "Look",
     "PoolRecord",
     "SharedClients",
+    "SqlConnection",
+    "SqlLeaseCoordinator",
     "Take",
+    "creating_if_missing",
     "first_line",
     "forsake_connection",
     "in_pool_order",
+    "mark_of_columns",
     "reach_within",
 ]
 
@@ -204,12 +211,44 @@ def reach_within(
             time.sleep(0.1)  # in the constructor: there is no claim to close yet
 
 
-def in_pool_order(claims: Iterable[ClaimInfo]) -> list[ClaimInfo]:
-    """``claims`` by space (as :data:`SPACES` lists them), cluster and identity."""
+ClaimRow = tuple[str, int, int, str | None, int, int | None]
+"""A claim as a SQL driver's table holds it: space, cluster, id, holder, since
+(ms) and ceiling (ms)."""
+
+
+def in_pool_order(rows: Iterable[ClaimRow]) -> list[ClaimInfo]:
+    """The claims of ``rows``, by space (as :data:`SPACES` lists them), cluster and
+    identity."""
     order = {space.name: index for index, space in enumerate(SPACES)}
+    claims = (
+        ClaimInfo(
+            cluster=cluster,
+            generator=number,
+            holder=holder or "unknown",
+            since_ms=since,
+            high_water_mark_ms=ceiling,
+            space=space,
+        )
+        for space, cluster, number, holder, since, ceiling in rows
+    )
     return sorted(
         claims, key=lambda row: (order.get(row.space, len(order)), row.cluster, row.generator)
     )
+
+
+def mark_of_columns(
+    ceiling: int | None,
+    renewed: int | None,
+    released: int | None,
+    holder: str | None,
+    holders: str | None,
+) -> HighWaterMark | None:
+    """A mark from a SQL driver's columns (``ceiling_ms``, ``renewed_ms``,
+    ``released_ms``, ``mark_holder``, ``mark_holders``); None where no mark was
+    written."""
+    if ceiling is None:
+        return None
+    return HighWaterMark(ceiling, renewed or 0, released, holder or "", holders_of_text(holders))
 
 
 _FORSAKEN: list[Any] = []
@@ -232,6 +271,127 @@ def forsake_connection(connection: Any, descriptor: Callable[[], int]) -> None:
         finally:
             os.close(null)
     _FORSAKEN.append(connection)
+
+
+ANSWER_SLACK_S = 1.0
+"""How much longer than the URL's ``timeout`` a SQL driver waits for the server's
+answer (the server ends a statement that runs longer itself, naming why)."""
+
+
+class SqlConnection(ABC):
+    """One connection to a SQL server, shared by a process's coordinators
+    (:class:`SharedClients`) and made again after it breaks; a request at a
+    time, each with the URL's time limit, its errors translated.
+
+    A driver says how to connect, whether a connection is still open, which
+    socket it sends on, and how its client's errors read
+    (:meth:`_translate`, :meth:`_broken`); the locking, the reconnecting and
+    the letting go are here.
+    """
+
+    kind: ClassVar[str]
+    """The kind of store, for messages (:mod:`idmint.coordinate.peers`)."""
+    url_settings: ClassVar[str]
+    """The URL's parts that decide where it connects, for messages."""
+
+    def __init__(
+        self, description: str, timeout_s: float, hosts: Sequence[tuple[str, int]]
+    ) -> None:
+        self.description = description
+        self.timeout_s = timeout_s
+        self.hosts = hosts
+        self._lock = threading.Lock()
+        self._connection: Any = None
+        """The client's connection; None until made, and after it broke."""
+
+    @abstractmethod
+    def _connect(self, timeout_s: float) -> Any:
+        """A new connection, made within ``timeout_s``."""
+
+    @abstractmethod
+    def _is_open(self, connection: Any) -> bool: ...
+
+    @abstractmethod
+    def _descriptor(self, connection: Any) -> int:
+        """The file descriptor of ``connection``'s socket."""
+
+    @abstractmethod
+    def _errors(self) -> type[BaseException]:
+        """The client library's error class (imported when first needed)."""
+
+    @abstractmethod
+    def _translate(self, error: BaseException, doing: str) -> CoordinationError:
+        """``error`` as the idmint error a caller can act on."""
+
+    @abstractmethod
+    def _broken(self, error: BaseException) -> bool:
+        """Whether the connection cannot be trusted after ``error`` (it is made again)."""
+
+    def _cause(self, error: BaseException) -> BaseException:
+        """The error that ended a request, which ``error`` may hide."""
+        return error
+
+    def _first_contact(self, error: BaseException) -> Exception:
+        """What connecting found: by default as :meth:`_translate` says."""
+        return self._translate(error, f"connecting to {self.description}")
+
+    def _open(self, timeout_s: float) -> Any:
+        """The connection, made first if there is none (with the lock held)."""
+        if self._connection is None or not self._is_open(self._connection):
+            self._connection = self._connect(timeout_s)
+        return self._connection
+
+    def _request(self, doing: str, send: Callable[[Any], ResultT]) -> ResultT:
+        """``send(connection)``, connecting first if needed, its errors translated;
+        a connection the error leaves broken is dropped."""
+        with self._lock:
+            try:
+                return send(self._open(self.timeout_s))
+            except self._errors() as error:
+                cause = self._cause(error)
+                translated = self._translate(cause, f"{doing} at {self.description}")
+                if self._broken(cause):
+                    self._drop()
+                raise translated from cause
+
+    def connect_within(self, seconds: float) -> None:
+        """Connect now, trying again until ``seconds`` have passed (refusals at once)."""
+        errors = self._errors()
+
+        def attempt(seconds_left: float) -> None:
+            with self._lock:
+                self._open(max(0.5, min(seconds_left, self.timeout_s)))
+
+        def translate(error: Exception) -> Exception:
+            return self._first_contact(error) if isinstance(error, errors) else error
+
+        reach_within(
+            seconds,
+            attempt,
+            translate,
+            store=self.kind,
+            description=self.description,
+            settings=self.url_settings,
+            hosts=self.hosts,
+        )
+
+    def _drop(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                connection.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    def forsake(self) -> None:
+        """In a child of ``fork()``: let go of the parent's connection without a
+        word (:func:`forsake_connection`)."""
+        connection, self._connection = self._connection, None
+        self._lock = threading.Lock()
+        if connection is not None:
+            forsake_connection(connection, lambda: self._descriptor(connection))
 
 
 PROBES = 8
@@ -699,3 +859,69 @@ class LeaseCoordinator(Coordinator):
 
     def read_mark(self, space: Space, identity: Mapping[str, int]) -> HighWaterMark | None:
         return self.store.read_mark(space, *space.numbered(identity))
+
+
+def creating_if_missing(
+    run: Callable[[], ResultT],
+    missing: Callable[[BaseException | None], bool],
+    create: Callable[[], None],
+    by_hand: str,
+) -> ResultT:
+    """``run()``, or if what it needs is missing (``missing`` says so of the
+    driver's error), ``create()`` it and ``run()`` again. A user who may not
+    create it is told how it is made ``by_hand``."""
+    try:
+        return run()
+    except CoordinationError as error:
+        if not missing(error.__cause__):
+            raise
+    try:
+        create()
+    except CoordinatorRefused as refused:
+        raise CoordinatorRefused(f"{refused}. {by_hand}") from refused.__cause__
+    return run()
+
+
+_CONNECTIONS: SharedClients[SqlConnection] = SharedClients(SqlConnection.forsake)
+"""The process's SQL connections, by coordinator class and server, user and database."""
+
+ConnectionT = TypeVar("ConnectionT", bound=SqlConnection)
+
+
+class SqlLeaseStore(LeaseStore, Protocol):
+    """A SQL driver's store, which lists the claims in one query."""
+
+    def list_claims(self) -> list[ClaimInfo]: ...
+
+
+class SqlLeaseCoordinator(LeaseCoordinator):
+    """What the SQL drivers' coordinators share: their store speaks through the
+    process's :class:`SqlConnection` to its server, user and database, taken when
+    the coordinator is made and given back when it is closed."""
+
+    store: SqlLeaseStore
+    _connection_key: tuple[type[SqlLeaseCoordinator], str] | None = None
+
+    def _take_connection(
+        self, key: str, make: Callable[[], ConnectionT], seconds: float
+    ) -> ConnectionT:
+        """The process's connection for ``key`` (made by ``make`` if there is none
+        yet), connected within ``seconds``."""
+        self._connection_key = (type(self), key)
+        # A class's coordinators make connections of one class: what is shared
+        # under its key is what ``make`` makes.
+        connection = cast("ConnectionT", _CONNECTIONS.take(self._connection_key, make))
+        try:
+            connection.connect_within(seconds)
+        except BaseException:
+            self.close()
+            raise
+        return connection
+
+    def list_claims(self) -> list[ClaimInfo]:
+        return self.store.list_claims()
+
+    def close(self) -> None:
+        key, self._connection_key = self._connection_key, None
+        if key is not None:
+            _CONNECTIONS.give_back(key, SqlConnection.close)

@@ -81,7 +81,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import ssl
-import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,23 +88,24 @@ from typing import Any
 from urllib.parse import unquote
 
 from idmint.coordinate import peers
-from idmint.coordinate.base import ClaimInfo, HighWaterMark, holders_of_text, holders_text
+from idmint.coordinate.base import ClaimInfo, HighWaterMark, holders_text
 from idmint.coordinate.leases import (
+    ANSWER_SLACK_S,
     STEP_BACK_SLACK_MS,
     Free,
     Lease,
-    LeaseCoordinator,
     LeaseOptions,
     Look,
     PoolRecord,
-    SharedClients,
+    SqlConnection,
+    SqlLeaseCoordinator,
     Take,
+    creating_if_missing,
     first_line,
-    forsake_connection,
     in_pool_order,
-    reach_within,
+    mark_of_columns,
 )
-from idmint.coordinate.options import TlsOptions, identifier, option, with_options_table
+from idmint.coordinate.options import TLS_ADVICE, TlsOptions, identifier, option, with_options_table
 from idmint.coordinate.spaces import Space
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import (
@@ -147,41 +147,33 @@ def _import_pymysql() -> Any:
     return pymysql
 
 
-class _Connection:
-    """One shared connection, made again after it breaks; each request one
-    transaction with a time limit, errors translated."""
+class _Connection(SqlConnection):
+    """The process's connection to one server, user and database; each request
+    one transaction."""
+
+    kind = peers.MYSQL
+    url_settings = "host, port and TLS settings"
 
     def __init__(self, settings: dict[str, Any], description: str, timeout_s: float) -> None:
-        self.settings = settings
-        self.description = description
-        self.timeout_s = timeout_s
-        self._lock = threading.Lock()
-        self._connection: Any = None
-        """PyMySQL's connection; None until made, and after it broke."""
+        super().__init__(description, timeout_s, [(settings["host"], settings["port"])])
+        self.connect_settings = settings
 
     def run(self, doing: str, request: Callable[[Any], Any]) -> Any:
         """``request(cursor)`` in one transaction (committed if it returns, rolled
         back if it raises), connecting first if needed."""
-        pymysql = _import_pymysql()
-        with self._lock:
+
+        def transaction(connection: Any) -> Any:
             try:
-                if self._connection is None or not self._connection.open:
-                    self._connection = self._connect(self.timeout_s)
-                connection = self._connection
-                try:
-                    with connection.cursor() as cursor:
-                        answer = request(cursor)
-                    connection.commit()
-                except BaseException:
-                    with contextlib.suppress(Exception):
-                        connection.rollback()
-                    raise
-            except pymysql.Error as error:
-                translated = _translate(error, f"{doing} at {self.description}")
-                if _broken(error):
-                    self._drop()
-                raise translated from error
+                with connection.cursor() as cursor:
+                    answer = request(cursor)
+                connection.commit()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    connection.rollback()
+                raise
             return answer
+
+        return self._request(doing, transaction)
 
     def _connect(self, timeout_s: float) -> Any:
         pymysql = _import_pymysql()
@@ -189,10 +181,10 @@ class _Connection:
         # before the request's own limit, so that the cause is named.
         lock_wait = max(1, int(self.timeout_s * 0.75))
         connection = pymysql.connect(
-            **self.settings,
+            **self.connect_settings,
             connect_timeout=timeout_s,
-            read_timeout=self.timeout_s + _ANSWER_SLACK_S,
-            write_timeout=self.timeout_s + _ANSWER_SLACK_S,
+            read_timeout=self.timeout_s + ANSWER_SLACK_S,
+            write_timeout=self.timeout_s + ANSWER_SLACK_S,
             autocommit=False,
         )
         try:
@@ -209,57 +201,22 @@ class _Connection:
             raise
         return connection
 
-    def connect_within(self, seconds: float) -> None:
-        """Connect now, trying again until ``seconds`` have passed (refusals at once)."""
-        pymysql = _import_pymysql()
+    def _is_open(self, connection: Any) -> bool:
+        return bool(connection.open)
 
-        def attempt(seconds_left: float) -> None:
-            with self._lock:
-                if self._connection is None or not self._connection.open:
-                    self._connection = self._connect(max(0.5, min(seconds_left, self.timeout_s)))
+    def _descriptor(self, connection: Any) -> int:
+        # Closing the connection would send ``COM_QUIT`` on the socket the parent
+        # shares, which ends the parent's session.
+        return int(connection._sock.fileno())
 
-        def translate(error: Exception) -> Exception:
-            if not isinstance(error, pymysql.Error):
-                return error
-            return _translate(error, f"connecting to {self.description}")
+    def _errors(self) -> type[BaseException]:
+        return _import_pymysql().Error  # type: ignore[no-any-return]
 
-        reach_within(
-            seconds,
-            attempt,
-            translate,
-            store=peers.MYSQL,
-            description=self.description,
-            settings="host, port and TLS settings",
-            hosts=[(self.settings["host"], self.settings["port"])],
-        )
+    def _translate(self, error: BaseException, doing: str) -> CoordinationError:
+        return _translate(error, doing)
 
-    def _drop(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                connection.close()
-
-    def close(self) -> None:
-        with self._lock:
-            self._drop()
-
-    def forsake(self) -> None:
-        """In a child of ``fork()``: let go of the parent's connection without a word.
-
-        Closing it would send ``COM_QUIT`` on the socket the parent shares, which
-        ends the parent's session: the child's copy of the socket is replaced by
-        /dev/null first.
-        """
-        connection, self._connection = self._connection, None
-        self._lock = threading.Lock()
-        if connection is not None:
-            forsake_connection(connection, lambda: int(connection._sock.fileno()))
-
-
-_ANSWER_SLACK_S = 1.0
-"""How much longer than ``timeout`` a request waits for the server's answer."""
-
-_CONNECTIONS: SharedClients[_Connection] = SharedClients(_Connection.forsake)
+    def _broken(self, error: BaseException) -> bool:
+        return _broken(error)
 
 
 @dataclass(frozen=True)
@@ -295,14 +252,8 @@ class _Row:
 
     @property
     def mark(self) -> HighWaterMark | None:
-        if self.ceiling_ms is None:
-            return None
-        return HighWaterMark(
-            self.ceiling_ms,
-            self.renewed_ms or 0,
-            self.released_ms,
-            self.mark_holder or "",
-            holders_of_text(self.mark_holders),
+        return mark_of_columns(
+            self.ceiling_ms, self.renewed_ms, self.released_ms, self.mark_holder, self.mark_holders
         )
 
     @property
@@ -337,21 +288,15 @@ class MysqlStore:
 
     def _run(self, doing: str, request: Callable[[Any], Any]) -> Any:
         """``request`` in a transaction, creating the tables first if they are missing."""
-        try:
-            return self.connection.run(doing, request)
-        except CoordinationError as error:
-            if getattr(error.__cause__, "args", (None,))[0] != _NO_SUCH_TABLE:
-                raise
-        try:
-            self.connection.run(f"creating {self.table}", self._create)
-        except CoordinatorRefused as refused:
-            raise CoordinatorRefused(
-                f"{refused}. The tables are missing and this user may not create them: "
-                "create them as the mysql:// driver's documentation shows, then GRANT "
-                f"SELECT, INSERT, UPDATE, DELETE ON {self.table}, {self.witness} and "
-                f"{self.run_table} TO the URL's user"
-            ) from refused.__cause__
-        return self.connection.run(doing, request)
+        return creating_if_missing(
+            lambda: self.connection.run(doing, request),
+            lambda cause: getattr(cause, "args", (None,))[0] == _NO_SUCH_TABLE,
+            lambda: self.connection.run(f"creating {self.table}", self._create),
+            "The tables are missing and this user may not create them: create them as "
+            "the mysql:// driver's documentation shows, then GRANT SELECT, INSERT, "
+            f"UPDATE, DELETE ON {self.table}, {self.witness} and {self.run_table} TO the "
+            "URL's user",
+        )
 
     def _create(self, cursor: Any) -> None:
         # CREATE TABLE IF NOT EXISTS: claimants starting at once find it made.
@@ -659,24 +604,15 @@ class MysqlStore:
 
         now, rows = self._run("listing the claims", request)
         return in_pool_order(
-            (
-                ClaimInfo(
-                    cluster=cluster,
-                    generator=number,
-                    holder=holder or "unknown",
-                    since_ms=since,
-                    high_water_mark_ms=ceiling,
-                    space=space,
-                )
-                for space, cluster, number, holder, since, ceiling, expires, lease in rows
-                if expires is not None
-                and lease is not None
-                and not (expires < now or expires > now + lease + STEP_BACK_SLACK_MS)
-            ),
+            (space, cluster, number, holder, since, ceiling)
+            for space, cluster, number, holder, since, ceiling, expires, lease in rows
+            if expires is not None
+            and lease is not None
+            and not (expires < now or expires > now + lease + STEP_BACK_SLACK_MS)
         )
 
 
-class MysqlCoordinator(LeaseCoordinator):
+class MysqlCoordinator(SqlLeaseCoordinator):
     """A MySQL or MariaDB table used as a pool of generator IDs (see the module docs)."""
 
     store: MysqlStore
@@ -705,10 +641,8 @@ class MysqlCoordinator(LeaseCoordinator):
             "database": database,
             "charset": "utf8mb4",
         }
-        if options.uses_tls(url, ""):
-            context = ssl.create_default_context(cafile=options.ca)
-            if options.cert:
-                context.load_cert_chain(options.cert, options.key)
+        context = options.context(url, "")
+        if context is not None:
             settings["ssl"] = context
         elif options.tls is False:
             # Without it, PyMySQL 2 tries TLS it does not verify (as libpq's
@@ -718,18 +652,11 @@ class MysqlCoordinator(LeaseCoordinator):
             settings["ssl_disabled"] = True
         # The process's connection for these settings (the password only as a digest).
         key_settings = {**settings, "ssl": repr(sorted(vars(options).items()))}
-        self._connection_key = hashlib.sha256(
-            repr(sorted(key_settings.items())).encode()
-        ).hexdigest()
-        self._connection = _CONNECTIONS.take(
-            self._connection_key,
+        self._connection = self._take_connection(
+            hashlib.sha256(repr(sorted(key_settings.items())).encode()).hexdigest(),
             lambda: _Connection(settings, self.description, options.timeout_s),
+            options.connect_timeout_s,
         )
-        try:
-            self._connection.connect_within(options.connect_timeout_s)
-        except BaseException:
-            self.close()
-            raise
         self.store = MysqlStore(self._connection, self.table, self.description)
 
     @classmethod
@@ -737,14 +664,6 @@ class MysqlCoordinator(LeaseCoordinator):
         # Room for the companions' suffixes within MySQL's 64 characters.
         table = MysqlOptions.from_url(url).table[: 55 - len(name)]
         return url.replace(options={**url.options, **MysqlOptions.query(table=f"{table}_{name}")})
-
-    def list_claims(self) -> list[ClaimInfo]:
-        return self.store.list_claims()
-
-    def close(self) -> None:
-        key, self._connection_key = self._connection_key, ""
-        if key:
-            _CONNECTIONS.give_back(key, _Connection.close)
 
 
 _NO_SUCH_TABLE = 1146
@@ -793,10 +712,7 @@ def _translate(error: BaseException, doing: str) -> CoordinationError:
         return CoordinatorRefused(f"{doing}: MySQL refused us ({message}); {_REFUSED_CODES[code]}")
     cause = error.__cause__ or error.__context__
     if isinstance(cause, ssl.SSLError) or "SSL" in message:
-        return CoordinatorRefused(
-            f"{doing}: the TLS handshake failed ({message}); check ca= (the CA that signed "
-            "the server's certificate), and cert=/key= if the server wants a client certificate"
-        )
+        return CoordinatorRefused(f"{doing}: the TLS handshake failed ({message}); {TLS_ADVICE}")
     if code == _LOCK_WAIT:
         return CoordinatorUnavailable(
             f"{doing}: another session holds a lock on the table ({message}); SHOW "

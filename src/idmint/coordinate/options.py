@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import ssl
 import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from idmint.errors import ConfigurationError
 
 __all__ = [
     "TABLE_MARK",
+    "TLS_ADVICE",
     "ClaimOptions",
     "Kind",
     "Option",
@@ -422,3 +424,28 @@ class TlsOptions(UrlOptions):
         ``tls_scheme``; and always with a ``ca``."""
         wanted = self.tls if self.tls is not None else url.scheme == tls_scheme
         return wanted or bool(self.ca)
+
+    def context(self, url: CoordinatorUrl, tls_scheme: str) -> ssl.SSLContext | None:
+        """The client's TLS context, or None if the store is not reached over TLS
+        (:meth:`uses_tls`). The URL says what is trusted: its ``ca``, else the
+        system's CAs (never a bundle named by the environment); with its
+        ``cert`` and ``key`` as the client certificate."""
+        if not self.uses_tls(url, tls_scheme):
+            return None
+        context = ssl.create_default_context(cafile=self.ca)
+        if self.cert:
+            try:
+                context.load_cert_chain(self.cert, self.key)
+            except (OSError, ssl.SSLError) as error:
+                raise ConfigurationError(
+                    f"{url.scheme}:// cannot load the client certificate cert={self.cert} "
+                    f"key={self.key}: {error}"
+                ) from None
+        return context
+
+
+TLS_ADVICE = (
+    "check ca= (the CA that signed the server's certificate), and cert=/key= if the "
+    "server wants a client certificate"
+)
+"""What to check when a store's TLS handshake fails."""

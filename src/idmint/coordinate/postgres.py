@@ -65,10 +65,8 @@ claims: a fleet costs the server a connection per process, not per claim.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -78,23 +76,23 @@ from idmint.coordinate import peers
 from idmint.coordinate.base import (
     ClaimInfo,
     HighWaterMark,
-    holders_of_text,
     holders_text,
 )
 from idmint.coordinate.leases import (
+    ANSWER_SLACK_S,
     STEP_BACK_SLACK_MS,
     Free,
     Lease,
-    LeaseCoordinator,
     LeaseOptions,
     Look,
     PoolRecord,
-    SharedClients,
+    SqlConnection,
+    SqlLeaseCoordinator,
     Take,
+    creating_if_missing,
     first_line,
-    forsake_connection,
     in_pool_order,
-    reach_within,
+    mark_of_columns,
 )
 from idmint.coordinate.options import identifier, option, with_options_table
 from idmint.coordinate.spaces import Space
@@ -182,15 +180,22 @@ DEFAULT_PORT = 5432
 """Where a host of the URL without a port is asked."""
 
 
-class _Connection:
-    """One shared connection, made again after it breaks; each request with a time limit."""
+class _Connection(SqlConnection):
+    """The process's connection to one server (of the URL's hosts), user and
+    database; each request one statement (or a few in one round trip)."""
 
-    def __init__(self, conninfo: str, description: str, timeout_s: float) -> None:
+    kind = peers.POSTGRESQL
+    url_settings = "hosts, ports and TLS settings"
+
+    def __init__(
+        self,
+        conninfo: str,
+        description: str,
+        timeout_s: float,
+        hosts: Sequence[tuple[str, int]],
+    ) -> None:
+        super().__init__(description, timeout_s, hosts)
         self.conninfo = conninfo
-        self.description = description
-        self.timeout_s = timeout_s
-        self._lock = threading.Lock()
-        self._connection: psycopg.Connection[Any] | None = None
 
     def run(
         self,
@@ -205,25 +210,15 @@ class _Connection:
         (:meth:`_set_up_with`): it sends its statement and leaves the reading of
         the results to ``read``.
         """
-        pg = _import_psycopg()
-        with self._lock:
-            try:
-                if self._connection is None or self._connection.closed:
-                    self._connection = self._connect(self.timeout_s)
-                connection: Any = self._connection
-                if connection.idmint_set_up:
-                    answer = request(connection)
-                else:
-                    answer = self._set_up_with(connection, request)
-                if read is not None:
-                    answer = read(answer)
-            except pg.Error as error:
-                cause = _first_error(error)
-                translated = _translate(cause, f"{doing} at {self.description}")
-                if _broken(cause):
-                    self._drop()
-                raise translated from cause
-            return answer
+
+        def send(connection: Any) -> Any:
+            if connection.idmint_set_up:
+                answer = request(connection)
+            else:
+                answer = self._set_up_with(connection, request)
+            return answer if read is None else read(answer)
+
+        return self._request(doing, send)
 
     def _set_up_with(self, connection: Any, request: Callable[[Any], Any]) -> Any:
         """The session's set-up, then ``request``, sent together: one round trip.
@@ -263,64 +258,35 @@ class _Connection:
         )
         # A server that answers ends a statement that runs too long itself, with an
         # error naming why; only one that does not answer at all meets this limit.
-        connection.request_timeout_s = self.timeout_s + _ANSWER_SLACK_S
+        connection.request_timeout_s = self.timeout_s + ANSWER_SLACK_S
         return connection  # type: ignore[no-any-return]
 
-    def connect_within(self, seconds: float, hosts: Sequence[tuple[str, int]]) -> None:
-        """Connect now to one of ``hosts`` (the URL's), trying again until ``seconds``
-        have passed (refusals at once)."""
-        pg = _import_psycopg()
+    def _is_open(self, connection: Any) -> bool:
+        return not connection.closed
 
-        def attempt(seconds_left: float) -> None:
-            with self._lock:
-                if self._connection is None or self._connection.closed:
-                    self._connection = self._connect(max(0.5, min(seconds_left, self.timeout_s)))
+    def _descriptor(self, connection: Any) -> int:
+        # Closing the connection (or its being garbage collected) would send
+        # libpq's goodbye on the socket the parent shares, which ends the
+        # parent's session.
+        return int(connection.pgconn.socket)
 
-        def translate(error: Exception) -> Exception:
-            if not isinstance(error, pg.Error):
-                return error
-            if re.search(r"invalid .*value", first_line(error)):
-                # libpq checks a parameter's value only when it connects.
-                return ConfigurationError(f"{self.description}: {first_line(error)}")
-            return _translate(error, f"connecting to {self.description}")
+    def _errors(self) -> type[BaseException]:
+        return _import_psycopg().Error  # type: ignore[no-any-return]
 
-        reach_within(
-            seconds,
-            attempt,
-            translate,
-            store=peers.POSTGRESQL,
-            description=self.description,
-            settings="hosts, ports and TLS settings",
-            hosts=hosts,
-        )
+    def _cause(self, error: BaseException) -> BaseException:
+        return _first_error(error)
 
-    def _drop(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                connection.close()
+    def _translate(self, error: BaseException, doing: str) -> CoordinationError:
+        return _translate(error, doing)
 
-    def close(self) -> None:
-        with self._lock:
-            self._drop()
+    def _broken(self, error: BaseException) -> bool:
+        return _broken(error)
 
-    def forsake(self) -> None:
-        """In a child of ``fork()``: let go of the parent's connection without a word.
-
-        Closing it (or its being garbage collected) would send libpq's goodbye on
-        the socket the parent shares, which ends the parent's session: the
-        child's copy of the socket is replaced by /dev/null first.
-        """
-        connection, self._connection = self._connection, None
-        self._lock = threading.Lock()
-        if connection is not None:
-            forsake_connection(connection, lambda: int(connection.pgconn.socket))
-
-
-_ANSWER_SLACK_S = 1.0
-"""How much longer than ``timeout`` a request waits for the server's answer."""
-
-_CONNECTIONS: SharedClients[_Connection] = SharedClients(_Connection.forsake)
+    def _first_contact(self, error: BaseException) -> Exception:
+        if re.search(r"invalid .*value", first_line(error)):
+            # libpq checks a parameter's value only when it connects.
+            return ConfigurationError(f"{self.description}: {first_line(error)}")
+        return super()._first_contact(error)
 
 
 def _timed_connection_class() -> Any:
@@ -366,23 +332,15 @@ class PostgresStore:
         """``request`` and ``read`` (see :meth:`_Connection.run`), creating the table
         first if it is missing (or adding the columns an older idmint's table lacks)."""
         pg = _import_psycopg()
-        try:
-            return self.connection.run(doing, request, read)
-        except CoordinationError as error:
-            missing = (pg.errors.UndefinedTable, pg.errors.UndefinedColumn)
-            if not isinstance(error.__cause__, missing):
-                raise
-        try:
-            self.connection.run(f"creating {self.qualified}", self._create)
-        except CoordinatorRefused as refused:
-            raise CoordinatorRefused(
-                f"{refused}. The table is missing (or made by an older idmint) and this role "
-                "may not create it: create it "
-                f"as the postgresql:// driver's documentation shows (CREATE TABLE "
-                f"{self.qualified} ...), then GRANT SELECT, INSERT, UPDATE ON "
-                f"{self.qualified} TO the URL's role"
-            ) from refused.__cause__
-        return self.connection.run(doing, request, read)
+        return creating_if_missing(
+            lambda: self.connection.run(doing, request, read),
+            lambda cause: isinstance(cause, (pg.errors.UndefinedTable, pg.errors.UndefinedColumn)),
+            lambda: self.connection.run(f"creating {self.qualified}", self._create),
+            "The table is missing (or made by an older idmint) and this role may not "
+            "create it: create it as the postgresql:// driver's documentation shows "
+            f"(CREATE TABLE {self.qualified} ...), then GRANT SELECT, INSERT, UPDATE ON "
+            f"{self.qualified} TO the URL's role",
+        )
 
     def _create(self, connection: Any) -> None:
         # One claimant creates, the others wait for it on the lock and find it
@@ -458,7 +416,7 @@ class PostgresStore:
         free = []
         for row in rows[1:]:
             number, _, stamp, ceiling, renewed, released, holder, holders, version, vouched = row
-            mark = _mark_of(ceiling, renewed, released, holder, holders)
+            mark = mark_of_columns(ceiling, renewed, released, holder, holders)
             if mark is not None and not vouched:
                 # Written back by something else (a restore): the pool's memory is in
                 # doubt from now on, not only this identity's.
@@ -613,7 +571,7 @@ class PostgresStore:
             lambda c: c.execute(query, (space.name, cluster, number)),
             _fetch_one,
         )
-        return None if row is None else _mark_of(*row)
+        return None if row is None else mark_of_columns(*row)
 
     def list_claims(self) -> list[ClaimInfo]:
         query = f"""
@@ -626,22 +584,10 @@ class PostgresStore:
              ORDER BY c.space, c.cluster, c.id
         """
         rows = self._run("listing the claims", lambda c: c.execute(query), _fetch_all)
-        return in_pool_order(
-            (
-                ClaimInfo(
-                    cluster=cluster,
-                    generator=number,
-                    holder=holder or "unknown",
-                    since_ms=since,
-                    high_water_mark_ms=ceiling,
-                    space=space,
-                )
-                for space, cluster, number, holder, since, ceiling in rows
-            ),
-        )
+        return in_pool_order(rows)
 
 
-class PostgresCoordinator(LeaseCoordinator):
+class PostgresCoordinator(SqlLeaseCoordinator):
     """A PostgreSQL table used as a pool of generator IDs (see the module docs)."""
 
     store: PostgresStore
@@ -653,18 +599,12 @@ class PostgresCoordinator(LeaseCoordinator):
         self.ttl_s, self.max_ttl_s = options.ttl_s, options.max_ttl_s
         conninfo, where = _conninfo(url, PostgresOptions.others(url))
         self.description = f"{url.scheme}://{where} {self.schema}.{self.table}"
-        self._connection_key = conninfo
-        self._connection = _CONNECTIONS.take(
-            conninfo, lambda: _Connection(conninfo, self.description, options.timeout_s)
+        hosts = [(host, port or DEFAULT_PORT) for host, port in url.hosts]
+        self._connection = self._take_connection(
+            conninfo,
+            lambda: _Connection(conninfo, self.description, options.timeout_s, hosts),
+            options.connect_timeout_s,
         )
-        try:
-            self._connection.connect_within(
-                options.connect_timeout_s,
-                [(host, port or DEFAULT_PORT) for host, port in url.hosts],
-            )
-        except BaseException:
-            self.close()
-            raise
         self.store = PostgresStore(self._connection, self.schema, self.table, self.description)
 
     @classmethod
@@ -673,27 +613,6 @@ class PostgresCoordinator(LeaseCoordinator):
         return url.replace(
             options={**url.options, **PostgresOptions.query(table=f"{table}_{name}")}
         )
-
-    def list_claims(self) -> list[ClaimInfo]:
-        return self.store.list_claims()
-
-    def close(self) -> None:
-        key, self._connection_key = self._connection_key, ""
-        if key:
-            _CONNECTIONS.give_back(key, _Connection.close)
-
-
-def _mark_of(
-    ceiling: int | None,
-    renewed: int | None,
-    released: int | None,
-    holder: str | None,
-    holders: str | None,
-) -> HighWaterMark | None:
-    """A mark from its columns (None where no mark was written)."""
-    if ceiling is None:
-        return None
-    return HighWaterMark(ceiling, renewed or 0, released, holder or "", holders_of_text(holders))
 
 
 def _lease_row(lease: Lease) -> dict[str, Any]:
@@ -824,7 +743,7 @@ def _translate(error: BaseException, doing: str) -> CoordinationError:
     if _timed_out(error):
         return CoordinatorUnavailable(
             f"{doing}: no answer from the server within the URL's timeout + "
-            f"{_ANSWER_SLACK_S:g} s (frozen, or cut off from us)"
+            f"{ANSWER_SLACK_S:g} s (frozen, or cut off from us)"
         )
     if state in _OUTAGE_STATES or state.startswith("08"):
         return CoordinatorUnavailable(f"{doing}: {message}")

@@ -66,7 +66,7 @@ from idmint.coordinate.leases import (
     first_line,
     reach_within,
 )
-from idmint.coordinate.options import TlsOptions, option, text, with_options_table
+from idmint.coordinate.options import TLS_ADVICE, TlsOptions, option, text, with_options_table
 from idmint.coordinate.spaces import SPACES, Space
 from idmint.coordinate.url import CoordinatorUrl
 from idmint.errors import (
@@ -598,9 +598,7 @@ def _translate(error: BaseException, doing: str) -> CoordinationError:
         )
     if isinstance(error, ssl.SSLError) or isinstance(cause, ssl.SSLError):
         return CoordinatorRefused(
-            f"{doing}: the TLS handshake failed ({first_line(cause or error)}); check ca= "
-            "(the CA that signed the server's certificate), and cert=/key= if the server "
-            "wants a client certificate"
+            f"{doing}: the TLS handshake failed ({first_line(cause or error)}); {TLS_ADVICE}"
         )
     if isinstance(
         error,
