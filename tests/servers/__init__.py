@@ -40,7 +40,15 @@ from idmint.testing.minting import wait_for
 
 from .ports import LOOPBACK
 
-__all__ = ["Cluster", "Member", "ServerError", "ServerProcess", "SingleServer", "wait_until"]
+__all__ = [
+    "Cluster",
+    "Member",
+    "ServerError",
+    "ServerProcess",
+    "SingleServer",
+    "issue_server_certificate",
+    "wait_until",
+]
 
 
 class ServerError(RuntimeError):
@@ -210,6 +218,26 @@ def _terminate_all() -> None:
         process.terminate()
     for process in processes:
         process.stop(timeout=5.0)
+
+
+def issue_server_certificate(ca_path: Path, cert_path: Path, key_path: Path, name: str) -> None:
+    """A throw-away CA (its PEM at ``ca_path``) and a certificate it signed for
+    127.0.0.1 and localhost (``cert_path``; its key, readable by its owner only, at
+    ``key_path``): a TLS test server's, made once (nothing is done if it exists)."""
+    if cert_path.exists():
+        return
+    try:
+        import trustme
+    except ImportError as error:  # pragma: no cover - a test dependency
+        raise ServerError("TLS test servers need trustme (the test extra)") from error
+    for path in (ca_path, cert_path, key_path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    ca = trustme.CA(organization_name="idmint tests")
+    issued = ca.issue_cert(LOOPBACK, "localhost", common_name=name)
+    ca.cert_pem.write_to_path(str(ca_path))
+    issued.private_key_pem.write_to_path(str(key_path))
+    cert_path.write_bytes(b"".join(blob.bytes() for blob in issued.cert_chain_pems))
+    key_path.chmod(0o600)
 
 
 def wait_until(

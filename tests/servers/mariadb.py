@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import ServerError, ServerProcess, SingleServer
+from . import ServerError, ServerProcess, SingleServer, issue_server_certificate
 from .ports import LOOPBACK, free_port
 
 __all__ = ["TLS_USER", "USER", "MariaDbServer"]
@@ -203,18 +203,8 @@ class MariaDbServer(SingleServer):
         """``mariadbd``'s TLS options (none without ``tls``); certificates made on first use."""
         if not self.tls:
             return []
-        directory = self.ca_path.parent
-        cert, key = directory / "server.pem", directory / "server-key.pem"
-        if not cert.exists():
-            import trustme
-
-            directory.mkdir(parents=True, exist_ok=True)
-            ca = trustme.CA(organization_name="idmint tests")
-            issued = ca.issue_cert(LOOPBACK, "localhost", common_name="mariadb")
-            ca.cert_pem.write_to_path(str(self.ca_path))
-            issued.private_key_pem.write_to_path(str(key))
-            cert.write_bytes(b"".join(blob.bytes() for blob in issued.cert_chain_pems))
-            key.chmod(0o600)
+        cert, key = self.ca_path.parent / "server.pem", self.ca_path.parent / "server-key.pem"
+        issue_server_certificate(self.ca_path, cert, key, "mariadb")
         return [f"--ssl-ca={self.ca_path}", f"--ssl-cert={cert}", f"--ssl-key={key}"]
 
     def _ready(self) -> bool:

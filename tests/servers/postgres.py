@@ -42,7 +42,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import ServerError, ServerProcess, SingleServer, wait_until
+from . import ServerError, ServerProcess, SingleServer, issue_server_certificate, wait_until
 from .ports import LOOPBACK, free_port
 
 __all__ = ["FAST_SETTINGS", "PostgresServer", "postgres_bindir"]
@@ -397,17 +397,8 @@ class PostgresServer(SingleServer):
         directory = self._data_parent / "tls"
         cert, key = directory / "server.pem", directory / "server-key.pem"
         if not cert.exists():
-            import trustme
-
-            directory.mkdir(exist_ok=True)
-            ca = trustme.CA(organization_name="idmint tests")
-            server = ca.issue_cert(LOOPBACK, "localhost", common_name="postgres")
             assert self.ca_path is not None
-            self.ca_path.parent.mkdir(parents=True, exist_ok=True)
-            ca.cert_pem.write_to_path(str(self.ca_path))
-            server.private_key_pem.write_to_path(str(key))
-            cert.write_bytes(b"".join(blob.bytes() for blob in server.cert_chain_pems))
-            key.chmod(0o600)
+            issue_server_certificate(self.ca_path, cert, key, "postgres")
             if self._run_as is not None:
                 for path in (directory, cert, key):
                     os.chown(path, self._run_as.pw_uid, self._run_as.pw_gid)

@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import ServerError, ServerProcess, SingleServer, wait_until
+from . import ServerError, ServerProcess, SingleServer, issue_server_certificate, wait_until
 from .ports import LOOPBACK, free_port
 
 if TYPE_CHECKING:
@@ -230,19 +230,7 @@ class RedisServer(SingleServer):
         directory = self.tmpdir / "tls"
         files = {"ca": directory / "ca.pem", "cert": directory / "server.pem"}
         files["key"] = directory / "server-key.pem"
-        if files["ca"].exists():
-            return files
-        try:
-            import trustme
-        except ImportError as error:  # pragma: no cover - a test dependency
-            raise ServerError("TLS test servers need trustme (the test extra)") from error
-        directory.mkdir(parents=True, exist_ok=True)
-        ca = trustme.CA(organization_name="idmint tests")
-        server = ca.issue_cert(LOOPBACK, "localhost", common_name="redis")
-        ca.cert_pem.write_to_path(str(files["ca"]))
-        server.private_key_pem.write_to_path(str(files["key"]))
-        files["cert"].write_bytes(b"".join(blob.bytes() for blob in server.cert_chain_pems))
-        files["key"].chmod(0o600)
+        issue_server_certificate(files["ca"], files["cert"], files["key"], "redis")
         return files
 
 
