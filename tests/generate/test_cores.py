@@ -12,6 +12,7 @@ values it cannot make fall back, and minting leaves no memory behind.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import shutil
 import subprocess
@@ -38,11 +39,13 @@ from idmint.generate import (
     TickGenerator,
     Uid64Generator,
     Uid64V1Generator,
+    Uuid7Generator,
     core,
 )
-from idmint.generate.core import IdBatch, TickLayout
-from idmint.generate.generators import _make_elastic64
-from idmint.schemes import SCHEMES, Elastic64, IdValue
+from idmint.generate.core import IdBatch, RunPlacement, TickLayout
+from idmint.generate.generators import _make_elastic64, _make_uuid7
+from idmint.schemes import SCHEMES, Elastic64, IdValue, Uuid7
+from idmint.schemes import uuid7 as uu
 
 # -- where each core is used ---------------------------------------------------------------
 
@@ -195,6 +198,7 @@ PLAYED: dict[str, Callable[[Any], TickGenerator[Any]]] = {
     "snowflake-sonyflake": lambda clock: SnowflakeGenerator(
         33, layout="sonyflake", clock=clock, max_clock_wait_ms=15
     ),
+    "uuid7": lambda clock: Uuid7Generator(77, clock=clock, max_clock_wait_ms=5),
 }
 
 steps = st.lists(
@@ -213,16 +217,19 @@ def _play(make: Callable[[Any], TickGenerator[Any]], script: list[tuple[str, int
     """What a generator on the current core does with ``script``, on a ManualClock."""
     clock = ManualClock(start_ns=1_800_000_000_000 * MS + 123_456)
     generator = make(clock)
+    # The bits drawn at random (uuid7's) differ between any two runs: all else must not.
+    placement = generator._placement
+    kept = ~placement.noise_mask if placement is not None else -1
     seen: list[Any] = []
     for action, amount in script:
         try:
             if action == "generate":
-                seen.append([generator.generate().int for _ in range(amount)])
+                seen.append([generator.generate().int & kept for _ in range(amount)])
             elif action == "nowait":
                 made = (generator.generate_nowait() for _ in range(amount))
-                seen.append([None if value is None else value.int for value in made])
+                seen.append([None if value is None else value.int & kept for value in made])
             elif action == "batch":
-                seen.append(generator.batch(amount).ints())
+                seen.append([value & kept for value in generator.batch(amount).ints()])
             else:
                 getattr(clock, action)(amount)
         except GeneratorError as error:
@@ -382,6 +389,112 @@ def test_the_compiled_core_opens_ticks_and_waits_without_python(
     assert generator._run.armed
 
 
+class _CountedNoise:
+    """An endless iterator of zeros that counts what is taken from it."""
+
+    def __init__(self) -> None:
+        self.drawn = 0
+
+    def __iter__(self) -> _CountedNoise:
+        return self
+
+    def __next__(self) -> int:
+        self.drawn += 1
+        return 0
+
+
+def test_the_compiled_core_makes_uuid7s_and_opens_their_ticks_without_python(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """uuid7's run values are placed in their UUIDs (the counter split around the variant)
+    and given their random bits in C, not by the Python maker, and the compiled core
+    opens the milliseconds after the first itself."""
+    require_compiled_core()
+    calls = _counting_take_locked(monkeypatch)
+    noise = _CountedNoise()  # what the Python maker draws its random bits from
+    monkeypatch.setattr("idmint.generate.core._noise", noise)
+    generator = Uuid7Generator(0xBEEF)
+    assert generator.core == "c"
+    ids: list[Uuid7] = []
+    while len(ids) < 3000 or len({value.timestamp_ms for value in ids}) < 4:
+        ids.append(generator.generate())
+    assert len(calls) <= 2, f"the Python core opened {len(calls)} of the ticks"
+    assert noise.drawn <= len(calls)  # the maker made only the first UUID of Python's ticks
+    assert generator._run.armed
+    assert all(type(value) is Uuid7 and value.node == 0xBEEF for value in ids)
+    assert all(earlier < later for earlier, later in itertools.pairwise(ids))
+    for value in ids:
+        assert value.int & uu.VERSION_VARIANT_MASK == uu.VERSION_VARIANT_BITS
+    first_ms = [value for value in ids if value.timestamp_ms == ids[0].timestamp_ms]
+    assert [value.counter for value in first_ms] == list(range(len(first_ms)))
+    randoms = [value.random for value in ids]
+    assert len(set(randoms)) >= len(randoms) - 1  # 40 fresh bits each
+    # A batch places its run values in C too: the same layout, fresh bits, still in order.
+    batch = generator.batch(700)
+    assert ids[-1] < batch[0]
+    assert batch.ints() == [value.int for value in batch]
+    assert len({value.random for value in batch}) >= 699
+    assert {value.node for value in batch} == {0xBEEF}
+
+
+def test_a_placement_wider_than_the_compiled_core_makes_is_left_to_the_maker() -> None:
+    """A placement whose IDs pass 128 bits: the compiled core, checking its values against
+    the maker's when the class is made, sees it cannot make them, and calls the maker for
+    every UUID; batches are placed in Python. The IDs stay whole and in order."""
+    require_compiled_core()
+    right = Uuid7Generator._placement
+    assert right is not None
+    wide = RunPlacement(
+        right.split, right.high_shift + 40, right.low_shift, right.fixed, right.noise_bits
+    )
+
+    class Widened(Uuid7Generator):
+        __slots__ = ()
+        id_type = Uuid7
+        _placement = wide
+        _make_from_run = staticmethod(wide.maker(Uuid7))
+
+    generator = Widened(0x1234)
+    assert generator.core == "c"
+    with pytest.raises(TypeError):
+        Widened.generate.place_all(range(3))  # type: ignore[attr-defined]
+    ids = [generator.generate().int for _ in range(200)] + generator.batch(100).ints()
+    assert all(value.bit_length() > 128 for value in ids)
+    assert {(value >> uu.NODE_SHIFT) & uu.MAX_NODE for value in ids} == {0x1234}
+    assert ids == sorted(set(ids))
+
+
+def test_a_child_of_fork_never_hands_out_its_parents_random_bits() -> None:
+    """The compiled core reads random bytes from the kernel ahead of use; a child of
+    fork() drops them, or parent and child would give their UUIDs the same bits."""
+    require_compiled_core()
+    make = Uuid7Generator.generate.make
+    make(1)  # the parent has read ahead
+    reading, writing = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next 200 draws, then out without running anything else
+        os.close(reading)
+        drawn = " ".join(str(make(1).int & uu.MAX_RANDOM) for _ in range(200))
+        os.write(writing, drawn.encode())
+        os._exit(0)
+    os.close(writing)
+    with os.fdopen(reading) as pipe:
+        child = {int(word) for word in pipe.read().split()}
+    os.waitpid(pid, 0)
+    parent = {make(1).int & uu.MAX_RANDOM for _ in range(200)}
+    assert len(child) == len(parent) == 200
+    assert child.isdisjoint(parent)
+
+
+def test_the_pure_maker_and_the_declared_placement_agree() -> None:
+    """uuid7's maker writes its placement out for speed: it must be the declared one."""
+    placement = Uuid7Generator._placement
+    assert placement is not None
+    for run_value in (0, 1, (1 << 86) - 1, 0x0123_4567_89AB_CDEF_0123_45 & ((1 << 86) - 1)):
+        made = _make_uuid7(run_value)
+        assert made.int == placement.apply(run_value, made.int & placement.noise_mask)
+
+
 def test_a_fenced_generator_comes_back_to_python() -> None:
     """A fence (what a claim in doubt does) disarms the compiled run: the next tick is
     the Python core's to open, which consults the claim."""
@@ -537,8 +650,9 @@ def _rss_bytes() -> int:
         # Borrowing ahead, so 10 M IDs need no waiting: the ticks the compiled core opens.
         lambda: Elastic64Generator(12, 8, max_ahead_ms=60_000),
         lambda: MuidGenerator(max_ahead_us=60_000_000),  # 128-bit values
+        lambda: Uuid7Generator(12),  # 128-bit values, random bits drawn in C
     ],
-    ids=["elastic64", "muid"],
+    ids=["elastic64", "muid", "uuid7"],
 )
 def test_ten_million_ids_leave_the_memory_as_it_was(make: Callable[[], Any]) -> None:
     """10 M generate() calls on the compiled core, after 1 M to warm up: resident memory
@@ -553,5 +667,20 @@ def test_ten_million_ids_leave_the_memory_as_it_was(make: Callable[[], Any]) -> 
     before = _rss_bytes()
     for _ in range(10_000_000):
         take()
+    grown = _rss_bytes() - before
+    assert grown < 8 << 20, f"resident memory grew by {grown / 2**20:.1f} MB"
+
+
+def test_ten_million_uuid7s_in_batches_leave_the_memory_as_it_was() -> None:
+    """uuid7 batches, placed in C: 10,000 batches of 1,000 (and their ints) after 1,000
+    to warm up leave resident memory within 8 MB."""
+    require_compiled_core()
+    generator = Uuid7Generator(13)
+    assert generator.core == "c"
+    for _ in range(1_000):
+        generator.batch(1_000).ints()
+    before = _rss_bytes()
+    for _ in range(10_000):
+        generator.batch(1_000).ints()
     grown = _rss_bytes() - before
     assert grown < 8 << 20, f"resident memory grew by {grown / 2**20:.1f} MB"

@@ -96,13 +96,13 @@ rotl(uint64_t x, int k)
     return (x << k) | (x >> (64 - k));
 }
 
+/* Fill ``size`` bytes from getrandom() (the kernel's CSPRNG); -1 with OSError. */
 static int
-prng_seed(void)
+fill_random(void *buffer, size_t size)
 {
-    uint64_t seed[4] = {0, 0, 0, 0};
     size_t got = 0;
-    while (got < sizeof seed) {
-        ssize_t n = getrandom((char *)seed + got, sizeof seed - got, 0);
+    while (got < size) {
+        ssize_t n = getrandom((char *)buffer + got, size - got, 0);
         if (n < 0) {
             if (errno == EINTR) {
                 continue;
@@ -111,6 +111,16 @@ prng_seed(void)
             return -1;
         }
         got += (size_t)n;
+    }
+    return 0;
+}
+
+static int
+prng_seed(void)
+{
+    uint64_t seed[4] = {0, 0, 0, 0};
+    if (fill_random(seed, sizeof seed) < 0) {
+        return -1;
     }
     if ((seed[0] | seed[1] | seed[2] | seed[3]) == 0) {
         seed[0] = 1; /* the one state xoshiro cannot leave */
@@ -140,9 +150,114 @@ random_bits(int bits, uint64_t *out)
     return 0;
 }
 
+/* Bytes straight from the kernel's CSPRNG, read 8 KiB at a time: the bits uuid7
+ * fills at random, which must not be guessable from their neighbours (a PRNG's
+ * would be). An ID takes only the bytes its random bits need (five for uuid7's
+ * 40: the kernel's cost is per byte, and most of what the bits cost). Each byte
+ * goes out once; a child of fork() drops what its parent had read, which the
+ * parent hands out too. */
+#define NOISE_BYTES 8192
+static unsigned char noise_bytes[NOISE_BYTES];
+static size_t noise_left;
+static uint64_t noise_forks = UINT64_MAX; /* never read */
+
+/* ``count`` (1..8) unused bytes as the low bytes of ``*out``; -1 with an exception
+ * only when the kernel refuses. */
+static inline int
+noise_word(size_t count, uint64_t *out)
+{
+    if (noise_left < count || noise_forks != forks) {
+        noise_left = 0;
+        if (fill_random(noise_bytes, sizeof noise_bytes) < 0) {
+            return -1;
+        }
+        noise_left = NOISE_BYTES;
+        noise_forks = forks;
+    }
+    noise_left -= count;
+    uint64_t word = 0;
+    memcpy(&word, noise_bytes + noise_left, count);
+    *out = word;
+    return 0;
+}
+
 /* -- ints up to 128 bits ---------------------------------------------------------- */
 
 static PyObject *int_zero, *int_one, *int_sixty_four; /* made once, at import */
+
+/* An int of 65 to 128 bits, through CPython's public byte-array conversion. */
+static PyObject *
+int_from_bytes(u128 value)
+{
+    unsigned char bytes[16];
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(bytes, &value, sizeof bytes);
+#else
+    for (int i = 0; i < 16; i++) {
+        bytes[i] = (unsigned char)(value >> (8 * i));
+    }
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyLong_FromUnsignedNativeBytes(
+        bytes, 16, Py_ASNATIVEBYTES_LITTLE_ENDIAN | Py_ASNATIVEBYTES_UNSIGNED_BUFFER);
+#else
+    return _PyLong_FromByteArray(bytes, 16, 1, 0);
+#endif
+}
+
+#if PY_VERSION_HEX < 0x030C0000 && PYLONG_BITS_IN_DIGIT == 30
+/* CPython 3.11 keeps an int as 30-bit digits after a size (cpython/longintrepr.h):
+ * writing them into _PyLong_New's object costs a fifth of the byte-array
+ * conversion, which is most of a uuid7's cost. Used only once the module's import
+ * has made the same ints both ways (digits_agree); the byte array otherwise. */
+#define IDM_DIGITS 1
+static int digits_agree;
+
+static PyObject *
+int_from_digits(u128 value)
+{
+    Py_ssize_t count = 0;
+    for (u128 rest = value; rest; rest >>= PyLong_SHIFT) {
+        count++;
+    }
+    PyLongObject *made = _PyLong_New(count);
+    if (made == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++, value >>= PyLong_SHIFT) {
+        made->ob_digit[i] = (digit)(value & PyLong_MASK);
+    }
+    return (PyObject *)made;
+}
+
+/* Whether int_from_digits makes the ints int_from_bytes makes: 0 or 1; -1 on error. */
+static int
+check_digits(void)
+{
+    const u128 top = ~(u128)0;
+    const u128 tried[] = {
+        (u128)1 << 64,
+        ((u128)1 << 64) + 1,
+        ((u128)1 << 90) - 1,
+        (u128)1 << 120,
+        ((u128)0x0123456789ABCDEFULL << 64) | 0xFEDCBA9876543210ULL,
+        top,
+        top >> 1,
+        top >> 38,
+    };
+    for (size_t i = 0; i < sizeof tried / sizeof tried[0]; i++) {
+        PyObject *fast = int_from_digits(tried[i]);
+        PyObject *slow = int_from_bytes(tried[i]);
+        int same = fast != NULL && slow != NULL ? PyObject_RichCompareBool(fast, slow, Py_EQ) : -1;
+        Py_XDECREF(fast);
+        Py_XDECREF(slow);
+        if (same != 1) {
+            return same;
+        }
+    }
+    return 1;
+}
+#endif
 
 static PyObject *
 int_from_u128(u128 value)
@@ -150,16 +265,12 @@ int_from_u128(u128 value)
     if ((value >> 64) == 0) {
         return PyLong_FromUnsignedLongLong((unsigned long long)value);
     }
-    unsigned char bytes[16];
-    for (int i = 0; i < 16; i++) {
-        bytes[i] = (unsigned char)(value >> (8 * i));
+#ifdef IDM_DIGITS
+    if (digits_agree) {
+        return int_from_digits(value);
     }
-#if PY_VERSION_HEX >= 0x030D0000
-    return PyLong_FromUnsignedNativeBytes(
-        bytes, 16, Py_ASNATIVEBYTES_LITTLE_ENDIAN | Py_ASNATIVEBYTES_UNSIGNED_BUFFER);
-#else
-    return _PyLong_FromByteArray(bytes, 16, 1, 0);
 #endif
+    return int_from_bytes(value);
 }
 
 /* A non-negative int below 2**128; -1 with OverflowError or TypeError otherwise. */
@@ -779,6 +890,12 @@ typedef struct {
     int tag_shift;
     PyObject *maker;               /* a Python maker instead of the slots; NULL */
     int random_bits;
+    /* Placement (uuid7): a run value's bits from split up go to high_shift, those below
+     * to low_shift, fixed is set, and noise_mask's bits come from noise_word(). */
+    int placed, place_split, place_high_shift, place_low_shift;
+    u128 place_fixed, place_low_mask;
+    uint64_t noise_mask;
+    size_t noise_bytes;
     PyObject *pure;                /* the pure core's method: generators on the pure core */
     PyTypeObject *batch_type;      /* IdBatch */
     Py_ssize_t batch_ints_offset, batch_make_offset, batch_mask_offset, batch_texts_offset;
@@ -792,9 +909,26 @@ enum { READY, WAIT, PYTHON, FAILED };
 
 /* The value object for ``value`` (a run value: elastic64's carries its width
  * above bit 64), as the pure core makes it. */
+/* The ID of a run value placed as the class declares (``placed``), random bits drawn. */
+static inline int
+place(HotPathObject *hp, u128 value, u128 *out)
+{
+    uint64_t noise;
+    if (noise_word(hp->noise_bytes, &noise) < 0) {
+        return -1;
+    }
+    *out = ((value >> hp->place_split) << hp->place_high_shift) |
+           ((value & hp->place_low_mask) << hp->place_low_shift) | hp->place_fixed |
+           (noise & hp->noise_mask);
+    return 0;
+}
+
 static PyObject *
 make_value(HotPathObject *hp, u128 value)
 {
+    if (hp->placed && hp->maker == NULL && place(hp, value, &value) < 0) {
+        return NULL;
+    }
     if (hp->maker != NULL) {
         PyObject *number = int_from_u128(value);
         if (number == NULL) {
@@ -1302,6 +1436,50 @@ HotPath_make_all(HotPathObject *self, PyObject *values)
     return out;
 }
 
+/* place_all(values): the IDs of a batch's run values (a range, or a list of ints), placed
+ * as make() places them, as a list of ints (uuid7's batches). */
+static PyObject *
+HotPath_place_all(HotPathObject *self, PyObject *values)
+{
+    if (!self->placed || self->maker != NULL) {
+        PyErr_SetString(PyExc_TypeError, "place_all() needs a placement made here");
+        return NULL;
+    }
+    int is_range = PyRange_Check(values);
+    if (!is_range && !PyList_Check(values)) {
+        PyErr_SetString(PyExc_TypeError, "place_all() takes a range or a list");
+        return NULL;
+    }
+    Py_ssize_t length = PyObject_Size(values);
+    u128 first = 0, step = 0;
+    if (length < 0 || (is_range && length > 0 && range_parts(values, &first, &step) < 0)) {
+        return NULL;
+    }
+    PyObject *out = PyList_New(length);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < length; i++) {
+        u128 value = first + step * (u128)i;
+        /* Its length checked each time: an int subclass's code could change the list. */
+        if (!is_range && (i >= PyList_GET_SIZE(values) ||
+                          u128_from_int(PyList_GET_ITEM(values, i), "a run value", &value) < 0)) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_RuntimeError, "the list changed size");
+            }
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *number = place(self, value, &value) < 0 ? NULL : int_from_u128(value);
+        if (number == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, number);
+    }
+    return out;
+}
+
 /* make(value): the value object the hot path makes of a run value (for checks). */
 static PyObject *
 HotPath_make(HotPathObject *self, PyObject *arg)
@@ -1330,17 +1508,39 @@ HotPath_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     static char *names[] = {"kind",       "owner",      "pure",       "run_slot",   "tick_slot",
                             "waits_slot", "make_slot",  "id_type",    "int_slot",   "tag_slot",
                             "tag_shift",  "maker",      "random_bits", "batch_type", "batch_slots",
-                            "mask",       "texts",      "exhausted_slots", NULL};
+                            "mask",       "texts",      "exhausted_slots", "placement", NULL};
     const char *kind;
     PyObject *owner, *pure, *run_slot, *tick_slot, *waits_slot, *make_slot, *id_type, *int_slot,
-        *tag_slot, *maker, *batch_type, *batch_slots, *mask, *texts, *exhausted_slots;
+        *tag_slot, *maker, *batch_type, *batch_slots, *mask, *texts, *exhausted_slots, *placement;
     int tag_shift, bits;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "$sO!OOOOOO!OOiOiOOOOO:HotPath", names, &kind, &PyType_Type, &owner,
+            args, kwargs, "$sO!OOOOOO!OOiOiOOOOOO:HotPath", names, &kind, &PyType_Type, &owner,
             &pure, &run_slot, &tick_slot, &waits_slot, &make_slot, &PyType_Type, &id_type,
             &int_slot, &tag_slot, &tag_shift, &maker, &bits, &batch_type, &batch_slots, &mask,
-            &texts, &exhausted_slots)) {
+            &texts, &exhausted_slots, &placement)) {
         return NULL;
+    }
+    int split = 0, high_shift = 0, low_shift = 0, noise_bits = 0;
+    PyObject *fixed_obj = NULL;
+    u128 fixed = 0;
+    if (placement != Py_None) {
+        if (!PyTuple_Check(placement) ||
+            !PyArg_ParseTuple(placement, "iiiOi:placement", &split, &high_shift, &low_shift,
+                              &fixed_obj, &noise_bits)) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_TypeError,
+                                "placement: (split, high_shift, low_shift, fixed, noise_bits)");
+            }
+            return NULL;
+        }
+        if (u128_from_int(fixed_obj, "placement's fixed bits", &fixed) < 0) {
+            return NULL;
+        }
+        if (split < 0 || split > 127 || high_shift < 0 || high_shift > 127 || low_shift < 0 ||
+            low_shift > 127 || noise_bits < 1 || noise_bits > 64) {
+            PyErr_SetString(PyExc_ValueError, "a placement out of range");
+            return NULL;
+        }
     }
     int which;
     if (strcmp(kind, "generate") == 0) {
@@ -1424,6 +1624,14 @@ HotPath_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     }
     self->tag_shift = tag_shift;
     self->random_bits = bits;
+    self->placed = placement != Py_None;
+    self->place_split = split;
+    self->place_high_shift = high_shift;
+    self->place_low_shift = low_shift;
+    self->place_fixed = fixed;
+    self->place_low_mask = ((u128)1 << split) - 1;
+    self->noise_bytes = (size_t)(noise_bits + 7) / 8;
+    self->noise_mask = noise_bits == 64 ? UINT64_MAX : (((uint64_t)1 << noise_bits) - 1);
     Py_INCREF(owner);
     self->owner = owner_type;
     Py_INCREF(pure);
@@ -1529,6 +1737,8 @@ static PyGetSetDef HotPath_getset[] = {
 
 static PyMethodDef HotPath_methods[] = {
     {"make", (PyCFunction)HotPath_make, METH_O, "The value object made of a run value."},
+    {"place_all", (PyCFunction)HotPath_place_all, METH_O,
+     "The IDs of run values, placed with fresh random bits, as ints."},
     {"make_all", (PyCFunction)HotPath_make_all, METH_O,
      "The value objects of a range of run values, as a list."},
     {NULL, NULL, 0, NULL},
@@ -1780,6 +1990,11 @@ PyInit__speedups(void)
         (int_sixty_four = PyLong_FromLong(64)) == NULL) {
         return NULL;
     }
+#ifdef IDM_DIGITS
+    if ((digits_agree = check_digits()) < 0) {
+        return NULL;
+    }
+#endif
     static int fork_handler_set = 0;
     if (!fork_handler_set) {
         int status = pthread_atfork(NULL, NULL, count_fork_in_child);

@@ -54,6 +54,7 @@ import os
 import sys
 import threading
 import weakref
+from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice, repeat
@@ -340,6 +341,101 @@ class TickLayout:
     reversed: bool = False
 
 
+_NOISE_WORDS = 4096
+"""Words of random bits read from the OS at once (32 KiB): one ``os.urandom`` call
+per 4,096 IDs that need some instead of one each."""
+_noise: Iterator[int] = iter(())
+
+
+def _noise_refill() -> int:
+    """The next random word, after reading a fresh buffer of them from the OS."""
+    global _noise
+    _noise = iter(array("Q", os.urandom(8 * _NOISE_WORDS)))
+    return next(_noise)
+
+
+def _forget_noise() -> None:
+    # A child of fork() must not hand out the random bits its parent also will.
+    global _noise
+    _noise = iter(())
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_noise)
+
+
+@dataclass(frozen=True)
+class RunPlacement:
+    """How a run value becomes its ID where a scheme packs the two apart (uuid7, whose
+    counter the variant bits split), declared for the compiled core and the scheme's
+    maker alike.
+
+    The run value's bits from ``split`` up move to ``high_shift``, the bits below
+    ``split`` to ``low_shift``; ``fixed`` is set, and the ``noise_bits`` lowest bits
+    are fresh from the operating system's CSPRNG for every ID.
+    """
+
+    split: int
+    high_shift: int
+    low_shift: int
+    fixed: int
+    noise_bits: int
+
+    @property
+    def noise_mask(self) -> int:
+        return (1 << self.noise_bits) - 1
+
+    def apply(self, run_value: int, noise: int) -> int:
+        """The ID of ``run_value`` with ``noise`` as its random bits."""
+        low = run_value & ((1 << self.split) - 1)
+        placed = (run_value >> self.split) << self.high_shift | low << self.low_shift
+        return placed | self.fixed | noise & self.noise_mask
+
+    def maker(self, id_type: type[IdT]) -> Callable[[int], IdT]:
+        """The maker of ``id_type`` values from run values (a class's ``_make_from_run``),
+        with fresh random bits; it runs for every ID on the pure core."""
+
+        def make(
+            run_value: int,
+            *,
+            new: Callable[[type[IdT]], IdT] = _new,
+            value_type: type[IdT] = id_type,
+            split: int = self.split,
+            high_shift: int = self.high_shift,
+            low_mask: int = (1 << self.split) - 1,
+            low_shift: int = self.low_shift,
+            fixed: int = self.fixed,
+            noise_mask: int = self.noise_mask,
+        ) -> IdT:
+            # apply() written out, its constants as defaults (locals, not attribute
+            # reads: a third of its cost).
+            try:
+                noise = next(_noise)
+            except StopIteration:
+                noise = _noise_refill()
+            obj = new(value_type)
+            obj._int = (
+                (run_value >> split) << high_shift | (run_value & low_mask) << low_shift | fixed
+            ) | noise & noise_mask
+            return obj
+
+        return make
+
+    def apply_all(self, run_values: Sequence[int]) -> list[int]:
+        """The IDs of ``run_values``, with random bits read for them at once."""
+        noise = array("Q", os.urandom(8 * len(run_values)))
+        split, high_shift, low_shift = self.split, self.high_shift, self.low_shift
+        low_mask, fixed, noise_mask = (1 << split) - 1, self.fixed, self.noise_mask
+        # apply() written out: a call per ID would double a batch's cost.
+        return [
+            (value >> split) << high_shift
+            | (value & low_mask) << low_shift
+            | fixed
+            | bits & noise_mask
+            for value, bits in zip(run_values, noise, strict=True)
+        ]
+
+
 class IdBatch(Sequence[IdT]):
     """IDs issued together, in order: a read-only sequence of ID values.
 
@@ -464,6 +560,9 @@ class TickGenerator(Generic[IdT]):
     tick_ns: ClassVar[int] = 1_000_000  # one tick is one millisecond unless a scheme says
     random_bits: ClassVar[int] = 0  # low bits filled at random per ID (short60)
     _int_mask: ClassVar[int | None] = None
+    _placement: ClassVar[RunPlacement | None] = None
+    """How the class's ``_make_from_run`` places a run value's bits in its ID, for the
+    compiled core to do the same (checked against the maker before it is used)."""
     _tag_slot: ClassVar[str | None] = None
     """The value type's slot that takes a run value's bits above ``_int_mask``
     (elastic64's width), for the compiled core's values."""
@@ -739,6 +838,8 @@ class TickGenerator(Generic[IdT]):
                 cls.batch = _compiled_path(cls, "batch", TickGenerator.batch)  # type: ignore[method-assign]
             cls.generate = generate  # type: ignore[method-assign,assignment]
             cls.generate_nowait = generate_nowait  # type: ignore[method-assign,assignment]
+        if "id_type" in cls.__dict__ and cls._placement is not None:
+            _place_batches(cls)
 
     def generate_nowait(self) -> IdT | None:
         """Issue one ID if that needs no waiting, else ``None``.
@@ -1207,6 +1308,45 @@ def _hot_path(
     return generate
 
 
+def _place_batches(cls: type[TickGenerator[Any]]) -> None:
+    """Make ``cls``'s batches of IDs, not of run values (its ``_placement``): the
+    compiled core places them where the generator is on it and can, Python otherwise."""
+    placement = cls._placement
+    assert placement is not None
+    run_batch = cls.batch
+    place_all: Callable[[Sequence[int]], list[int]] | None = getattr(run_batch, "place_all", None)
+    if place_all is not None:
+        try:
+            place_all(range(0))
+        except TypeError:  # the maker's placement is one the compiled core cannot copy
+            place_all = None
+    id_type = cls.id_type
+
+    def plain(value: int) -> Any:
+        made = _new(id_type)
+        made._int = value
+        return made
+
+    def placed(generator: TickGenerator[Any], made: IdBatch[Any]) -> IdBatch[Any]:
+        values = made._ints
+        if generator._compiled and place_all is not None:
+            ints = place_all(values)
+        else:
+            ints = placement.apply_all(values)
+        return IdBatch(ints, plain, None, cls._batch_texts)
+
+    def batch(self: TickGenerator[Any], count: int) -> IdBatch[Any]:
+        return placed(self, run_batch(self, count))
+
+    async def abatch(self: TickGenerator[Any], count: int) -> IdBatch[Any]:
+        return placed(self, await TickGenerator.abatch(self, count))
+
+    batch.__doc__ = TickGenerator.batch.__doc__
+    abatch.__doc__ = TickGenerator.abatch.__doc__
+    cls.batch = batch  # type: ignore[method-assign]
+    cls.abatch = abatch  # type: ignore[method-assign]
+
+
 def _slot(owner: type, name: str) -> object:
     """The descriptor of the slot ``name`` of ``owner`` (from the class that declares it)."""
     for klass in owner.__mro__:
@@ -1234,6 +1374,7 @@ def _compiled_path(cls: type[TickGenerator[Any]], kind: str, pure: Callable[...,
     make = getattr(cls, "_make_from_run", None)
     mask = cls._int_mask
     tag = cls._tag_slot
+    placement = cls._placement
 
     def compiled(maker: Callable[[int], Any] | None) -> Any:
         assert _speedups is not None
@@ -1259,6 +1400,15 @@ def _compiled_path(cls: type[TickGenerator[Any]], kind: str, pure: Callable[...,
             batch_slots=tuple(_slot(IdBatch, n) for n in ("_ints", "_make", "_mask", "_texts")),
             mask=mask,
             texts=cls._batch_texts,
+            placement=None
+            if placement is None or maker is not None
+            else (
+                placement.split,
+                placement.high_shift,
+                placement.low_shift,
+                placement.fixed,
+                placement.noise_bits,
+            ),
         )
 
     def reference(value: int) -> object:
@@ -1268,11 +1418,27 @@ def _compiled_path(cls: type[TickGenerator[Any]], kind: str, pure: Callable[...,
         made._int = value
         return made
 
+    noise = ~placement.noise_mask if placement is not None else -1
+
+    def same(made: object, expected: object) -> bool:
+        """Whether two values agree in every slot (their random bits aside)."""
+        if type(made) is not type(expected):
+            return False
+        mine, theirs = _slot_values(made), _slot_values(expected)
+        mine["_int"] = cast(int, mine["_int"]) & noise
+        theirs["_int"] = cast(int, theirs["_int"]) & noise
+        return mine == theirs
+
+    pattern = 0x0123_4567_89AB_CDEF_FEDC_BA98_7654_3210
+    if mask is None:
+        probes = [pattern & (1 << 64) - 1]
+    elif tag is not None:
+        probes = [(9 << mask.bit_length()) | 0x4567]
+    else:
+        probes = [pattern & mask, mask, 1 << (mask.bit_length() - 1)]
     try:
         path = compiled(None)
-        probe = 0x0123_4567_89AB_CDEF if mask is None else (9 << mask.bit_length()) | 0x4567
-        made, expected = path.make(probe), reference(probe)
-        if type(made) is not type(expected) or _slot_values(made) != _slot_values(expected):
+        if not all(same(path.make(probe), reference(probe)) for probe in probes):
             path = compiled(make if make is not None else reference)
     except (TypeError, AttributeError, ValueError):  # slots not as the compiled core needs
         return pure
@@ -1317,6 +1483,7 @@ def compiled_take(owner: type, pure: Callable[[Any], Any], id_type: type[IdValue
             mask=None,
             texts=None,
             exhausted_slots=None,
+            placement=None,
         )
     except (TypeError, AttributeError, ValueError):  # slots not as the compiled core needs
         return pure

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import functools
-import os
 import secrets
 import threading
-from array import array
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from operator import length_hint
 from types import TracebackType
 from typing import Any, ClassVar, cast
@@ -17,7 +15,7 @@ from idmint.errors import ConfigurationError, GeneratorForked, TransactionFull
 from idmint.generate.core import (
     DEFAULT_MAX_CLOCK_WAIT_MS,
     Claim,
-    IdBatch,
+    RunPlacement,
     TickGenerator,
     TickLayout,
     check_identity_field,
@@ -639,70 +637,23 @@ if _make_all is not None:  # the compiled core's
 # -- uuid7 ---------------------------------------------------------------------------
 # A tick's run holds each UUID's (ms, counter, node) packed tight, the version nibble
 # in its place: the counter is one arithmetic step per UUID there, where in the UUID
-# it is split around the variant bits. The maker spreads a run value into the UUID
+# it is split around the variant bits. The maker places a run value's bits in the UUID
 # and adds the random bits:
 #
 #   run value:  ms (48) | version 0111 (4) | counter high (12) | counter low (6) | node (16)
 #   UUID:       ms | version | counter high | variant 10 | counter low | node | random (40)
 _UUID7_SPLIT = uu.COUNTER_LOW_BITS + uu.NODE_BITS  # the run value's bits below rand_a
-_UUID7_LOW_MASK = (1 << _UUID7_SPLIT) - 1
 _UUID7_TIME_SHIFT = _UUID7_SPLIT + uu.COUNTER_HIGH_BITS + 4  # 4: the version nibble
 _UUID7_VERSION = uu.VERSION << (_UUID7_TIME_SHIFT - 4)
-_UUID7_VARIANT = uu.VARIANT << uu.VARIANT_SHIFT
 _UUID7_RUN_MASK = (1 << (_UUID7_TIME_SHIFT + uu.TIMESTAMP_BITS)) - 1
-_UUID7_RANDOM_MASK = uu.MAX_RANDOM
-_UUID7_RANDOM_BATCH = 4096
-"""UUIDs' worth of random bits read from the OS at once (8 bytes each, 32 KiB):
-one ``os.urandom`` call per 4,096 UUIDs instead of one each."""
-_uuid7_noise: Iterator[int] = iter(())
-
-
-def _uuid7_refill() -> int:
-    """The next random word, after reading a fresh buffer of them from the OS."""
-    global _uuid7_noise
-    _uuid7_noise = iter(array("Q", os.urandom(8 * _UUID7_RANDOM_BATCH)))
-    return next(_uuid7_noise)
-
-
-def _uuid7_forget_noise() -> None:
-    # A child of fork() must not hand out the random bits its parent also will.
-    global _uuid7_noise
-    _uuid7_noise = iter(())
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_uuid7_forget_noise)
-
-
-def _make_uuid7(
-    run_value: int,
-    *,
-    new: Callable[[type[Uuid7]], Uuid7] = _new,
-    value_type: type[Uuid7] = Uuid7,
-    split: int = _UUID7_SPLIT,
-    high_shift: int = uu.COUNTER_HIGH_SHIFT,
-    low_mask: int = _UUID7_LOW_MASK,
-    low_shift: int = uu.NODE_SHIFT,
-    variant: int = _UUID7_VARIANT,
-    random_mask: int = _UUID7_RANDOM_MASK,
-) -> Uuid7:
-    """The UUID of a run value, with fresh random bits. Runs for every UUID: the
-    constants are its defaults (locals, not module globals: a tenth of its cost)."""
-    try:
-        noise = next(_uuid7_noise)
-    except StopIteration:
-        noise = _uuid7_refill()
-    obj = new(value_type)
-    obj._int = (
-        (run_value >> split) << high_shift | (run_value & low_mask) << low_shift | variant
-    ) | noise & random_mask
-    return obj
-
-
-def _plain_uuid7(value: int) -> Uuid7:
-    obj = _new(Uuid7)
-    obj._int = value
-    return obj
+_UUID7_PLACEMENT = RunPlacement(
+    split=_UUID7_SPLIT,
+    high_shift=uu.COUNTER_HIGH_SHIFT,
+    low_shift=uu.NODE_SHIFT,
+    fixed=uu.VARIANT << uu.VARIANT_SHIFT,
+    noise_bits=uu.RANDOM_BITS,
+)
+_make_uuid7 = _UUID7_PLACEMENT.maker(Uuid7)
 
 
 class Uuid7Generator(TickGenerator[Uuid7]):
@@ -724,6 +675,7 @@ class Uuid7Generator(TickGenerator[Uuid7]):
     # through the maker, which a mask (the bits of a run value) asks for.
     _int_mask = _UUID7_RUN_MASK
     _make_from_run = staticmethod(_make_uuid7)
+    _placement = _UUID7_PLACEMENT
 
     def __init__(
         self,
@@ -746,11 +698,7 @@ class Uuid7Generator(TickGenerator[Uuid7]):
             max_clock_wait_ms=max_clock_wait_ms,
             claim=claim,
         )
-        # The compiled core's runs hold 64-bit layouts; a uuid7 run value is spread
-        # into its UUID by the maker, here in Python.
-        self._compiled = False
-        self._run = self._new_run(range(0), 0)
-        self._make = _make_uuid7
+        self._make = self._make_from_run
         self._node = 0
         if claim is not None:
             grant = claim.wait()
@@ -773,40 +721,11 @@ class Uuid7Generator(TickGenerator[Uuid7]):
         check_tick_range("uuid7", tick, 0, uu.MAX_TIMESTAMP_MS)
         return tick << _UUID7_TIME_SHIFT | _UUID7_VERSION | self._node
 
+    def _tick_layout(self) -> TickLayout:
+        return TickLayout(_UUID7_VERSION | self._node, _UUID7_TIME_SHIFT, 0, uu.MAX_TIMESTAMP_MS)
+
     def __repr__(self) -> str:
         return f"Uuid7Generator(node={self._node})"
-
-
-def _uuid7_batch(self: Uuid7Generator, count: int) -> IdBatch[Uuid7]:
-    """``count`` UUIDs, in order (:meth:`TickGenerator.batch`, the run values spread)."""
-    return _uuid7_spread(TickGenerator.batch(self, count))
-
-
-async def _uuid7_abatch(self: Uuid7Generator, count: int) -> IdBatch[Uuid7]:
-    """``count`` UUIDs; waits for the clock on the event loop."""
-    return _uuid7_spread(await TickGenerator.abatch(self, count))
-
-
-def _uuid7_spread(made: IdBatch[Uuid7]) -> IdBatch[Uuid7]:
-    """The batch's run values as UUIDs, with random bits read for the batch at once."""
-    values = made._ints
-    noise = array("Q", os.urandom(8 * len(values)))
-    split, high_shift, low_mask = _UUID7_SPLIT, uu.COUNTER_HIGH_SHIFT, _UUID7_LOW_MASK
-    low_shift, variant, random_mask = uu.NODE_SHIFT, _UUID7_VARIANT, _UUID7_RANDOM_MASK
-    ints = [
-        (value >> split) << high_shift
-        | (value & low_mask) << low_shift
-        | variant
-        | bits & random_mask
-        for value, bits in zip(values, noise, strict=True)
-    ]
-    return IdBatch(ints, _plain_uuid7, None, Uuid7.texts_of_ints)
-
-
-# Set after the class is made: TickGenerator.__init_subclass__ puts the core's batch
-# on every generator class, and a uuid7 batch must spread the core's run values.
-Uuid7Generator.batch = _uuid7_batch  # type: ignore[method-assign,assignment]
-Uuid7Generator.abatch = _uuid7_abatch  # type: ignore[method-assign,assignment]
 
 
 # -- snowflake ---------------------------------------------------------------------------
