@@ -329,6 +329,25 @@ def test_compiled_texts_of_any_ints(scheme: str, data: st.DataObject) -> None:
     assert renderer(ints) == [id_type.text_of_int(value) for value in ints]
 
 
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.integers(-(2**70), 2**131), min_size=1, max_size=8))
+def test_the_compiled_core_reads_every_int_up_to_128_bits_and_refuses_the_rest(
+    values: list[int],
+) -> None:
+    """Ints read from a list (a batch's run values across ticks) as the compiled core reads
+    them: each below 2**128 whole (here masked to its low 64 bits and shown in hex), any
+    negative or wider one refused with OverflowError, never read wrong."""
+    require_compiled_core()
+    assert core._speedups is not None
+    low = (1 << 64) - 1
+    if all(0 <= value < 1 << 128 for value in values):
+        shown = core._speedups.texts_of(values, low, 0, 16)
+        assert shown == [f"{value & low:016x}" for value in values]
+    else:
+        with pytest.raises(OverflowError):
+            core._speedups.texts_of(values, low, 0, 16)
+
+
 def test_a_value_type_whose_texts_no_compiled_form_makes_keeps_its_own() -> None:
     """muid's texts are upper-case hex of 128 bits: no compiled form makes them."""
     require_compiled_core()

@@ -230,7 +230,32 @@ int_from_digits(u128 value)
     return (PyObject *)made;
 }
 
-/* Whether int_from_digits makes the ints int_from_bytes makes: 0 or 1; -1 on error. */
+/* ``obj``'s value from its digits, if it is an int from 0 to 2**128 - 1: 1, with
+ * ``*out`` set; 0 when it is not (negative, wider, or not an exact int). */
+static inline int
+u128_from_digits(PyObject *obj, u128 *out)
+{
+    if (!PyLong_CheckExact(obj)) {
+        return 0;
+    }
+    Py_ssize_t count = Py_SIZE(obj);
+    if (count < 0 || count > (128 + PyLong_SHIFT - 1) / PyLong_SHIFT) {
+        return 0;
+    }
+    const digit *digits = ((PyLongObject *)obj)->ob_digit;
+    u128 value = 0;
+    for (Py_ssize_t i = count - 1; i >= 0; i--) {
+        if (value >> (128 - PyLong_SHIFT)) {
+            return 0; /* one more digit would push bits past 128 */
+        }
+        value = (value << PyLong_SHIFT) | digits[i];
+    }
+    *out = value;
+    return 1;
+}
+
+/* Whether int_from_digits makes the ints int_from_bytes makes, and u128_from_digits
+ * reads them back: 0 or 1; -1 on error. */
 static int
 check_digits(void)
 {
@@ -249,6 +274,10 @@ check_digits(void)
         PyObject *fast = int_from_digits(tried[i]);
         PyObject *slow = int_from_bytes(tried[i]);
         int same = fast != NULL && slow != NULL ? PyObject_RichCompareBool(fast, slow, Py_EQ) : -1;
+        u128 read;
+        if (same == 1 && !(u128_from_digits(slow, &read) && read == tried[i])) {
+            same = 0;
+        }
         Py_XDECREF(fast);
         Py_XDECREF(slow);
         if (same != 1) {
@@ -281,6 +310,13 @@ u128_from_int(PyObject *obj, const char *what, u128 *out)
         PyErr_Format(PyExc_TypeError, "%s must be an int", what);
         return -1;
     }
+#ifdef IDM_DIGITS
+    /* Without it an int of 65 to 128 bits (elastic64's tagged run values) costs an
+     * OverflowError raised and cleared, most of what reading it costs. */
+    if (digits_agree && u128_from_digits(obj, out)) {
+        return 0;
+    }
+#endif
     unsigned long long low = PyLong_AsUnsignedLongLong(obj);
     if (!(low == (unsigned long long)-1 && PyErr_Occurred())) {
         *out = low; /* below 2**64: the common case */
