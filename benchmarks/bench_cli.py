@@ -20,7 +20,10 @@ that span, per ID read in it, against snowflake-id's ``next()`` timed in this
 process just before (CPU per call: Python never drives it past its cap).
 Interpreter start and the claim fall outside the span. Rounds alternate the
 schemes; each ratio is the median of the rounds (their range in brackets), with
-the share of the cap the child reached.
+the share of the cap the child reached. The floor is measured the same way: a C
+program (compiled here with the machine's C compiler) that does only what
+``idmint generate`` must past uid64's cap, sleeping to each next millisecond
+(``clock_nanosleep``) and writing 64 IDs in hex to the pipe in blocks of 8 KiB.
 """
 
 from __future__ import annotations
@@ -87,9 +90,61 @@ def _cpu_ns(pid: int) -> int:
     return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 
 
+_FLOOR_PROGRAM = r"""
+#include <stdint.h>
+#include <time.h>
+#include <unistd.h>
+/* What `idmint generate` must do past uid64's cap, and no more: sleep to each next
+ * millisecond, write its 64 IDs as 16 hex digits and a newline, 8 KiB at a time. */
+int main(void) {
+    static char block[8192 + 64 * 17];
+    static const char hex[] = "0123456789abcdef";
+    size_t used = 0;
+    for (uint64_t id = 0;;) {
+        struct timespec wall, mono;
+        clock_gettime(CLOCK_REALTIME, &wall);
+        clock_gettime(CLOCK_MONOTONIC, &mono);
+        long long rest = 1000000 - wall.tv_nsec % 1000000;
+        long long due = mono.tv_sec * 1000000000LL + mono.tv_nsec + rest;
+        struct timespec at = {due / 1000000000LL, due % 1000000000LL};
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL);
+        for (int k = 0; k < 64; k++, id++) {
+            for (int d = 0; d < 16; d++) block[used + d] = hex[(id >> (60 - 4 * d)) & 15];
+            block[used + 16] = '\n';
+            used += 17;
+        }
+        if (used >= 8192) {
+            if (write(1, block, used) < 0) return 1;
+            used = 0;
+        }
+    }
+}
+"""
+
+
+def _floor_program() -> list[str] | None:
+    """The C floor above, compiled (None: the machine has no C compiler)."""
+    import shutil
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None
+    directory = tempfile.mkdtemp(prefix="idmint-bench-cli-floor-")
+    source, program = os.path.join(directory, "floor.c"), os.path.join(directory, "floor")
+    with open(source, "w") as file:
+        file.write(_FLOOR_PROGRAM)
+    subprocess.run([compiler, "-O2", "-o", program, source], check=True)
+    return [program]
+
+
 def cli_cpu_per_id(scheme: str, warm_up_s: float, seconds: float) -> tuple[float, float]:
     """(CPU ns per ID, IDs per ms) of ``idmint generate --count 0`` in its steady state."""
     argv = [sys.executable, "-m", "idmint", "generate", "--scheme", scheme, "--count", "0"]
+    return cpu_per_line(argv, warm_up_s, seconds)
+
+
+def cpu_per_line(argv: list[str], warm_up_s: float, seconds: float) -> tuple[float, float]:
+    """(CPU ns per line, lines per ms) of the program ``argv`` writing lines to a pipe."""
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert child.stdout is not None
     read = [0]
@@ -128,12 +183,22 @@ def cpu_report(seconds: float, rounds: int) -> None:
     print("| scheme | CPU ns per ID | vs snowflake-id next() | IDs per ms | of the cap |")
     print("|---|---:|---:|---:|---:|")
     results: dict[str, list[tuple[float, float, float]]] = {s: [] for s, _, _ in CASES}
+    floor = _floor_program()
+    floors: list[tuple[float, float, float]] = []
     for _ in range(rounds):
         for scheme, _, _ in CASES:
             peer = _snowflake_cpu_ns()
             cpu, per_ms = cli_cpu_per_id(scheme, 1.0, seconds)
             results[scheme].append((cpu, cpu / peer, per_ms))
-    for scheme, cap, _ in CASES:
+        if floor is not None:
+            peer = _snowflake_cpu_ns()
+            cpu, per_ms = cpu_per_line(floor, 1.0, seconds)
+            floors.append((cpu, cpu / peer, per_ms))
+    if floors:
+        results["floor: C, 64 IDs per ms"] = floors
+    for scheme, cap, _ in (*CASES, ("floor: C, 64 IDs per ms", 64, ())):
+        if scheme not in results:
+            continue
         cpus, ratios, rates = zip(*results[scheme], strict=True)
         print(
             f"| {scheme}{'/8' if scheme == 'elastic64' else ''} | {statistics.median(cpus):,.0f} | "

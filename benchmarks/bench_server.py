@@ -869,6 +869,48 @@ def report_cpu(runs: dict[str, list[CpuRun]]) -> None:
             f"| {shown['paced']} |"
         )
     print(f"\n(Target: at most {CPU_TARGET:g} times the floor's CPU per ID.)")
+    wake_ns = loop_wake_up_ns()
+    print(
+        f"\nThe waits' own floor: one wake-up of the server's event loop per tick, sleeping "
+        f"to each next ms as a waiting generator does (`Clock.asleep_until_ns`), costs "
+        f"{wake_ns / 1000:.1f} us of CPU here, alone."
+    )
+    for generators in sorted({g for k, g in CPU_SERVERS.values() if k == "floor"}):
+        floor = next(n for n, (k, g) in CPU_SERVERS.items() if k == "floor" and g == generators)
+        unwaited = statistics.median(per_id[floor])
+        per_tick = wake_ns / (UID64_CAP_PER_S // 1000 * generators)
+        print(
+            f"- {generators} generator(s), sharing one wake-up per tick: {per_tick:,.0f} ns per "
+            f"ID, so at least {(unwaited + per_tick) / unwaited:.2f} times the floor"
+        )
+
+
+def loop_wake_up_ns(seconds: float = 2.0) -> float:
+    """CPU ns per wake-up of the event loop ``idmint serve`` runs (uvloop where installed)
+    sleeping to each next millisecond through the system clock's ``asleep_until_ns``."""
+    import asyncio
+
+    from idmint.clock import SYSTEM_CLOCK
+
+    async def sleeper() -> float:
+        cpu, wakes = time.process_time_ns(), 0
+        end = time.monotonic_ns() + int(seconds * 1e9)
+        while time.monotonic_ns() < end:
+            now = time.time_ns()
+            await SYSTEM_CLOCK.asleep_until_ns(now - now % 1_000_000 + 1_000_000, now)
+            wakes += 1
+        return (time.process_time_ns() - cpu) / wakes
+
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(sleeper())
+    loop = uvloop.new_event_loop()
+    try:
+        woken: float = loop.run_until_complete(sleeper())
+    finally:
+        loop.close()
+    return woken
 
 
 # -- TLS ------------------------------------------------------------------------------------
