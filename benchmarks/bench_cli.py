@@ -124,17 +124,10 @@ int main(void) {
 
 def _floor_program() -> list[str] | None:
     """The C floor above, compiled (None: the machine has no C compiler)."""
-    import shutil
+    from bench_generate import compiled_program  # beside this file
 
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        return None
-    directory = tempfile.mkdtemp(prefix="idmint-bench-cli-floor-")
-    source, program = os.path.join(directory, "floor.c"), os.path.join(directory, "floor")
-    with open(source, "w") as file:
-        file.write(_FLOOR_PROGRAM)
-    subprocess.run([compiler, "-O2", "-o", program, source], check=True)
-    return [program]
+    program = compiled_program(_FLOOR_PROGRAM, "cli-floor")
+    return None if program is None else [program]
 
 
 def cli_cpu_per_id(scheme: str, warm_up_s: float, seconds: float) -> tuple[float, float]:

@@ -356,8 +356,9 @@ int main(int argc, char **argv) {
 """
 
 
-def _compiled_wake_up_loop() -> str | None:
-    """The C loop above, compiled with the machine's C compiler (None: there is none)."""
+def compiled_program(source: str, name: str) -> str | None:
+    """The C program ``source``, compiled with the machine's C compiler into a temporary
+    directory (None: there is no compiler); ``name`` names the program."""
     import shutil
     import subprocess
     import tempfile
@@ -365,12 +366,17 @@ def _compiled_wake_up_loop() -> str | None:
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         return None
-    directory = tempfile.mkdtemp(prefix="idmint-bench-wake-")
-    source, program = os.path.join(directory, "wake.c"), os.path.join(directory, "wake")
-    with open(source, "w") as file:
-        file.write(_WAKE_UP_LOOP)
-    subprocess.run([compiler, "-O2", "-o", program, source], check=True)
+    directory = tempfile.mkdtemp(prefix=f"idmint-bench-{name}-")
+    source_path, program = os.path.join(directory, f"{name}.c"), os.path.join(directory, name)
+    with open(source_path, "w") as file:
+        file.write(source)
+    subprocess.run([compiler, "-O2", "-o", program, source_path], check=True)
     return program
+
+
+def _compiled_wake_up_loop() -> str | None:
+    """The C loop above, compiled (None: the machine has no C compiler)."""
+    return compiled_program(_WAKE_UP_LOOP, "wake")
 
 
 def _c_wake_ups(program: str, ticks: int, slack_ns: int | None) -> tuple[float, float]:
