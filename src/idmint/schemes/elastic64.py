@@ -64,15 +64,7 @@ class Elastic64(IdValue):
         f"2**({LOW_BITS}-bits) IDs/ms"
     )
     fields = (
-        Field(
-            "timestamp_ms",
-            "ms since 1970-01-01 UTC",
-            0,
-            MAX_TIMESTAMP_MS,
-            per_second=1000,
-            shift=TIMESTAMP_SHIFT,
-            bits=64 - TIMESTAMP_SHIFT,
-        ),
+        Field.unix_time(high=MAX_TIMESTAMP_MS, shift=TIMESTAMP_SHIFT, bits=64 - TIMESTAMP_SHIFT),
         Field("burst", "position within the ms", 0, (1 << (LOW_BITS - MIN_NODE_BITS)) - 1),
         Field("node", "node ID", 0, (1 << MAX_NODE_BITS) - 1),
         Field("node_bits", "node-ID width", MIN_NODE_BITS, MAX_NODE_BITS),

@@ -113,15 +113,7 @@ class Uuid7(IdValue):
         f"16 bytes, RFC 9562 version 7: ms, counter, claimed node, random; {MAX_COUNTER + 1} IDs/ms"
     )
     fields = (
-        Field(
-            "timestamp_ms",
-            "ms since 1970-01-01 UTC",
-            0,
-            MAX_TIMESTAMP_MS,
-            per_second=1000,
-            shift=TIMESTAMP_SHIFT,
-            bits=TIMESTAMP_BITS,
-        ),
+        Field.unix_time(high=MAX_TIMESTAMP_MS, shift=TIMESTAMP_SHIFT, bits=TIMESTAMP_BITS),
         Field(
             "counter",
             "position within the ms (idmint's layout)",
