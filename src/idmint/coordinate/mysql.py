@@ -620,16 +620,15 @@ class MysqlCoordinator(SqlLeaseCoordinator):
 
     def __init__(self, url: CoordinatorUrl) -> None:
         options = self._take_url(url, MysqlOptions)
-        if len(url.hosts) > 1:
-            raise ConfigurationError(f"{self.url}: give one MySQL server (host[:port])")
+        host, port = self._one_server(
+            url, DEFAULT_PORT, refusal="give one MySQL server (host[:port])"
+        )
         database = unquote(url.path.strip("/"))
         if not database or "/" in database:
             raise ConfigurationError(
                 f"{self.url}: give the database the tables live in as the URL's path "
                 f"({url.scheme}://user:password@host/DATABASE)"
             )
-        host, port = url.hosts[0] if url.hosts else ("127.0.0.1", 0)
-        port = port or DEFAULT_PORT
         self.table = options.table
         self.ttl_s, self.max_ttl_s = options.ttl_s, options.max_ttl_s
         self.description = f"{url.scheme}://{host}:{port}/{database} {self.table}"
