@@ -559,6 +559,19 @@ def a_scheme(name: str) -> str:
 # -- parsing helpers ---------------------------------------------------------
 
 
+def check_representable(scheme: str, timestamp_ms: int) -> None:
+    """``InvalidId`` if an ID's time, ``timestamp_ms``, is past the last ms a
+    ``datetime`` holds (:data:`LAST_DATETIME_MS`): such an ID is refused when read,
+    not later by its ``time``."""
+    if timestamp_ms > LAST_DATETIME_MS:
+        raise InvalidId(
+            scheme,
+            f"timestamp {timestamp_ms} ms is after 9999-12-31, "
+            "the last time this library can represent",
+            problem="range",
+        )
+
+
 def check_field(scheme: str, name: str, value: object, low: int, high: int) -> int:
     """Return ``value`` if it is an int in ``[low, high]``, else raise ``InvalidId``."""
     if isinstance(value, bool) or not isinstance(value, int):

@@ -25,6 +25,7 @@ from idmint.schemes._base import (
     Field,
     IdValue,
     check_field,
+    check_representable,
     int_from_bytes,
     int_from_decimal,
     reject_type,
@@ -149,13 +150,7 @@ class Elastic64(IdValue):
             )
         check_node_bits(node_bits)
         check_field(cls.scheme, "value", value, 0, cls._max_int)
-        if value > MAX_VALUE:
-            raise InvalidId(
-                cls.scheme,
-                f"timestamp {value >> TIMESTAMP_SHIFT} ms is after 9999-12-31, "
-                "the last time this library can represent",
-                problem="range",
-            )
+        check_representable(cls.scheme, value >> TIMESTAMP_SHIFT)
         obj = object.__new__(cls)
         obj._int = value
         obj._node_bits = node_bits
