@@ -1322,6 +1322,17 @@ class Coordinator:
         self.options = options if isinstance(options, ClaimOptions) else ClaimOptions()
         return options
 
+    def _one_server(
+        self, url: CoordinatorUrl, default_port: int, *, refusal: str
+    ) -> tuple[str, int]:
+        """The ``(host, port)`` of the one server ``url`` names: 127.0.0.1 where it names
+        none, ``default_port`` where it gives no port. A driver that speaks to one server
+        refuses more with ``ConfigurationError`` saying ``refusal``."""
+        if len(url.hosts) > 1:
+            raise ConfigurationError(f"{self.url}: {refusal}")
+        host, port = url.hosts[0] if url.hosts else ("127.0.0.1", 0)
+        return host, port or default_port
+
     def list_claims(self) -> Sequence[ClaimInfo]:
         raise NotImplementedError
 

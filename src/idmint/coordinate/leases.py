@@ -79,6 +79,7 @@ from idmint.coordinate.base import (
     HighWaterMark,
     holder_description,
     holders_of_text,
+    holders_text,
 )
 from idmint.coordinate.options import ClaimOptions, option, seconds, ttl
 from idmint.coordinate.peers import FirstFailure
@@ -108,6 +109,7 @@ __all__ = [
     "SqlConnection",
     "SqlLeaseCoordinator",
     "Take",
+    "columns_of_mark",
     "creating_if_missing",
     "first_line",
     "forsake_connection",
@@ -234,6 +236,18 @@ def in_pool_order(rows: Iterable[ClaimRow]) -> list[ClaimInfo]:
     return sorted(
         claims, key=lambda row: (order.get(row.space, len(order)), row.cluster, row.generator)
     )
+
+
+def columns_of_mark(mark: HighWaterMark) -> dict[str, Any]:
+    """The SQL drivers' columns of ``mark``, by name: what :func:`mark_of_columns`
+    reads back."""
+    return {
+        "ceiling_ms": mark.ceiling_ms,
+        "renewed_ms": mark.renewed_ms,
+        "released_ms": mark.released_ms,
+        "mark_holder": mark.holder,
+        "mark_holders": holders_text(mark.holders),
+    }
 
 
 def mark_of_columns(

@@ -88,7 +88,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from idmint.coordinate import peers
-from idmint.coordinate.base import ClaimInfo, HighWaterMark, holders_text
+from idmint.coordinate.base import ClaimInfo, HighWaterMark
 from idmint.coordinate.leases import (
     ANSWER_SLACK_S,
     STEP_BACK_SLACK_MS,
@@ -100,6 +100,7 @@ from idmint.coordinate.leases import (
     SqlConnection,
     SqlLeaseCoordinator,
     Take,
+    columns_of_mark,
     creating_if_missing,
     first_line,
     in_pool_order,
@@ -497,11 +498,7 @@ class MysqlStore:
                     "since_ms": attempt.since_ms,
                     "expires_ms": now + attempt.ttl_ms,
                     "lease_ms": attempt.ttl_ms,
-                    "ceiling_ms": attempt.mark.ceiling_ms,
-                    "renewed_ms": attempt.mark.renewed_ms,
-                    "released_ms": None,
-                    "mark_holder": attempt.holder,
-                    "mark_holders": holders_text(attempt.mark.holders),
+                    **columns_of_mark(attempt.mark),
                     "incarnation": attempt.stamp,
                 },
             )
@@ -556,10 +553,7 @@ class MysqlStore:
                 {
                     "expires_ms": now + ttl_ms,
                     "lease_ms": ttl_ms,
-                    "ceiling_ms": mark.ceiling_ms,
-                    "renewed_ms": mark.renewed_ms,
-                    "mark_holder": mark.holder,
-                    "mark_holders": holders_text(mark.holders),
+                    **columns_of_mark(mark),
                     "incarnation": self._stamp(cursor, lease.space, incarnation),
                 },
             )
@@ -571,11 +565,7 @@ class MysqlStore:
             values: dict[str, Any] = {"token": None, "holder": None, "expires_ms": None}
             if mark is not None:
                 values.update(
-                    ceiling_ms=mark.ceiling_ms,
-                    renewed_ms=mark.renewed_ms,
-                    released_ms=mark.released_ms,
-                    mark_holder=mark.holder,
-                    mark_holders=holders_text(mark.holders),
+                    columns_of_mark(mark),
                     incarnation=self._stamp(cursor, lease.space, incarnation),
                 )
             self._write(cursor, lease.space, (lease.cluster, lease.number), written, values)
@@ -620,16 +610,15 @@ class MysqlCoordinator(SqlLeaseCoordinator):
 
     def __init__(self, url: CoordinatorUrl) -> None:
         options = self._take_url(url, MysqlOptions)
-        if len(url.hosts) > 1:
-            raise ConfigurationError(f"{self.url}: give one MySQL server (host[:port])")
+        host, port = self._one_server(
+            url, DEFAULT_PORT, refusal="give one MySQL server (host[:port])"
+        )
         database = unquote(url.path.strip("/"))
         if not database or "/" in database:
             raise ConfigurationError(
                 f"{self.url}: give the database the tables live in as the URL's path "
                 f"({url.scheme}://user:password@host/DATABASE)"
             )
-        host, port = url.hosts[0] if url.hosts else ("127.0.0.1", 0)
-        port = port or DEFAULT_PORT
         self.table = options.table
         self.ttl_s, self.max_ttl_s = options.ttl_s, options.max_ttl_s
         self.description = f"{url.scheme}://{host}:{port}/{database} {self.table}"

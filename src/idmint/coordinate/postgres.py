@@ -76,7 +76,6 @@ from idmint.coordinate import peers
 from idmint.coordinate.base import (
     ClaimInfo,
     HighWaterMark,
-    holders_text,
 )
 from idmint.coordinate.leases import (
     ANSWER_SLACK_S,
@@ -89,6 +88,7 @@ from idmint.coordinate.leases import (
     SqlConnection,
     SqlLeaseCoordinator,
     Take,
+    columns_of_mark,
     creating_if_missing,
     first_line,
     in_pool_order,
@@ -454,8 +454,9 @@ class PostgresStore:
                 mark_holders, incarnation, written_xid)
             SELECT %(space)s, %(cluster)s::smallint, %(id)s::int, %(token)s::text,
                    %(holder)s::text, %(since)s::bigint, srv.now + %(ttl)s::int, %(ttl)s::int,
-                   %(ceiling)s::bigint, %(renewed)s::bigint, NULL, %(holder)s::text,
-                   %(holders)s::text, %(stamp)s::text, {WRITTEN_XID_SQL}
+                   %(ceiling_ms)s::bigint, %(renewed_ms)s::bigint, %(released_ms)s::bigint,
+                   %(mark_holder)s::text, %(mark_holders)s::text, %(stamp)s::text,
+                   {WRITTEN_XID_SQL}
               FROM srv
              WHERE srv.inc = %(inc)s::text
                AND (NOT %(write_record)s::boolean OR EXISTS (SELECT 1 FROM rec)
@@ -485,9 +486,7 @@ class PostgresStore:
             "holder": attempt.holder,
             "since": attempt.since_ms,
             "ttl": attempt.ttl_ms,
-            "ceiling": attempt.mark.ceiling_ms,
-            "renewed": attempt.mark.renewed_ms,
-            "holders": holders_text(attempt.mark.holders),
+            **columns_of_mark(attempt.mark),
             "inc": attempt.incarnation,
             "stamp": attempt.stamp,
             "write_record": record is not None,
@@ -515,8 +514,8 @@ class PostgresStore:
         query = f"""
             UPDATE {self.qualified}
                SET expires_ms = {_NOW} + %(ttl)s::int, lease_ms = %(ttl)s::int,
-                   ceiling_ms = %(ceiling)s::bigint, renewed_ms = %(renewed)s::bigint,
-                   mark_holder = %(holder)s::text, mark_holders = %(holders)s::text,
+                   ceiling_ms = %(ceiling_ms)s::bigint, renewed_ms = %(renewed_ms)s::bigint,
+                   mark_holder = %(mark_holder)s::text, mark_holders = %(mark_holders)s::text,
                    incarnation = {self._stamp()},
                    written_xid = {WRITTEN_XID_SQL}
              WHERE space = %(space)s AND cluster = %(cluster)s AND id = %(id)s
@@ -525,10 +524,7 @@ class PostgresStore:
         parameters = {
             **_lease_row(lease),
             "ttl": ttl_ms,
-            "ceiling": mark.ceiling_ms,
-            "renewed": mark.renewed_ms,
-            "holder": mark.holder,
-            "holders": holders_text(mark.holders),
+            **columns_of_mark(mark),
         }
         count: int = self._run(
             "renewing the claim", lambda c: c.execute(query, parameters), _row_count
@@ -539,9 +535,9 @@ class PostgresStore:
         ends = f"token = NULL, holder = NULL, expires_ms = NULL, written_xid = {WRITTEN_XID_SQL}"
         if mark is not None:
             ends += (
-                ", ceiling_ms = %(ceiling)s::bigint, renewed_ms = %(renewed)s::bigint,"
-                " released_ms = %(released)s::bigint, mark_holder = %(holder)s::text,"
-                " mark_holders = %(holders)s::text,"
+                ", ceiling_ms = %(ceiling_ms)s::bigint, renewed_ms = %(renewed_ms)s::bigint,"
+                " released_ms = %(released_ms)s::bigint, mark_holder = %(mark_holder)s::text,"
+                " mark_holders = %(mark_holders)s::text,"
                 f" incarnation = {self._stamp()}"
             )
         query = f"""
@@ -551,13 +547,7 @@ class PostgresStore:
         """
         parameters: dict[str, Any] = _lease_row(lease)
         if mark is not None:
-            parameters.update(
-                ceiling=mark.ceiling_ms,
-                renewed=mark.renewed_ms,
-                released=mark.released_ms,
-                holder=mark.holder,
-                holders=holders_text(mark.holders),
-            )
+            parameters.update(columns_of_mark(mark))
         self._run("releasing the claim", lambda c: c.execute(query, parameters))
 
     def read_mark(self, space: Space, cluster: int, number: int) -> HighWaterMark | None:

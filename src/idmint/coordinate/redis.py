@@ -441,13 +441,12 @@ class RedisCoordinator(LeaseCoordinator):
 
     def __init__(self, url: CoordinatorUrl) -> None:
         options = self._take_url(url, RedisOptions)
-        if len(url.hosts) > 1:
-            raise ConfigurationError(
-                f"{self.url}: give one Redis server; Redis Cluster and Sentinel are not "
-                "supported (see docs/coordination.md)"
-            )
-        host, port = url.hosts[0] if url.hosts else ("127.0.0.1", 0)
-        port = port or DEFAULT_PORT
+        host, port = self._one_server(
+            url,
+            DEFAULT_PORT,
+            refusal="give one Redis server; Redis Cluster and Sentinel are not supported "
+            "(see docs/coordination.md)",
+        )
         self.address = (host, port)
         database_text = url.path.strip("/") or "0"
         if not database_text.isdigit():

@@ -21,7 +21,7 @@ import datetime as _dt
 import inspect
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, Final, Literal, TypeVar, cast
 
 from idmint.errors import ConfigurationError, InvalidId, quoted
 
@@ -29,6 +29,9 @@ UNIX_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 # datetime cannot go past year 9999; IDs whose time would land later are refused
 # at parse time rather than failing later in ``.time``.
 LAST_DATETIME_MS = 253_402_300_799_999
+
+# The units a time field can count in, and how many of each make a second.
+_PER_SECOND: Final = {"ms": 1000, "us": 1_000_000}
 
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 _DECIMAL_DIGITS = frozenset("0123456789")
@@ -71,6 +74,29 @@ class Field:
         """A field standing as it is in ``bits`` bits from bit ``shift``: it holds
         ``low`` and the ``2**bits - 1`` values above."""
         return cls(name, about, low, low + (1 << bits) - 1, shift=shift, bits=bits, **more)
+
+    @classmethod
+    def unix_time(
+        cls,
+        unit: Literal["ms", "us"] = "ms",
+        *,
+        low: int = 0,
+        high: int | None = None,
+        shift: int | None = None,
+        bits: int = 0,
+        note: str = "",
+    ) -> Field:
+        """The field that counts an ID's time: ``timestamp_ms`` (or ``timestamp_us``),
+        ``unit`` since 1970-01-01 UTC. It holds ``low`` (the scheme's epoch, where it
+        stands in the int as 0) to ``high``, by default the ``2**bits - 1`` values
+        above ``low``. ``note``: what the help text adds (snowflake's tick)."""
+        about = f"{unit} since 1970-01-01 UTC" + (f" ({note})" if note else "")
+        if high is None:
+            high = low + (1 << bits) - 1
+        per_second = _PER_SECOND[unit]
+        return cls(
+            f"timestamp_{unit}", about, low, high, per_second=per_second, shift=shift, bits=bits
+        )
 
 
 class IdValue:
@@ -531,6 +557,19 @@ def a_scheme(name: str) -> str:
 
 
 # -- parsing helpers ---------------------------------------------------------
+
+
+def check_representable(scheme: str, timestamp_ms: int) -> None:
+    """``InvalidId`` if an ID's time, ``timestamp_ms``, is past the last ms a
+    ``datetime`` holds (:data:`LAST_DATETIME_MS`): such an ID is refused when read,
+    not later by its ``time``."""
+    if timestamp_ms > LAST_DATETIME_MS:
+        raise InvalidId(
+            scheme,
+            f"timestamp {timestamp_ms} ms is after 9999-12-31, "
+            "the last time this library can represent",
+            problem="range",
+        )
 
 
 def check_field(scheme: str, name: str, value: object, low: int, high: int) -> int:

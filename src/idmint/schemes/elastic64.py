@@ -25,6 +25,7 @@ from idmint.schemes._base import (
     Field,
     IdValue,
     check_field,
+    check_representable,
     int_from_bytes,
     int_from_decimal,
     reject_type,
@@ -64,15 +65,7 @@ class Elastic64(IdValue):
         f"2**({LOW_BITS}-bits) IDs/ms"
     )
     fields = (
-        Field(
-            "timestamp_ms",
-            "ms since 1970-01-01 UTC",
-            0,
-            MAX_TIMESTAMP_MS,
-            per_second=1000,
-            shift=TIMESTAMP_SHIFT,
-            bits=64 - TIMESTAMP_SHIFT,
-        ),
+        Field.unix_time(high=MAX_TIMESTAMP_MS, shift=TIMESTAMP_SHIFT, bits=64 - TIMESTAMP_SHIFT),
         Field("burst", "position within the ms", 0, (1 << (LOW_BITS - MIN_NODE_BITS)) - 1),
         Field("node", "node ID", 0, (1 << MAX_NODE_BITS) - 1),
         Field("node_bits", "node-ID width", MIN_NODE_BITS, MAX_NODE_BITS),
@@ -157,13 +150,7 @@ class Elastic64(IdValue):
             )
         check_node_bits(node_bits)
         check_field(cls.scheme, "value", value, 0, cls._max_int)
-        if value > MAX_VALUE:
-            raise InvalidId(
-                cls.scheme,
-                f"timestamp {value >> TIMESTAMP_SHIFT} ms is after 9999-12-31, "
-                "the last time this library can represent",
-                problem="range",
-            )
+        check_representable(cls.scheme, value >> TIMESTAMP_SHIFT)
         obj = object.__new__(cls)
         obj._int = value
         obj._node_bits = node_bits

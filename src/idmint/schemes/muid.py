@@ -54,13 +54,7 @@ class Muid(IdValue):
     _forms = "32 hex digits (or 14-13-5 dashed), 16 bytes or an int"
     summary = "16 bytes: us, random medallion, offset in a transaction"
     fields = (
-        Field.at(
-            "timestamp_us",
-            "us since 1970-01-01 UTC",
-            TIMESTAMP_SHIFT,
-            TIMESTAMP_BITS,
-            per_second=1_000_000,
-        ),
+        Field.unix_time("us", shift=TIMESTAMP_SHIFT, bits=TIMESTAMP_BITS),
         Field.at("medallion", "medallion", MEDALLION_SHIFT, MEDALLION_BITS),
         Field.at("offset", "offset within a transaction", 0, OFFSET_BITS),
     )

@@ -118,14 +118,7 @@ class Short60(IdValue):
         f"{MAX_SEQUENCE + 1} IDs/ms"
     )
     fields = (
-        Field.at(
-            "timestamp_ms",
-            "ms since 1970-01-01 UTC",
-            TIMESTAMP_SHIFT,
-            TIMESTAMP_BITS,
-            low=EPOCH_MS,  # stored as the ms since uexky's epoch
-            per_second=1000,
-        ),
+        Field.unix_time(low=EPOCH_MS, shift=TIMESTAMP_SHIFT, bits=TIMESTAMP_BITS),
         Field.at("sequence", "position within the ms", SEQUENCE_SHIFT, SEQUENCE_BITS),
         Field.at("node", "node ID", 0, NODE_BITS),
         Field.at(

@@ -232,21 +232,12 @@ PRESETS: Final[dict[str, Layout]] = {
 
 def _fields(layout: Layout) -> tuple[Field, ...]:
     if layout.tick_ms == 1:
-        time = Field.at(
-            "timestamp_ms",
-            "ms since 1970-01-01 UTC",
-            layout.time_shift,
-            layout.time_bits,
-            low=layout.epoch_ms,  # stored as the ms since the layout's epoch
-            per_second=1000,
-        )
+        time = Field.unix_time(low=layout.epoch_ms, shift=layout.time_shift, bits=layout.time_bits)
     else:
-        time = Field(
-            "timestamp_ms",
-            f"ms since 1970-01-01 UTC (a whole {layout.tick_ms} ms tick)",
-            layout.epoch_ms,
-            layout.epoch_ms + layout.max_time * layout.tick_ms,
-            per_second=1000,
+        time = Field.unix_time(
+            low=layout.epoch_ms,
+            high=layout.epoch_ms + layout.max_time * layout.tick_ms,
+            note=f"a whole {layout.tick_ms} ms tick",
         )
     worker = Field.at("worker", "worker ID", layout.worker_shift, layout.worker_bits)
     sequence = Field.at(

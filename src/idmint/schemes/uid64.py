@@ -117,7 +117,7 @@ def identity_bits(generator: int, cluster: int, mode: Mode) -> int:
 
 def _fields(max_generator: int) -> tuple[Field, ...]:
     return (
-        Field("timestamp_ms", "ms since 1970-01-01 UTC", 0, MAX_TIMESTAMP_MS, per_second=1000),
+        Field.unix_time(high=MAX_TIMESTAMP_MS),
         Field.at("sequence", "position within the ms", SEQUENCE_SHIFT, SEQUENCE_BITS),
         Field("generator", "generator ID", 0, max_generator),
         Field.at("cluster", "cluster ID", 0, CLUSTER_BITS),

@@ -44,7 +44,13 @@ import uuid as _uuid
 from typing import Final
 
 from idmint.errors import InvalidId, quoted
-from idmint.schemes._base import LAST_DATETIME_MS, Field, IdValue, int_from_hex
+from idmint.schemes._base import (
+    LAST_DATETIME_MS,
+    Field,
+    IdValue,
+    check_representable,
+    int_from_hex,
+)
 
 TIMESTAMP_BITS: Final = 48  # RFC 9562's unix_ts_ms
 TIMESTAMP_SHIFT: Final = 80
@@ -113,15 +119,7 @@ class Uuid7(IdValue):
         f"16 bytes, RFC 9562 version 7: ms, counter, claimed node, random; {MAX_COUNTER + 1} IDs/ms"
     )
     fields = (
-        Field(
-            "timestamp_ms",
-            "ms since 1970-01-01 UTC",
-            0,
-            MAX_TIMESTAMP_MS,
-            per_second=1000,
-            shift=TIMESTAMP_SHIFT,
-            bits=TIMESTAMP_BITS,
-        ),
+        Field.unix_time(high=MAX_TIMESTAMP_MS, shift=TIMESTAMP_SHIFT, bits=TIMESTAMP_BITS),
         Field(
             "counter",
             "position within the ms (idmint's layout)",
@@ -201,13 +199,7 @@ class Uuid7(IdValue):
                 f"{dashed(value)} has variant bits {variant:02b}, not RFC 9562's 10",
                 problem="variant",
             )
-        if value >> TIMESTAMP_SHIFT > MAX_TIMESTAMP_MS:
-            raise InvalidId(
-                cls.scheme,
-                f"timestamp {value >> TIMESTAMP_SHIFT} ms is after 9999-12-31, "
-                "the last time this library can represent",
-                problem="range",
-            )
+        check_representable(cls.scheme, value >> TIMESTAMP_SHIFT)
         return cls._trusted(value)
 
     @classmethod
