@@ -1443,47 +1443,14 @@ hot_take(HotPathObject *hp, PyObject *const *args, size_t nargsf, PyObject *kwna
     return PyObject_Vectorcall(hp->pure, args, nargsf, kwnames);
 }
 
-/* make_all(values): the value objects of a range of run values, as a list (a batch of
- * values that has to be objects: muid's transaction.batch()). */
+/* What ``each`` makes of every run value of ``values`` (a range, or a list of ints), as a
+ * list in their order. */
 static PyObject *
-HotPath_make_all(HotPathObject *self, PyObject *values)
+each_run_value(HotPathObject *hp, PyObject *values, PyObject *(*each)(HotPathObject *, u128))
 {
-    if (!PyRange_Check(values)) {
-        PyErr_SetString(PyExc_TypeError, "make_all() takes a range");
-        return NULL;
-    }
-    Py_ssize_t length = PyObject_Size(values);
-    u128 first = 0, step = 0;
-    if (length < 0 || (length > 0 && range_parts(values, &first, &step) < 0)) {
-        return NULL;
-    }
-    PyObject *out = PyList_New(length);
-    if (out == NULL) {
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < length; i++) {
-        PyObject *made = make_value(self, first + step * (u128)i);
-        if (made == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, i, made);
-    }
-    return out;
-}
-
-/* place_all(values): the IDs of a batch's run values (a range, or a list of ints), placed
- * as make() places them, as a list of ints (uuid7's batches). */
-static PyObject *
-HotPath_place_all(HotPathObject *self, PyObject *values)
-{
-    if (!self->placed || self->maker != NULL) {
-        PyErr_SetString(PyExc_TypeError, "place_all() needs a placement made here");
-        return NULL;
-    }
     int is_range = PyRange_Check(values);
     if (!is_range && !PyList_Check(values)) {
-        PyErr_SetString(PyExc_TypeError, "place_all() takes a range or a list");
+        PyErr_SetString(PyExc_TypeError, "run values come as a range or a list");
         return NULL;
     }
     Py_ssize_t length = PyObject_Size(values);
@@ -1506,14 +1473,41 @@ HotPath_place_all(HotPathObject *self, PyObject *values)
             Py_DECREF(out);
             return NULL;
         }
-        PyObject *number = place(self, value, &value) < 0 ? NULL : int_from_u128(value);
-        if (number == NULL) {
+        PyObject *made = each(hp, value);
+        if (made == NULL) {
             Py_DECREF(out);
             return NULL;
         }
-        PyList_SET_ITEM(out, i, number);
+        PyList_SET_ITEM(out, i, made);
     }
     return out;
+}
+
+/* make_all(values): the value objects of run values, as a list (a batch of values that
+ * has to be objects: muid's transaction.batch()). */
+static PyObject *
+HotPath_make_all(HotPathObject *self, PyObject *values)
+{
+    return each_run_value(self, values, make_value);
+}
+
+/* The ID of a run value, placed (``placed``), as an int. */
+static PyObject *
+placed_int(HotPathObject *hp, u128 value)
+{
+    return place(hp, value, &value) < 0 ? NULL : int_from_u128(value);
+}
+
+/* place_all(values): the IDs of a batch's run values, placed as make() places them, as a
+ * list of ints (uuid7's batches). */
+static PyObject *
+HotPath_place_all(HotPathObject *self, PyObject *values)
+{
+    if (!self->placed || self->maker != NULL) {
+        PyErr_SetString(PyExc_TypeError, "place_all() needs a placement made here");
+        return NULL;
+    }
+    return each_run_value(self, values, placed_int);
 }
 
 /* make(value): the value object the hot path makes of a run value (for checks). */
