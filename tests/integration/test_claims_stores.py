@@ -657,6 +657,23 @@ def test_mysql_tls_false_never_uses_tls(mariadb_secure: MariaDbServer) -> None:
     assert re.search(r"(?i)password|credential|refused|denied", line), line
 
 
+def test_mysql_tls_true_against_a_server_without_tls_is_refused(
+    mariadb: MariaDbServer,
+) -> None:
+    """``tls=true`` against a server that offers no TLS (as a man in the middle stripping
+    the offer would make it look): refused with one line, never a claim in the clear."""
+    mariadb.create_database(CLAIMS_DATABASE)
+    backend = Backend("mysql", mariadb, url_options={"tls": "true"})
+    url = backend.url(connect_timeout=3)
+    result = run_idmint("generate", "--coordinator", url, "--count", "3")
+    assert result.returncode == 77, result.stderr
+    line = assert_one_error_line(result.stderr)
+    assert re.search(r"(?i)tls|ssl", line), line
+    assert mariadb.password not in result.stderr
+    with pytest.raises(CoordinatorRefused, match=r"(?i)tls|ssl"):
+        new_generator("uid64", coordinator=url)
+
+
 def test_redis_acl_user_outside_its_keys_is_refused(redis_secure: RedisServer) -> None:
     backend = _secure_redis(redis_secure)
     backend.root_prefix = "not-" + USER_KEYS
