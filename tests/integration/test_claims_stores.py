@@ -38,6 +38,7 @@ from tests.integration.claims_helpers import (
     wait_for,
 )
 from tests.servers.mariadb import TLS_USER as MARIADB_TLS_USER
+from tests.servers.mariadb import X509_USER as MARIADB_X509_USER
 from tests.servers.mariadb import MariaDbServer
 from tests.servers.postgres import PostgresServer
 from tests.servers.redis import USER, USER_KEYS, RedisCommands, RedisServer
@@ -655,6 +656,36 @@ def test_mysql_tls_false_never_uses_tls(mariadb_secure: MariaDbServer) -> None:
     assert result.returncode == 77, result.stderr
     line = assert_one_error_line(result.stderr)
     assert re.search(r"(?i)password|credential|refused|denied", line), line
+
+
+def test_mysql_claims_with_a_client_certificate(mariadb_secure: MariaDbServer) -> None:
+    """A user the server lets in only with a client certificate its CA signed (``REQUIRE
+    X509``): with ``cert=`` and ``key=`` it claims, in process and through the CLI;
+    without them it is refused (77, one line), so the certificate is what let it in."""
+    mariadb_secure.create_database(CLAIMS_DATABASE)
+    backend = Backend(
+        "mysql",
+        mariadb_secure,
+        credentials=(MARIADB_X509_USER, mariadb_secure.password),
+        ca_path=mariadb_secure.ca_path,
+        url_options={"tls": "true"},
+    )
+    with_certificate = backend.url(
+        connect_timeout=3,
+        cert=mariadb_secure.client_cert_path,
+        key=mariadb_secure.client_key_path,
+    )
+    with new_generator("uid64", coordinator=with_certificate) as generator:
+        assert len(set(generator.batch(100).ints())) == 100
+    result = run_idmint("generate", "--coordinator", with_certificate, "--count", "3")
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.split()) == 3
+    without = run_idmint(
+        "generate", "--coordinator", backend.url(connect_timeout=3), "--count", "3"
+    )
+    assert without.returncode == 77, without.stderr
+    assert_one_error_line(without.stderr)
+    assert mariadb_secure.password not in without.stderr
 
 
 def test_mysql_tls_true_against_a_server_without_tls_is_refused(

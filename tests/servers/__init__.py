@@ -220,10 +220,17 @@ def _terminate_all() -> None:
         process.stop(timeout=5.0)
 
 
-def issue_server_certificate(ca_path: Path, cert_path: Path, key_path: Path, name: str) -> None:
+def issue_server_certificate(
+    ca_path: Path,
+    cert_path: Path,
+    key_path: Path,
+    name: str,
+    client: tuple[Path, Path] | None = None,
+) -> None:
     """A throw-away CA (its PEM at ``ca_path``) and a certificate it signed for
     127.0.0.1 and localhost (``cert_path``; its key, readable by its owner only, at
-    ``key_path``): a TLS test server's, made once (nothing is done if it exists)."""
+    ``key_path``): a TLS test server's, made once (nothing is done if it exists).
+    ``client``: where a client certificate the same CA signed goes, and its key."""
     if cert_path.exists():
         return
     try:
@@ -238,6 +245,12 @@ def issue_server_certificate(ca_path: Path, cert_path: Path, key_path: Path, nam
     issued.private_key_pem.write_to_path(str(key_path))
     cert_path.write_bytes(b"".join(blob.bytes() for blob in issued.cert_chain_pems))
     key_path.chmod(0o600)
+    if client is not None:
+        client_cert, client_key = client
+        issued = ca.issue_cert("client.idmint.test", common_name=f"{name} client")
+        issued.private_key_pem.write_to_path(str(client_key))
+        client_cert.write_bytes(b"".join(blob.bytes() for blob in issued.cert_chain_pems))
+        client_key.chmod(0o600)
 
 
 def wait_until(

@@ -15,7 +15,8 @@ the driver's tests use the user ``idmint``, whose password (:attr:`password`) th
 server asks for: a wrong one is refused as a real deployment refuses it. With
 ``tls=True`` it also serves TLS, from a private CA (``trustme``,
 :attr:`MariaDbServer.ca_path`), to clients that ask for it, and :data:`TLS_USER`
-(the same password) is let in only over TLS (``REQUIRE SSL``). Without ``tls`` the
+(the same password) is let in only over TLS (``REQUIRE SSL``), :data:`X509_USER` only
+with a client certificate the CA signed (``REQUIRE X509``). Without ``tls`` the
 driver's default (PyMySQL's unverified TLS attempt) finds no TLS to try. The server
 runs as root (``--user=root``), in its own temporary directory. It is tuned for
 tests: the log flushed once a second, no binary log, a small buffer pool. A server
@@ -36,12 +37,15 @@ from typing import Any
 from . import ServerError, ServerProcess, SingleServer, issue_server_certificate
 from .ports import LOOPBACK, free_port
 
-__all__ = ["TLS_USER", "USER", "MariaDbServer"]
+__all__ = ["TLS_USER", "USER", "X509_USER", "MariaDbServer"]
 
 USER = "idmint"
 """The user the driver's tests connect as (password: :attr:`MariaDbServer.password`)."""
 TLS_USER = "idmint_tls"
 """A user as :data:`USER` whom the server lets in only over TLS."""
+X509_USER = "idmint_x509"
+"""A user as :data:`USER` whom the server lets in only with a client certificate its CA
+signed (:attr:`MariaDbServer.client_cert_path`)."""
 
 
 class MariaDbServer(SingleServer):
@@ -73,6 +77,16 @@ class MariaDbServer(SingleServer):
     def ca_path(self) -> Path:
         """PEM of the CA that signed the server's certificate (``tls``; made at the first start)."""
         return self.tmpdir / "tls" / "ca.pem"
+
+    @property
+    def client_cert_path(self) -> Path:
+        """PEM of a client certificate the server's CA signed (``tls``), for :data:`X509_USER`."""
+        return self.tmpdir / "tls" / "client.pem"
+
+    @property
+    def client_key_path(self) -> Path:
+        """The key of :attr:`client_cert_path`."""
+        return self.tmpdir / "tls" / "client-key.pem"
 
     def start(self, timeout: float = 60.0) -> None:
         """Make the data directory (first time only), start the server, wait until ready."""
@@ -112,6 +126,8 @@ class MariaDbServer(SingleServer):
                 self.sql(
                     f"CREATE USER '{TLS_USER}'@'%' IDENTIFIED BY '{self.password}' REQUIRE SSL",
                     f"GRANT ALL ON *.* TO '{TLS_USER}'@'%'",
+                    f"CREATE USER '{X509_USER}'@'%' IDENTIFIED BY '{self.password}' REQUIRE X509",
+                    f"GRANT ALL ON *.* TO '{X509_USER}'@'%'",
                 )
             self.create_database(self.database)
 
@@ -204,7 +220,8 @@ class MariaDbServer(SingleServer):
         if not self.tls:
             return []
         cert, key = self.ca_path.parent / "server.pem", self.ca_path.parent / "server-key.pem"
-        issue_server_certificate(self.ca_path, cert, key, "mariadb")
+        client = (self.client_cert_path, self.client_key_path)
+        issue_server_certificate(self.ca_path, cert, key, "mariadb", client)
         return [f"--ssl-ca={self.ca_path}", f"--ssl-cert={cert}", f"--ssl-key={key}"]
 
     def _ready(self) -> bool:
