@@ -797,8 +797,7 @@ def _cmd_generate(args: argparse.Namespace, out: _Output) -> int:
     with new_generator(
         args.scheme, coordinator, generators=args.generators, **options
     ) as generator:
-        chunk = _CHUNK_IDS
-        return _write_ids(out, args.count, chunk, lambda take: render(generator.batch(take)))
+        return _write_ids(out, args.count, _CHUNK_IDS, lambda take: render(generator.batch(take)))
 
 
 _CHUNK_IDS = 4096

@@ -943,8 +943,6 @@ static PyTypeObject HotPathType;
 
 enum { READY, WAIT, PYTHON, FAILED };
 
-/* The value object for ``value`` (a run value: elastic64's carries its width
- * above bit 64), as the pure core makes it. */
 /* The ID of a run value placed as the class declares (``placed``), random bits drawn. */
 static inline int
 place(HotPathObject *hp, u128 value, u128 *out)
@@ -959,6 +957,8 @@ place(HotPathObject *hp, u128 value, u128 *out)
     return 0;
 }
 
+/* The value object for ``value`` (a run value: elastic64's carries its width
+ * above bit 64; uuid7's is placed first), as the pure core makes it. */
 static PyObject *
 make_value(HotPathObject *hp, u128 value)
 {
@@ -1770,7 +1770,7 @@ static PyMethodDef HotPath_methods[] = {
     {"place_all", (PyCFunction)HotPath_place_all, METH_O,
      "The IDs of run values, placed with fresh random bits, as ints."},
     {"make_all", (PyCFunction)HotPath_make_all, METH_O,
-     "The value objects of a range of run values, as a list."},
+     "The value objects of run values (a range or a list), as a list."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -323,6 +323,17 @@ def _compiled_texts(id_type: type[IdValue]) -> _CompiledTexts | None:
     return None
 
 
+def _plain_maker(id_type: type[IdValue]) -> Callable[[int], Any]:
+    """The maker of ``id_type`` values whose int is the value given."""
+
+    def make(value: int) -> IdValue:
+        obj = _new(id_type)
+        obj._int = value
+        return obj
+
+    return make
+
+
 @dataclass(frozen=True)
 class TickLayout:
     """How a scheme makes the base value of a tick, declared for the compiled core.
@@ -664,7 +675,7 @@ class TickGenerator(Generic[IdT]):
         self._random_bits = self.random_bits
         self._max_clock_wait_ns = round(max_clock_wait_ms * 1_000_000)
         self._max_ahead = max_ahead_ticks
-        self._make: Callable[[int], IdT] = self._plain_maker()
+        self._make: Callable[[int], IdT] = _plain_maker(self.id_type)
         # No tick yet: the first ID opens one. Ticks at or below _tick are
         # spent (-1: nothing spent for a fresh static identity).
         self._tick = -1
@@ -797,16 +808,6 @@ class TickGenerator(Generic[IdT]):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    def _plain_maker(self) -> Callable[[int], IdT]:
-        id_type = self.id_type
-
-        def make(value: int) -> IdT:
-            obj = cast(IdT, _new(id_type))
-            obj._int = value
-            return obj
-
-        return make
 
     # -- issuing ------------------------------------------------------------------
     def generate(self) -> IdT:
@@ -1320,12 +1321,7 @@ def _place_batches(cls: type[TickGenerator[Any]]) -> None:
             place_all(range(0))
         except TypeError:  # the maker's placement is one the compiled core cannot copy
             place_all = None
-    id_type = cls.id_type
-
-    def plain(value: int) -> Any:
-        made = _new(id_type)
-        made._int = value
-        return made
+    plain = _plain_maker(cls.id_type)
 
     def placed(generator: TickGenerator[Any], made: IdBatch[Any]) -> IdBatch[Any]:
         values = made._ints
